@@ -1,0 +1,1 @@
+"""The Source side: build, split and submit change notifications; advertise the channel."""

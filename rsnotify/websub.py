@@ -1,0 +1,224 @@
+"""WebSub wire details shared by hub, publisher and subscriber.
+
+RFC 8288 `Link` headers, `X-Hub-Signature` HMACs, and the subscription form's fields with
+their validation. Pure functions; no I/O.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+from .errors import WireError
+
+SIGNATURE_HEADER = "X-Hub-Signature"
+SIGNATURE_ALGORITHMS = ("sha1", "sha256", "sha384", "sha512")
+MAX_SECRET_BYTES = 200  # hub.secret MUST be less than 200 bytes (WebSub §5.1)
+MODES = ("subscribe", "unsubscribe")
+
+
+# --- Link headers (RFC 8288) -------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class HeaderLink:
+    """One link of a `Link` header: target and parameters (`rel` may hold several types)."""
+
+    href: str
+    params: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def rels(self) -> list[str]:
+        return [r.lower() for name, v in self.params if name == "rel" for r in v.split()]
+
+    def param(self, name: str) -> str | None:
+        return next((v for n, v in self.params if n == name), None)
+
+
+def _quote(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def build_link_header(links: Iterable[tuple[str, str]] | Mapping[str, str]) -> str:
+    """One combined header value from (href, rel) pairs: `<a>; rel="self", <b>; rel="hub"`."""
+    pairs = links.items() if isinstance(links, Mapping) else links
+    pairs = [(href, rel) for href, rel in pairs]
+    for href, _ in pairs:
+        if any(c in href for c in "<>\r\n"):
+            raise WireError(f"a Link target must not contain <, > or line breaks, got {href!r}")
+    return ", ".join(f"<{href}>; rel={_quote(rel)}" for href, rel in pairs)
+
+
+_TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_LINK_START = re.compile(r"\s*<([^>]*)>\s*")
+_PARAM = re.compile(rf"\s*;\s*({_TOKEN})\s*(?:=\s*(\"(?:[^\"\\]|\\.)*\"|{_TOKEN}))?\s*")
+
+
+def parse_link_header(values: str | Iterable[str]) -> list[HeaderLink]:
+    """Every link in one or several `Link` header values, in order.
+
+    Raises WireError for a value that is not a list of `<uri>; param=value` links.
+    """
+    if isinstance(values, str):
+        values = [values]
+    links: list[HeaderLink] = []
+    for value in values:
+        pos = 0
+        text = value.strip()
+        while pos < len(text):
+            start = _LINK_START.match(text, pos)
+            if not start:
+                raise WireError(f"Link header must be '<uri>; rel=...' links, got {value!r}")
+            href, pos = start.group(1).strip(), start.end()
+            params: list[tuple[str, str]] = []
+            while (param := _PARAM.match(text, pos)) is not None:
+                name, raw = param.group(1).lower(), param.group(2) or ""
+                if raw.startswith('"'):
+                    raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
+                params.append((name, raw))
+                pos = param.end()
+            links.append(HeaderLink(href, tuple(params)))
+            rest = text[pos:].lstrip()
+            if rest and not rest.startswith(","):
+                raise WireError(f"Link header has stray text {rest[:40]!r} in {value!r}")
+            pos = len(text) - len(rest) + (1 if rest else 0)
+    return links
+
+
+def links_by_rel(links: Iterable[HeaderLink], rel: str) -> list[str]:
+    """The targets of every link carrying relation type `rel` (case-insensitive)."""
+    return [link.href for link in links if rel.lower() in link.rels]
+
+
+# --- X-Hub-Signature -----------------------------------------------------------------------
+
+def sign(body: bytes, secret: str | bytes, algorithm: str = "sha256") -> str:
+    """The `X-Hub-Signature` value for `body`: `<algorithm>=<lower-case hex HMAC>`."""
+    if algorithm not in SIGNATURE_ALGORITHMS:
+        raise WireError(f"signature algorithm must be one of {', '.join(SIGNATURE_ALGORITHMS)}, got {algorithm!r}")
+    key = secret.encode("utf-8") if isinstance(secret, str) else secret
+    return f"{algorithm}={hmac.new(key, body, getattr(hashlib, algorithm)).hexdigest()}"
+
+
+def verify_signature(body: bytes, secret: str | bytes, header: str | None) -> bool:
+    """True when `header` is a valid `X-Hub-Signature` of `body` under `secret`.
+
+    Accepts sha1/sha256/sha384/sha512, hex in either case; compares in constant time. A
+    missing, malformed or unknown-algorithm header is simply not valid.
+    """
+    if not header or "=" not in header:
+        return False
+    algorithm, _, digest = header.strip().partition("=")
+    algorithm = algorithm.strip().lower()
+    if algorithm not in SIGNATURE_ALGORITHMS:
+        return False
+    expected = sign(body, secret, algorithm).partition("=")[2]
+    return hmac.compare_digest(expected, digest.strip().lower())
+
+
+# --- The subscription form ---------------------------------------------------------------
+
+def check_url(name: str, value: str | None) -> str:
+    """`value` when it is an absolute http(s) URL with a host; else WireError naming `name`."""
+    if not value:
+        raise WireError(f"{name} is required, got nothing")
+    parts = urlsplit(value.strip())
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise WireError(f"{name} must be an absolute http or https URL, got {value!r}")
+    try:
+        parts.port  # noqa: B018  (raises on a bad port)
+    except ValueError:
+        raise WireError(f"{name} has an invalid port, got {value!r}") from None
+    return value.strip()
+
+
+def normalize_url(url: str) -> str:
+    """URL for comparison: scheme and host lower-cased, default port dropped, empty path = '/'."""
+    parts = urlsplit(url.strip())
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port
+    netloc = host if port is None or (scheme, port) in (("http", 80), ("https", 443)) else f"{host}:{port}"
+    if parts.username:
+        netloc = f"{parts.username}{':' + parts.password if parts.password else ''}@{netloc}"
+    return urlunsplit((scheme, netloc, parts.path or "/", parts.query, ""))
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionRequest:
+    """A validated `hub.mode=subscribe|unsubscribe` form."""
+
+    mode: str
+    topic: str
+    callback: str
+    lease_seconds: int | None = None
+    secret: str | None = field(default=None, repr=False)
+
+    def to_form(self) -> dict[str, str]:
+        """The form fields, wire names, for a POST to a hub."""
+        form = {"hub.mode": self.mode, "hub.topic": self.topic, "hub.callback": self.callback}
+        if self.lease_seconds is not None and self.mode == "subscribe":
+            form["hub.lease_seconds"] = str(self.lease_seconds)
+        if self.secret is not None and self.mode == "subscribe":
+            form["hub.secret"] = self.secret
+        return form
+
+
+def check_lease_seconds(value: str | int | None) -> int | None:
+    """A positive integer lease, or None when absent; WireError otherwise."""
+    if value is None or value == "":
+        return None
+    text = str(value).strip()
+    if not text.isdigit() or int(text) <= 0:
+        raise WireError(f"hub.lease_seconds must be a positive integer, got {value!r}")
+    return int(text)
+
+
+def check_secret(value: str | None) -> str | None:
+    """The secret when shorter than 200 bytes in UTF-8; WireError otherwise."""
+    if value is None:
+        return None
+    size = len(value.encode("utf-8"))
+    if size >= MAX_SECRET_BYTES:
+        raise WireError(f"hub.secret must be less than {MAX_SECRET_BYTES} bytes in UTF-8, got {size} bytes")
+    if size == 0:
+        raise WireError("hub.secret must not be empty when given")
+    return value
+
+
+def parse_subscription_form(form: Mapping[str, str]) -> SubscriptionRequest:
+    """Validate a subscribe/unsubscribe form completely; raise one WireError with every problem.
+
+    Unknown parameters are ignored (WebSub §5.1). `hub.lease_seconds` and `hub.secret` are
+    ignored for unsubscriptions.
+    """
+    problems: list[str] = []
+    mode = form.get("hub.mode")
+    if mode not in MODES:
+        problems.append(f"hub.mode must be subscribe or unsubscribe, got {mode!r}")
+    checked: dict[str, object] = {}
+    for name, check in (("hub.topic", check_url), ("hub.callback", check_url)):
+        try:
+            checked[name] = check(name, form.get(name))
+        except WireError as exc:
+            problems.extend(exc.problems)
+    lease = secret = None
+    if mode == "subscribe":
+        try:
+            lease = check_lease_seconds(form.get("hub.lease_seconds"))
+        except WireError as exc:
+            problems.extend(exc.problems)
+        try:
+            secret = check_secret(form.get("hub.secret"))
+        except WireError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise WireError(problems)
+    return SubscriptionRequest(
+        mode=str(mode), topic=str(checked["hub.topic"]), callback=str(checked["hub.callback"]),
+        lease_seconds=lease, secret=secret,
+    )

@@ -1,0 +1,1 @@
+"""The Destination side: callback endpoint, subscription lifecycle, discovery, signatures."""

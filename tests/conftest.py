@@ -1,0 +1,39 @@
+"""Shared fixtures: one private redis-server for the whole run, flushed for each test."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+import redis as redis_lib
+
+from rsnotify.redis_server import RedisServer, start_redis_server
+
+# Spec example documents; tests skip cleanly when the folder is not beside the checkout.
+from pathlib import Path
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A private redis-server on a free loopback port, with AOF, for the whole test run."""
+    server = start_redis_server(tmp_path_factory.mktemp("redis"), unix_socket=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> Iterator[str]:
+    """The URL of a flushed database for this test."""
+    client = redis_lib.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    yield redis_server.url
+
+
+@pytest.fixture
+def redis(redis_url: str) -> Iterator[redis_lib.Redis]:
+    """A synchronous client on a flushed database."""
+    client = redis_lib.Redis.from_url(redis_url)
+    yield client
+    client.close()
