@@ -19,6 +19,10 @@ SIGNATURE_ALGORITHMS = ("sha1", "sha256", "sha384", "sha512")
 MAX_SECRET_BYTES = 200  # hub.secret MUST be less than 200 bytes (WebSub §5.1)
 MODES = ("subscribe", "unsubscribe")
 
+# Headers rsnotify's hub adds to every content distribution (documented in the README):
+NOTIFICATION_ID_HEADER = "X-RSNotify-Id"         # stable id of the notification (same on every retry)
+SEQUENCE_HEADER = "X-RSNotify-Sequence"          # the notification's position in its topic log: 1, 2, 3...
+
 
 # --- Link headers (RFC 8288) -------------------------------------------------------------
 
