@@ -2,6 +2,7 @@
 
 RsnotifyError
 ├── NotificationError          a model value is out of range (raised in __post_init__)
+│   └── DatetimeError          a text is not a W3C datetime (rsnotify.datetimes)
 ├── DocumentParseError         bytes are not a well-formed, safe XML document of a known kind
 │   └── NotificationParseError the document is not a change notification at all
 ├── ValidationError            a document parsed but breaks the spec's rules; .problems lists all
@@ -17,6 +18,10 @@ class RsnotifyError(Exception):
 
 class NotificationError(RsnotifyError, ValueError):
     """A model object was built with a value the spec does not allow."""
+
+
+class DatetimeError(NotificationError):
+    """A text is not a W3C datetime (the profile of NOTE-datetime-19980827)."""
 
 
 class DocumentParseError(RsnotifyError, ValueError):

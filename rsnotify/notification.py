@@ -6,10 +6,12 @@ held to the same rules as one parsed from a document.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import datetime
 from enum import Enum
 
+from .datetimes import format_datetime  # re-exported: callers import it from here too
 from .errors import NotificationError
 
 CHANGE_NOTIFICATION = "change-notification"
@@ -100,6 +102,16 @@ def notification_problems(
         problems.append("<rs:md> of <urlset> has no from; expected a W3C datetime")
     if until_time is None:
         problems.append("<rs:md> of <urlset> has no until; expected a W3C datetime")
+    problems.extend(change_order_problems(from_time, until_time, changes))
+    return problems
+
+
+def change_order_problems(
+    from_time: datetime | None, until_time: datetime | None, changes: Iterable[ResourceChange]
+) -> list[str]:
+    """The interval and ordering rules: until >= from, every datetime inside [from, until],
+    entries in forward chronological order. Missing bounds are skipped (reported elsewhere)."""
+    problems: list[str] = []
     if from_time and until_time and until_time < from_time:
         problems.append(
             f"<rs:md> of <urlset> has until={format_datetime(until_time)} before "
@@ -126,13 +138,6 @@ def notification_problems(
 
 def _fmt(value: datetime | None) -> str:
     return format_datetime(value) if value else "?"
-
-
-def format_datetime(value: datetime) -> str:
-    """A W3C datetime in UTC with a `Z`, seconds precision unless there are fractions."""
-    utc = value.astimezone(timezone.utc)
-    text = utc.isoformat(timespec="microseconds" if utc.microsecond else "seconds")
-    return text.replace("+00:00", "Z")
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,6 +179,7 @@ class CapabilityEntry:
     capability: str | None = None
     links: tuple[Link, ...] = ()
     lastmod: datetime | None = None
+    extra: tuple[tuple[str, str], ...] = ()  # other rs:md attributes, kept so edits lose nothing
 
     def links_with(self, rel: str) -> list[str]:
         return [link.href for link in self.links if link.rel == rel]

@@ -1,0 +1,61 @@
+"""W3C Datetime (NOTE-datetime-19980827): read the whole profile, write UTC `...Z`.
+
+ResourceSync uses this profile for from, until, datetime, lastmod and modified. We accept
+every form it allows (Postel) and always emit the spec's recommended complete UTC form.
+No I/O here.
+"""
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+from .errors import DatetimeError
+
+# YYYY, YYYY-MM, YYYY-MM-DD, then optionally Thh:mm[:ss[.s+]]TZD with TZD = Z | +hh:mm | -hh:mm.
+# A time needs a TZD: the profile has no floating local times.
+_W3C_DATETIME = re.compile(
+    r"(\d{4})(?:-(\d{2})(?:-(\d{2})"
+    r"(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?(?:(Z)|([+-])(\d{2}):(\d{2})))?)?)?"
+)
+
+EXAMPLE = "2013-01-03T00:07:22Z"
+
+
+def parse_w3c_datetime(text: str) -> datetime:
+    """The timezone-aware UTC datetime that `text` denotes.
+
+    Reduced precision (`2013`, `2013-01`, `2013-01-03`) means the start of that period in UTC.
+    Fractions beyond microseconds are truncated. Raises `DatetimeError` for anything else,
+    including ISO 8601 forms outside the profile (`20130103`, a space instead of `T`, no TZD).
+    """
+    match = _W3C_DATETIME.fullmatch(text.strip())
+    if match is None:
+        raise DatetimeError(f"'{text}' is not a W3C datetime; expected e.g. {EXAMPLE}")
+    year, month, day, hour, minute, second, fraction, zulu, sign, tz_hour, tz_minute = match.groups()
+    try:
+        if tz_hour is not None and (int(tz_hour) > 23 or int(tz_minute) > 59):
+            raise ValueError("time zone offset out of range")
+        value = datetime(
+            int(year),
+            int(month or 1),
+            int(day or 1),
+            int(hour or 0),
+            int(minute or 0),
+            int(second or 0),
+            int((fraction or "0")[:6].ljust(6, "0")),
+            tzinfo=timezone.utc,
+        )
+    except ValueError as exc:
+        raise DatetimeError(f"'{text}' is not a valid W3C datetime ({exc}); expected e.g. {EXAMPLE}") from None
+    if sign is not None:
+        offset = timedelta(hours=int(tz_hour), minutes=int(tz_minute))
+        # 12:00+02:00 is 10:00Z: the local wall time minus the offset.
+        value = value - offset if sign == "+" else value + offset
+    return value
+
+
+def format_datetime(value: datetime) -> str:
+    """A W3C datetime in UTC with a `Z`, seconds precision unless there are fractions."""
+    utc = value.astimezone(timezone.utc)
+    text = utc.isoformat(timespec="microseconds" if utc.microsecond else "seconds")
+    return text.replace("+00:00", "Z")
