@@ -1,0 +1,60 @@
+"""Errors of the hub; each HubError carries the HTTP status the app's middleware answers with.
+
+HubError                      status 400 unless a subclass says otherwise
+├── BadRequestError           400  a form, header or body is malformed (every problem listed)
+├── UnsupportedMediaError     415  a POST whose Content-Type the hub does not take
+├── AuthenticationError       401  no or unknown publisher token
+├── ForbiddenError            403  the token (or the client address) may not publish this topic
+├── PayloadTooLargeError      413  the body is larger than --max-body
+└── UnavailableError          503  Redis or the queue cannot be reached right now
+SettingsError                 bad configuration (the CLI turns it into a usage error)
+OutboundRefusedError          an outbound request's target resolves to a refused address
+"""
+from __future__ import annotations
+
+
+class HubError(Exception):
+    """A request the hub refuses; `str()` is the text/plain reason sent back."""
+
+    status = 400
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class BadRequestError(HubError):
+    status = 400
+
+
+class UnsupportedMediaError(HubError):
+    status = 415
+
+
+class AuthenticationError(HubError):
+    status = 401
+
+
+class ForbiddenError(HubError):
+    status = 403
+
+
+class PayloadTooLargeError(HubError):
+    status = 413
+
+
+class UnavailableError(HubError):
+    status = 503
+
+
+class SettingsError(Exception):
+    """A setting is invalid; `problems` lists every one."""
+
+    def __init__(self, problems: list[str] | str) -> None:
+        self.problems = [problems] if isinstance(problems, str) else list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class OutboundRefusedError(OSError):
+    """An outbound connection was refused by the address guard (an OSError, so aiohttp treats
+    it as a failed connection attempt and tries the next address, if any)."""

@@ -1,0 +1,239 @@
+"""The hub's settings: one frozen dataclass, filled from options, then RSNOTIFY_* variables, then defaults.
+
+Each field's `help` metadata is the configuration reference; `hub.cli` turns every field into
+a `--option` with its `RSNOTIFY_*` variable. Nothing here reads `os.environ` by itself.
+"""
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from rsnotify.websub import SIGNATURE_ALGORITHMS, normalize_url
+
+from .errors import SettingsError
+
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
+LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
+ENV_PREFIX = "RSNOTIFY_"
+
+
+def _opt(default: Any, help: str, *, env: str | None = None, repr: bool = True) -> Any:
+    return field(default=default, repr=repr, metadata={"help": help, "env": env})
+
+
+@dataclass(frozen=True)
+class HubSettings:
+    """Everything a hub web process or worker needs. Units: seconds, bytes, counts."""
+
+    # -- serving
+    host: str = _opt("127.0.0.1", "Address to listen on.")
+    port: int = _opt(8080, "Port to listen on.")
+    public_url: str | None = _opt(
+        None, "The hub URL advertised as rel=\"hub\" and required in publishers' Link headers "
+              "[default: http://HOST:PORT/].")
+    redis_url: str | None = _opt(
+        None, "A shared Redis (redis://, rediss://, unix://). Without it the hub runs its own "
+              "redis-server on a Unix socket in --data-dir, with AOF.")
+    data_dir: str = _opt("./rsnotify-data", "Folder for the embedded Redis data and the generated secret key.")
+    workers: int = _opt(2, "Worker processes to start as children; 0 for none (run `rsnotify worker` elsewhere).")
+    # -- leases (seconds)
+    lease_default: int = _opt(864000, "Lease granted when a subscriber asks for none (seconds).")
+    lease_min: int = _opt(300, "Shortest lease granted; shorter requests are raised to it (seconds).")
+    lease_max: int = _opt(2678400, "Longest lease granted; longer requests are cut to it (seconds).")
+    intent_ttl: int = _opt(86400, "How long a subscription request waits for its verification (seconds).")
+    # -- publishing
+    max_body: int = _opt(50 * 1024 * 1024, "Largest submission body accepted (bytes); 413 beyond.")
+    publish_tokens: tuple[tuple[str, str], ...] = _opt(
+        (), "Publisher bearer token bound to a topic URL prefix, as TOKEN=PREFIX (repeatable). "
+            "With no tokens, only loopback clients may publish.", env="RSNOTIFY_PUBLISH_TOKEN", repr=False)
+    tokens_file: str | None = _opt(
+        None, "File of publisher tokens, one 'TOKEN PREFIX' (or TOKEN=PREFIX) per line; # comments.")
+    # -- outbound requests
+    allow_networks: tuple[str, ...] = _opt(
+        (), "Private/reserved network (CIDR) that callbacks and topics may resolve to (repeatable). "
+            "Loopback is allowed automatically when the hub listens on loopback only.",
+        env="RSNOTIFY_ALLOW_NETWORK")
+    secret_key: str | None = _opt(
+        None, "Fernet key encrypting subscription secrets at rest [default: generated into "
+              "DATA_DIR/secret.key]. Every process of one hub needs the same key.", repr=False)
+    signature_algorithm: str = _opt("sha256", "X-Hub-Signature algorithm: sha1, sha256, sha384 or sha512.")
+    connect_timeout: float = _opt(5.0, "Connect timeout of outbound requests (seconds).")
+    fetch_timeout: float = _opt(10.0, "Total time for a verification, denial or thin-ping fetch (seconds).")
+    fetch_max_bytes: int = _opt(50 * 1024 * 1024, "Largest topic body a thin-ping fetch reads (bytes).")
+    # -- delivery (fan-out)
+    retry_base: float = _opt(2.0, "First retry delay of a failed delivery (seconds); doubles per attempt.")
+    retry_cap: float = _opt(3600.0, "Longest delay between two delivery attempts (seconds).")
+    max_attempts: int = _opt(40, "Delivery attempts before a notification becomes a dead letter.")
+    delivery_concurrency: int = _opt(200, "Subscriptions served at once by one worker.")
+    delivery_timeout: float = _opt(15.0, "Total time of one delivery POST (seconds).")
+    max_response_bytes: int = _opt(64 * 1024, "Most of a subscriber's response body read, then ignored (bytes).")
+    log_max_len: int = _opt(100_000, "Entries kept per topic log.")
+    log_max_age: int = _opt(7 * 86400, "Age after which log entries are trimmed (seconds).")
+    lock_ttl: int = _opt(60, "Lifetime of a worker's claim on a subscription (seconds).")
+    reconcile_interval: float = _opt(5.0, "How often workers look for lagging subscriptions (seconds).")
+    sweep_interval: float = _opt(60.0, "How often workers remove expired subscriptions (seconds).")
+    queue_name: str = _opt("rsnotify", "RQ queue name.")
+
+    def __post_init__(self) -> None:
+        problems: list[str] = []
+        if not 0 <= self.port <= 65535:
+            problems.append(f"port must be 0-65535, got {self.port}")
+        for name in ("lease_min", "lease_default", "lease_max", "intent_ttl", "max_body",
+                     "fetch_max_bytes", "max_attempts", "delivery_concurrency", "log_max_len",
+                     "lock_ttl", "max_response_bytes"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be a positive number, got {getattr(self, name)}")
+        if self.workers < 0:
+            problems.append(f"workers must be 0 or more, got {self.workers}")
+        if not self.lease_min <= self.lease_default <= self.lease_max:
+            problems.append(f"leases must satisfy lease_min <= lease_default <= lease_max, got "
+                            f"{self.lease_min} <= {self.lease_default} <= {self.lease_max}")
+        if self.signature_algorithm not in SIGNATURE_ALGORITHMS:
+            problems.append(f"signature_algorithm must be one of {', '.join(SIGNATURE_ALGORITHMS)}, "
+                            f"got {self.signature_algorithm!r}")
+        for cidr in self.allow_networks:
+            try:
+                ipaddress.ip_network(cidr, strict=False)
+            except ValueError:
+                problems.append(f"allow_networks must hold CIDRs like 10.0.0.0/8, got {cidr!r}")
+        for token, prefix in self.publish_tokens:
+            if not token or not prefix.startswith(("http://", "https://")):
+                problems.append("publish tokens must be TOKEN=PREFIX with an http(s) URL prefix, "
+                                f"got a token for {prefix!r}")
+        if self.public_url is not None and not self.public_url.startswith(("http://", "https://")):
+            problems.append(f"public_url must be an http or https URL, got {self.public_url!r}")
+        if problems:
+            raise SettingsError(problems)
+
+    # -- derived values
+
+    @property
+    def hub_url(self) -> str:
+        """The hub's own URL, normalized: --public-url, else http://HOST:PORT/."""
+        if self.public_url:
+            return normalize_url(self.public_url)
+        host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
+        return normalize_url(f"http://{host}:{self.port}/")
+
+    @property
+    def is_loopback_only(self) -> bool:
+        return self.host in LOOPBACK_HOSTS
+
+    @property
+    def is_embedded(self) -> bool:
+        return self.redis_url is None
+
+    @property
+    def allowed_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        """Non-public networks outbound requests may reach: --allow-network, plus loopback when listening on it."""
+        cidrs = list(self.allow_networks) + (list(LOOPBACK_NETWORKS) if self.is_loopback_only else [])
+        return tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser().resolve()
+
+    def all_publish_tokens(self) -> tuple[tuple[str, str], ...]:
+        """--publish-token pairs plus the tokens file's (read now). Raises SettingsError on a bad file."""
+        if not self.tokens_file:
+            return self.publish_tokens
+        return self.publish_tokens + read_tokens_file(self.tokens_file)
+
+    # -- environment
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> HubSettings:
+        """Settings from RSNOTIFY_* variables in `environ` (tests pass a dict), then `overrides`."""
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            name = env_name(f.name)
+            if name in environ and environ[name] != "":
+                values[f.name] = _cast(f.name, name, environ[name], f.default)
+        values.update(overrides)
+        return cls(**values)
+
+    def to_env(self) -> dict[str, str]:
+        """RSNOTIFY_* variables that rebuild these settings with from_env (for child workers)."""
+        env: dict[str, str] = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None or value == ():
+                continue
+            if f.name == "publish_tokens":
+                env[env_name(f.name)] = " ".join(f"{t}={p}" for t, p in value)
+            elif isinstance(value, tuple):
+                env[env_name(f.name)] = " ".join(value)
+            else:
+                env[env_name(f.name)] = str(value)
+        return env
+
+    def with_values(self, **changes: Any) -> HubSettings:
+        return replace(self, **changes)
+
+
+def env_name(field_name: str) -> str:
+    """The RSNOTIFY_* variable of a settings field."""
+    for f in fields(HubSettings):
+        if f.name == field_name and f.metadata.get("env"):
+            return str(f.metadata["env"])
+    return ENV_PREFIX + field_name.upper()
+
+
+def parse_token(text: str) -> tuple[str, str]:
+    """'TOKEN=PREFIX' -> (token, prefix); SettingsError naming what is wrong."""
+    token, sep, prefix = text.strip().partition("=")
+    if not sep or not token.strip() or not prefix.strip().startswith(("http://", "https://")):
+        raise SettingsError(f"a publish token must be TOKEN=PREFIX with an http(s) URL prefix, "
+                            f"got {_mask(text)!r}")
+    return token.strip(), prefix.strip()
+
+
+def parse_tokens(texts: Iterable[str]) -> tuple[tuple[str, str], ...]:
+    return tuple(parse_token(t) for t in texts)
+
+
+def read_tokens_file(path: str) -> tuple[tuple[str, str], ...]:
+    """Tokens from a file: one 'TOKEN PREFIX' or 'TOKEN=PREFIX' per line; blank lines and # comments skipped."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SettingsError(f"cannot read tokens file {path}: {exc.strerror}") from exc
+    pairs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split(None, 1)
+        try:
+            pairs.append(parse_token(line if len(parts) == 1 else f"{parts[0]}={parts[1]}"))
+        except SettingsError:
+            raise SettingsError(f"{path}:{number}: expected 'TOKEN PREFIX' with an http(s) URL prefix, "
+                                f"got {_mask(line)!r}") from None
+    return tuple(pairs)
+
+
+def _mask(text: str) -> str:
+    """A token-bearing text with the token hidden, for error messages."""
+    token, sep, rest = text.replace(" ", "=", 1).partition("=")
+    return f"***{sep}{rest}" if token else text
+
+
+def _cast(field_name: str, var: str, raw: str, default: Any) -> Any:
+    if field_name == "publish_tokens":
+        return parse_tokens(raw.split())
+    try:
+        if field_name == "allow_networks":
+            return tuple(raw.split())
+        if isinstance(default, bool):
+            return raw.strip().lower() in ("1", "true", "yes", "on")
+        if isinstance(default, int):
+            return int(raw)
+        if isinstance(default, float):
+            return float(raw)
+    except ValueError:
+        kind = "an integer" if isinstance(default, int) else "a number"
+        raise SettingsError(f"{var} must be {kind}, got {raw!r}") from None
+    return raw
