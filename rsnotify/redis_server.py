@@ -62,11 +62,13 @@ def start_redis_server(
     unix_socket: bool = True,
     appendonly: bool = True,
     timeout: float = 15.0,
+    new_session: bool = False,
 ) -> RedisServer:
     """Start redis-server with its data in `data_dir` (AOF on by default) and wait until it answers.
 
     With `unix_socket` the server listens only on `data_dir/redis.sock`; otherwise on
-    127.0.0.1:`port` (a free port when None).
+    127.0.0.1:`port` (a free port when None). With `new_session` it does not get the
+    terminal's Ctrl-C (the embedded hub stops it last, after its workers).
     """
     data = Path(data_dir).resolve()
     data.mkdir(parents=True, exist_ok=True)
@@ -84,7 +86,7 @@ def start_redis_server(
         args += ["--port", str(port), "--bind", "127.0.0.1"]
         url = f"redis://127.0.0.1:{port}/0"
     process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE)
+                               stderr=subprocess.PIPE, start_new_session=new_session)
     server = RedisServer(process, url, data)
     _wait_ready(server, timeout)
     return server
