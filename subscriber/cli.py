@@ -1,0 +1,225 @@
+"""`rsnotify subscribe`: a callback server that subscribes, renews, and prints notifications.
+
+One JSON object per line on stdout for each notification; status on stderr. Ctrl-C (SIGINT)
+or SIGTERM unsubscribes (verified) and exits 0.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+import sys
+from urllib.parse import urlsplit
+
+import aiohttp
+import click
+from aiohttp import web
+
+from .aiohttp_adapter import add_callback_routes
+from .client import Subscriber
+from .core import ReceivedNotification
+from .discovery import DiscoveredTopic, discover_capability_list, discover_source, discover_topic
+from .errors import SubscriberError
+from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
+from .store import ACTIVE, EXPIRED, JsonFileStore, Subscription
+
+log = logging.getLogger(__name__)
+
+
+def _status(message: str) -> None:
+    click.echo(f"rsnotify subscribe: {message}", err=True)
+
+
+@click.command()
+@click.option("--hub", metavar="URL", envvar="RSNOTIFY_SUBSCRIBER_HUB", show_envvar=True,
+              help="Hub to subscribe at (with --topic). Without it, the hub is discovered from --topic.")
+@click.option("--topic", metavar="URL", envvar="RSNOTIFY_SUBSCRIBER_TOPIC", show_envvar=True,
+              help="Topic (channel) URL to subscribe to.")
+@click.option("--capability-list", metavar="URL", envvar="RSNOTIFY_SUBSCRIBER_CAPABILITY_LIST", show_envvar=True,
+              help="Capability List advertising a change-notification channel.")
+@click.option("--source", metavar="URL", envvar="RSNOTIFY_SUBSCRIBER_SOURCE", show_envvar=True,
+              help="Source base URL: channels found via /.well-known/resourcesync.")
+@click.option("--listen", metavar="HOST:PORT", default="127.0.0.1:8081", envvar="RSNOTIFY_SUBSCRIBER_LISTEN",
+              show_envvar=True, show_default=True, help="Where the callback server binds (port 0: any free port).")
+@click.option("--callback-url", metavar="URL", envvar="RSNOTIFY_SUBSCRIBER_CALLBACK_URL", show_envvar=True,
+              help=f"Public base URL of the callbacks [default: http://HOST:PORT{CALLBACK_PATH}].")
+@click.option("--lease-seconds", type=click.IntRange(min=1), metavar="N", envvar="RSNOTIFY_SUBSCRIBER_LEASE_SECONDS",
+              show_envvar=True, help="Lease to ask for; the hub may grant another.")
+@click.option("--no-secret", is_flag=True, envvar="RSNOTIFY_SUBSCRIBER_NO_SECRET", show_envvar=True,
+              help="Ask for unsigned deliveries (by default a random secret is used).")
+@click.option("--state-file", metavar="PATH", default="rsnotify-subscriber.json", show_default=True,
+              envvar="RSNOTIFY_SUBSCRIBER_STATE_FILE", show_envvar=True,
+              help="Subscriptions, secrets and leases, kept across restarts.")
+@click.option("--verification-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+              envvar="RSNOTIFY_SUBSCRIBER_VERIFICATION_TIMEOUT", show_envvar=True,
+              help="Seconds to wait for the hub to verify a (un)subscription.")
+@click.option("-v", "--verbose", is_flag=True, help="Log each request and renewal on stderr.")
+def subscribe(hub: str | None, topic: str | None, capability_list: str | None, source: str | None, listen: str,
+              callback_url: str | None, lease_seconds: int | None, no_secret: bool, state_file: str,
+              verification_timeout: float, verbose: bool) -> None:
+    """Subscribe to a change-notification channel and print each notification as a JSON line.
+
+    Give --hub and --topic, or --topic alone (WebSub discovery), or --capability-list, or
+    --source. Ctrl-C unsubscribes and exits.
+    """
+    starts = [name for name, value in (("--topic", topic), ("--capability-list", capability_list),
+                                       ("--source", source)) if value]
+    if len(starts) != 1:
+        raise click.UsageError("give exactly one of --topic (with or without --hub), --capability-list or "
+                               f"--source; got {', '.join(starts) if starts else 'none'}")
+    if hub and not topic:
+        raise click.UsageError("--hub needs --topic")
+    try:
+        host, port = parse_listen(listen)
+        settings = SubscriberSettings(listen_host=host, listen_port=port, callback_url=callback_url,
+                                      state_file=state_file, lease_seconds=lease_seconds, use_secret=not no_secret,
+                                      verification_timeout=verification_timeout)
+    except SubscriberError as exc:
+        raise click.BadParameter(str(exc)) from None
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    exit_code = asyncio.run(_run(settings, hub=hub, topic=topic, capability_list=capability_list, source=source))
+    sys.exit(exit_code)
+
+
+async def _run(settings: SubscriberSettings, **start: str | None) -> int:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    subscriber = Subscriber(store=JsonFileStore(settings.state_file), settings=settings,
+                            on_notification=_print_notification, on_denial=_report_denial)
+    app = web.Application()
+    route_path = urlsplit(settings.callback_url).path.rstrip("/") if settings.callback_url else CALLBACK_PATH
+    add_callback_routes(app, subscriber.core, route_path)
+    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    await runner.setup()
+    subscribed: list[Subscription] = []
+    try:
+        try:
+            site = web.TCPSite(runner, settings.listen_host, settings.listen_port)
+            await site.start()
+        except OSError as exc:
+            raise click.ClickException(f"cannot listen on {settings.listen_host}:{settings.listen_port}: {exc}") from None
+        subscriber.callback_base_url = settings.callback_url or _default_callback(runner, settings)
+        _status(f"listening on {settings.listen_host}:{_bound_port(runner)}, callbacks under "
+                f"{subscriber.callback_base_url}")
+        await subscriber.start()
+        starting = asyncio.create_task(_subscribe_all(subscriber, settings, subscribed, **start))
+        stopping = asyncio.create_task(stop.wait())
+        await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not starting.done():
+            starting.cancel()
+            _status("interrupted while subscribing")
+        elif starting.exception() is not None:
+            stopping.cancel()
+            raise starting.exception()  # type: ignore[misc]
+        else:
+            await stop.wait()
+        stopping.cancel()
+        return await _unsubscribe_all(subscriber, subscribed)
+    except SubscriberError as exc:
+        await _unsubscribe_all(subscriber, subscribed)
+        raise click.ClickException(str(exc)) from None
+    finally:
+        await subscriber.close()
+        await runner.cleanup()
+
+
+async def _subscribe_all(subscriber: Subscriber, settings: SubscriberSettings, subscribed: list[Subscription],
+                         hub: str | None, topic: str | None, capability_list: str | None,
+                         source: str | None) -> None:
+    channels = await _discover(subscriber.session, hub, topic, capability_list, source)
+    problems = []
+    for channel in channels:
+        try:
+            subscription = await _subscribe_channel(subscriber, settings, channel)
+        except SubscriberError as exc:
+            problems.append(str(exc))
+            _status(f"could not subscribe to {channel.topic}: {exc}")
+            continue
+        subscribed.append(subscription)
+        _status(f"subscribed to {subscription.topic} at {subscription.hub} (lease {subscription.lease_seconds} s, "
+                f"{'signed' if subscription.has_secret else 'unsigned'}); callback {subscription.callback}")
+    if not subscribed:
+        raise SubscriberError("no subscription could be made: " + "; ".join(problems))
+
+
+async def _discover(session: aiohttp.ClientSession, hub: str | None, topic: str | None,
+                    capability_list: str | None, source: str | None) -> list[DiscoveredTopic]:
+    if topic and hub:
+        return [DiscoveredTopic(topic=topic, hubs=(hub,), found_in="command line", url=topic)]
+    if topic:
+        found = await discover_topic(session, topic)
+        _status(f"discovered topic {found.topic} with hub(s) {', '.join(found.hubs)} ({found.found_in})")
+        return [found]
+    if capability_list:
+        found_list = await discover_capability_list(session, capability_list)
+    else:
+        found_list = await discover_source(session, str(source))
+    for found in found_list:
+        _status(f"discovered channel {found.topic} with hub(s) {', '.join(found.hubs)} in {found.capability_list}")
+    return found_list
+
+
+async def _subscribe_channel(subscriber: Subscriber, settings: SubscriberSettings,
+                             channel: DiscoveredTopic) -> Subscription:
+    """Resume this callback server's earlier subscription to the channel, else make a new one."""
+    base = str(subscriber.callback_base_url).rstrip("/") + "/"
+    for existing in await subscriber.subscriptions():
+        if (existing.topic == channel.topic and existing.hub in channel.hubs
+                and existing.status in (ACTIVE, EXPIRED) and existing.callback.startswith(base)):
+            _status(f"resuming the subscription to {existing.topic} from {settings.state_file}")
+            return await subscriber.renew(existing, wait=True)
+    problems = []
+    for hub in channel.hubs:  # one hub is enough (R-62); try the next when one refuses
+        try:
+            return await subscriber.subscribe(channel.topic, hub, secret=settings.use_secret,
+                                              discovered_from=channel.url)
+        except SubscriberError as exc:
+            problems.append(str(exc))
+    raise SubscriberError("; ".join(problems))
+
+
+async def _unsubscribe_all(subscriber: Subscriber, subscribed: list[Subscription]) -> int:
+    code = 0
+    for subscription in subscribed:
+        try:
+            await subscriber.unsubscribe(subscription)
+            _status(f"unsubscribed from {subscription.topic} at {subscription.hub}")
+        except SubscriberError as exc:
+            _status(f"could not unsubscribe from {subscription.topic}: {exc}")
+            code = 1
+    return code
+
+
+async def _print_notification(received: ReceivedNotification) -> None:
+    sys.stdout.write(json.dumps(received.to_json(), ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+    for gap in received.gaps:
+        _status(f"gap on {received.topic}: {gap.message}")
+    for problem in received.problems:
+        _status(f"notification {received.notification_id} on {received.topic} is not a valid change "
+                f"notification: {problem}")
+
+
+def _report_denial(subscription: Subscription) -> None:
+    _status(f"hub {subscription.hub} denied the subscription to {subscription.topic}: "
+            f"{subscription.denial_reason or 'no reason given'}")
+
+
+def _bound_port(runner: web.AppRunner) -> int:
+    return int(runner.addresses[0][1])
+
+
+def _default_callback(runner: web.AppRunner, settings: SubscriberSettings) -> str:
+    host = settings.listen_host
+    if host in ("0.0.0.0", "::", ""):
+        _status(f"listening on all addresses; the callback URL uses 127.0.0.1 (give --callback-url for a "
+                "public one)")
+        host = "127.0.0.1"
+    if ":" in host:
+        host = f"[{host}]"
+    return f"http://{host}:{_bound_port(runner)}{CALLBACK_PATH}"
+

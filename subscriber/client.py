@@ -1,0 +1,337 @@
+"""The subscription lifecycle: subscribe, wait for verification, renew before the lease ends,
+unsubscribe. `Subscriber` owns the callback core, the store and one HTTP client session.
+
+The pending intent is stored before the hub is asked (a hub may verify before it answers),
+each subscription gets its own unguessable callback URL, and secrets are random by default.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import secrets as secrets_lib
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from types import TracebackType
+from urllib.parse import urljoin
+
+import aiohttp
+
+from rsnotify import __version__
+from rsnotify.errors import WireError
+from rsnotify.websub import SubscriptionRequest, check_lease_seconds, check_secret, check_url
+
+from .core import CallbackCore, DenialHandler, NotificationHandler, utc_now
+from .errors import SubscriberError, SubscriptionDeniedError, SubscriptionError
+from .settings import SubscriberSettings
+from .store import ACTIVE, DENIED, EXPIRED, FAILED, PENDING, UNSUBSCRIBED, JsonFileStore, Subscription, SubscriptionStore
+
+log = logging.getLogger(__name__)
+
+MAX_HUB_REDIRECTS = 5
+USER_AGENT = f"rsnotify-subscriber/{__version__}"
+
+
+def new_subscription_id() -> str:
+    """256 random bits, URL-safe: the capability part of a callback URL (WebSub §8.2)."""
+    return secrets_lib.token_urlsafe(32)
+
+
+def new_secret() -> str:
+    """A fresh random hub.secret: 256 bits, 43 characters (the limit is 200 bytes)."""
+    return secrets_lib.token_urlsafe(32)
+
+
+class Subscriber:
+    """Subscribes callbacks under `callback_base_url` to topics, and keeps them alive.
+
+    Use as `async with Subscriber(...) as subscriber:` or call `start()` / `close()`.
+    Serve `subscriber.core` at `callback_base_url` with one of the adapters.
+    """
+
+    def __init__(
+        self,
+        callback_base_url: str | None = None,
+        store: SubscriptionStore | None = None,
+        *,
+        on_notification: NotificationHandler | None = None,
+        on_denial: DenialHandler | None = None,
+        settings: SubscriberSettings | None = None,
+        now: Callable[[], datetime] = utc_now,
+        rng: random.Random | None = None,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        self.settings = settings or SubscriberSettings()
+        self.callback_base_url = callback_base_url or self.settings.callback_url
+        self.store: SubscriptionStore = store if store is not None else JsonFileStore(self.settings.state_file)
+        self.now = now
+        self.core = CallbackCore(self.store, on_notification=on_notification, on_denial=on_denial,
+                                 settings=self.settings, now=now, rng=rng)
+        self._session = session
+        self._owns_session = session is None
+        self._renewal_task: asyncio.Task[None] | None = None
+
+    # --- start and stop --------------------------------------------------------------------
+
+    async def __aenter__(self) -> Subscriber:
+        await self.start()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.close()
+
+    async def start(self, *, renew: bool = True) -> None:
+        """Open the HTTP session, forget long-ended subscriptions, start the renewal loop."""
+        self.session  # noqa: B018 - opens it on this loop
+        await self.forget_ended()
+        if renew and self._renewal_task is None:
+            self._renewal_task = asyncio.create_task(self._renewal_loop())
+
+    async def close(self) -> None:
+        """Stop renewing, hand over received notifications, close the HTTP session."""
+        if self._renewal_task is not None:
+            self._renewal_task.cancel()
+            try:
+                await self._renewal_task
+            except asyncio.CancelledError:
+                pass
+            self._renewal_task = None
+        await self.core.close()
+        if self._owns_session and self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    @property
+    def session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                timeout=aiohttp.ClientTimeout(total=self.settings.request_timeout),
+                headers={"User-Agent": USER_AGENT},
+            )
+        return self._session
+
+    # --- subscribe / unsubscribe -----------------------------------------------------------
+
+    async def subscribe(
+        self,
+        topic: str,
+        hub: str,
+        lease_seconds: int | None = None,
+        secret: bool | str | None = True,
+        *,
+        wait: bool = True,
+        discovered_from: str | None = None,
+    ) -> Subscription:
+        """Subscribe a new callback URL to `topic` at `hub`; with `wait`, until the hub verifies.
+
+        `secret=True` makes a random secret, a string is used as given, False/None asks for
+        unsigned deliveries. Raises SubscriptionError when the hub refuses or does not
+        verify within the verification timeout, SubscriptionDeniedError when it denies.
+        """
+        base = self._callback_base()
+        try:
+            topic, hub = check_url("topic", topic), check_url("hub", hub)
+            lease_seconds = check_lease_seconds(lease_seconds if lease_seconds is not None
+                                                else self.settings.lease_seconds)
+            chosen_secret = new_secret() if secret is True else check_secret(secret or None)
+        except WireError as exc:
+            raise SubscriptionError(str(exc)) from None
+        subscription_id = new_subscription_id()
+        now = self.now()
+        subscription = Subscription(
+            id=subscription_id, topic=topic, hub=hub, callback=f"{base}/{subscription_id}",
+            secret=chosen_secret, requested_lease_seconds=lease_seconds, status=PENDING,
+            pending_mode="subscribe", created_at=now, intent_sent_at=now, discovered_from=discovered_from,
+        )
+        waiter = self.core.expect(subscription.id, "subscribe")
+        try:
+            await self.store.put(subscription)  # S-12: before the POST
+            subscription = await self._send_intent(subscription, "subscribe")
+            log.info("asked hub %s to subscribe %s to %s", subscription.hub, subscription.callback, topic)
+            if not wait:
+                return subscription
+            return await self._await_verification(subscription, "subscribe", waiter)
+        except SubscriptionDeniedError:
+            raise
+        except SubscriptionError:
+            current = await self.store.get(subscription.id) or subscription
+            if current.status == PENDING:
+                await self.store.put(current.evolve(status=FAILED, pending_mode=None, ended_at=self.now()))
+            raise
+        finally:
+            self.core.forget_waiter(subscription.id, "subscribe", waiter)
+
+    async def unsubscribe(self, subscription: Subscription | str, *, wait: bool = True) -> Subscription:
+        """Ask the hub to end the subscription; with `wait`, until it verifies the unsubscription."""
+        subscription_id = subscription if isinstance(subscription, str) else subscription.id
+        current = await self.store.get(subscription_id)
+        if current is None:
+            raise SubscriptionError(f"no subscription with id {subscription_id!r} in the store")
+        if current.status in (UNSUBSCRIBED, DENIED, FAILED):
+            return current
+        current = current.evolve(pending_mode="unsubscribe", intent_sent_at=self.now())
+        waiter = self.core.expect(current.id, "unsubscribe")
+        try:
+            await self.store.put(current)
+            current = await self._send_intent(current, "unsubscribe")
+            log.info("asked hub %s to unsubscribe %s from %s", current.hub, current.callback, current.topic)
+            if not wait:
+                return current
+            return await self._await_verification(current, "unsubscribe", waiter)
+        except SubscriptionError:
+            latest = await self.store.get(current.id) or current
+            if latest.pending_mode == "unsubscribe":
+                await self.store.put(latest.evolve(pending_mode=None, intent_sent_at=None))
+            raise
+        finally:
+            self.core.forget_waiter(current.id, "unsubscribe", waiter)
+
+    async def subscriptions(self) -> list[Subscription]:
+        return await self.store.all()
+
+    async def forget_ended(self) -> int:
+        """Delete subscriptions that ended (unsubscribed, denied, failed) long enough ago."""
+        cutoff = self.now() - timedelta(seconds=self.settings.forget_after_seconds)
+        gone = [s for s in await self.store.all() if s.is_ended and s.ended_at and s.ended_at < cutoff]
+        for subscription in gone:
+            await self.store.delete(subscription.id)
+        return len(gone)
+
+    # --- renewal ---------------------------------------------------------------------------
+
+    async def renew_due(self) -> list[Subscription]:
+        """One renewal pass: re-subscribe every subscription whose renewal time has come.
+
+        The same callback and secret are kept, so the hub keeps its place in the topic log
+        and deliveries go on in order across renewals (WebSub §5.3.1 / S-16).
+        """
+        now = self.now()
+        renewed = []
+        for subscription in await self.store.all():
+            if subscription.status not in (ACTIVE, EXPIRED):
+                continue
+            if subscription.pending_mode is not None and not self._intent_lost(subscription, now):
+                continue  # the hub has not verified yet; give it time
+            if subscription.status == ACTIVE and subscription.expires_at and now >= subscription.expires_at:
+                log.warning("lease of %s on %s ran out before a renewal was verified",
+                            subscription.id, subscription.topic)
+                subscription = subscription.evolve(status=EXPIRED)
+                await self.store.put(subscription)
+            if subscription.renew_at is None or now >= subscription.renew_at:
+                renewed.append(await self.renew(subscription))
+        return renewed
+
+    async def renew(self, subscription: Subscription, *, wait: bool = False) -> Subscription:
+        """Send a renewal now; the hub's verification then sets the new lease.
+
+        Without `wait`, a refused or unanswered renewal is retried later (renew_retry_seconds)
+        and the subscription is returned as it stands. With `wait`, the verified subscription
+        is returned, and SubscriptionError raised when that fails.
+        """
+        now = self.now()
+        pending = subscription.evolve(pending_mode="subscribe", intent_sent_at=now)
+        waiter = self.core.expect(subscription.id, "subscribe")
+        try:
+            await self.store.put(pending)
+            sent = await self._send_intent(pending, "subscribe")
+            log.info("asked hub %s to renew %s on %s", sent.hub, sent.id, sent.topic)
+            return await self._await_verification(sent, "subscribe", waiter) if wait else sent
+        except SubscriptionDeniedError:
+            raise
+        except SubscriptionError as exc:
+            retry_at = now + timedelta(seconds=self.settings.renew_retry_seconds)
+            log.warning("renewal of %s on %s failed, retrying at %s: %s", subscription.id,
+                        subscription.topic, retry_at.isoformat(), exc)
+            latest = await self.store.get(subscription.id) or pending
+            failed = latest.evolve(pending_mode=None, intent_sent_at=None, renew_at=retry_at)
+            await self.store.put(failed)
+            if wait:
+                raise
+            return failed
+        finally:
+            self.core.forget_waiter(subscription.id, "subscribe", waiter)
+
+    def _intent_lost(self, subscription: Subscription, now: datetime) -> bool:
+        sent = subscription.intent_sent_at
+        return sent is None or now - sent > timedelta(seconds=self.settings.verification_timeout)
+
+    async def _renewal_loop(self) -> None:
+        while True:
+            try:
+                await self.renew_due()
+                delay = await self._next_check_delay()
+            except Exception:  # noqa: BLE001 - a background loop must outlive one bad pass
+                log.error("renewal pass failed", exc_info=True)
+                delay = self.settings.renew_check_seconds
+            await asyncio.sleep(delay)
+
+    async def _next_check_delay(self) -> float:
+        now = self.now()
+        times = [s.renew_at for s in await self.store.all() if s.renew_at and s.status in (ACTIVE, EXPIRED)]
+        soonest = min(((t - now).total_seconds() for t in times), default=self.settings.renew_check_seconds)
+        return min(max(soonest, 0.5), self.settings.renew_check_seconds)
+
+    # --- the hub conversation -------------------------------------------------------------
+
+    def _callback_base(self) -> str:
+        if not self.callback_base_url:
+            raise SubscriberError("no callback base URL: give callback_base_url (e.g. https://example.org/websub)")
+        try:
+            return check_url("callback base URL", self.callback_base_url).rstrip("/")
+        except WireError as exc:
+            raise SubscriberError(str(exc)) from None
+
+    async def _send_intent(self, subscription: Subscription, mode: str) -> Subscription:
+        """POST the form to the hub, following 307/308 to its new URL (kept in the store)."""
+        form = SubscriptionRequest(
+            mode=mode, topic=subscription.topic, callback=subscription.callback,
+            lease_seconds=subscription.requested_lease_seconds, secret=subscription.secret,
+        ).to_form()
+        hub = subscription.hub
+        for _ in range(MAX_HUB_REDIRECTS + 1):
+            try:
+                async with self.session.post(hub, data=form, allow_redirects=False) as response:
+                    reply = (await response.text(errors="replace"))[:500].strip()
+                    location = response.headers.get("Location")
+                    status = response.status
+            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+                raise SubscriptionError(f"cannot reach hub {hub} to {mode} {subscription.topic}: "
+                                        f"{exc or type(exc).__name__}") from exc
+            if status in (307, 308) and location:
+                hub = urljoin(hub, location)
+                log.info("hub moved (%s) to %s", status, hub)
+                subscription = subscription.evolve(hub=hub)
+                await self.store.put(subscription)
+                continue
+            if 200 <= status < 300:
+                return subscription
+            raise SubscriptionError(
+                f"hub {hub} refused to {mode} {subscription.topic}: {status} {reply or '(no reason given)'}",
+                status=status, reason=reply,
+            )
+        raise SubscriptionError(f"hub {subscription.hub} redirected more than {MAX_HUB_REDIRECTS} times")
+
+    async def _await_verification(self, subscription: Subscription, mode: str,
+                                  waiter: asyncio.Future[Subscription]) -> Subscription:
+        """The verified subscription; polls the store too, in case another process got the GET."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.verification_timeout
+        while (remaining := deadline - loop.time()) > 0:
+            try:
+                return await asyncio.wait_for(asyncio.shield(waiter), min(remaining, 0.5))
+            except asyncio.TimeoutError:
+                pass
+            current = await self.store.get(subscription.id)
+            if current is None or current.pending_mode is not None:
+                continue
+            if current.status == DENIED:
+                raise SubscriptionDeniedError(
+                    f"hub {current.hub} denied the subscription to {current.topic}: "
+                    f"{current.denial_reason or 'no reason given'}", reason=current.denial_reason)
+            if current.status == (ACTIVE if mode == "subscribe" else UNSUBSCRIBED):
+                return current
+        raise SubscriptionError(
+            f"hub {subscription.hub} did not verify the {mode} of {subscription.topic} within "
+            f"{self.settings.verification_timeout:g} s (is {subscription.callback} reachable from the hub?)"
+        )

@@ -1,0 +1,251 @@
+"""Discovery: from a URL to the topic to subscribe to and the hub(s) that serve it.
+
+Three starting points:
+- a Source's base URL: /.well-known/resourcesync -> Source Description -> Capability Lists ->
+  the change-notification entry (topic = <loc>, hubs = <rs:ln rel="hub">);
+- a Capability List URL: the same, from its entry;
+- any WebSub topic URL: Link headers first, then <link> in an HTML <head>, then Atom/RSS
+  links; redirects are followed and the final rel="self" is the topic (WebSub §4, S-01..S-04).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+from lxml import etree
+
+from rsnotify.errors import DocumentParseError, ValidationError, WireError
+from rsnotify.notification import CAPABILITY_LIST, CHANGE_NOTIFICATION, LEGACY_CHANGE_NOTIFICATION
+from rsnotify.safexml import LOC, RS_LN, RS_MD, URL, URLSET, parse_root
+from rsnotify.websub import links_by_rel, parse_link_header
+from rsnotify.xml import parse_capability_list, parse_source_description
+
+from .errors import DiscoveryError
+
+log = logging.getLogger(__name__)
+
+WELL_KNOWN = "/.well-known/resourcesync"
+ATOM_NS = "http://www.w3.org/2005/Atom"
+MAX_DOCUMENT_BYTES = 52_428_800  # a Sitemap document is at most 50 MiB
+MAX_REDIRECTS = 10
+_CHANNEL_CAPABILITIES = (CHANGE_NOTIFICATION, LEGACY_CHANGE_NOTIFICATION)
+
+
+@dataclass(frozen=True)
+class DiscoveredTopic:
+    """A topic to subscribe to, the hubs that serve it, and where that was found."""
+
+    topic: str
+    hubs: tuple[str, ...]
+    found_in: str                        # link-header, html, atom, rss or capability-list
+    url: str                             # the URL that was fetched (after redirects)
+    capability_list: str | None = None   # the Capability List that advertised it, if any
+
+
+@dataclass(frozen=True)
+class _Fetched:
+    url: str                 # final URL, after redirects
+    status: int
+    content_type: str
+    link_headers: tuple[str, ...]
+    body: bytes
+
+
+async def _fetch(session: aiohttp.ClientSession, url: str, what: str) -> _Fetched:
+    """GET `url` following redirects (S-04); DiscoveryError unless the final answer is 200."""
+    try:
+        async with session.get(url, allow_redirects=True, max_redirects=MAX_REDIRECTS) as response:
+            if response.content_length is not None and response.content_length > MAX_DOCUMENT_BYTES:
+                raise DiscoveryError(f"{what} at {url} is {response.content_length} bytes; "
+                                     f"expected at most {MAX_DOCUMENT_BYTES}")
+            body = await response.content.read(MAX_DOCUMENT_BYTES + 1)
+            if len(body) > MAX_DOCUMENT_BYTES:
+                raise DiscoveryError(f"{what} at {url} is larger than {MAX_DOCUMENT_BYTES} bytes")
+            fetched = _Fetched(str(response.url), response.status, response.headers.get("Content-Type", ""),
+                               tuple(response.headers.getall("Link", [])), body)
+    except aiohttp.TooManyRedirects as exc:
+        raise DiscoveryError(f"{what} at {url} redirected more than {MAX_REDIRECTS} times") from exc
+    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        raise DiscoveryError(f"cannot fetch {what} at {url}: {exc or type(exc).__name__}") from exc
+    if fetched.status != 200:
+        raise DiscoveryError(f"{what} at {url} answered {fetched.status}; expected 200")
+    return fetched
+
+
+# --- plain WebSub discovery --------------------------------------------------------------
+
+async def discover_topic(session: aiohttp.ClientSession, url: str) -> DiscoveredTopic:
+    """The hub(s) and self URL of the topic at `url` (WebSub §4).
+
+    Link headers win over links in the body (S-03); the final response's rel=self is the
+    topic, else the final URL. Raises DiscoveryError when no hub is advertised.
+    """
+    fetched = await _fetch(session, url, "topic")
+    try:
+        header_links = parse_link_header(fetched.link_headers)
+    except WireError as exc:
+        log.warning("ignored a malformed Link header at %s: %s", fetched.url, exc)
+        header_links = []
+    hubs = [urljoin(fetched.url, href) for href in links_by_rel(header_links, "hub")]
+    selfs = [urljoin(fetched.url, href) for href in links_by_rel(header_links, "self")]
+    found_in = "link-header"
+    if not hubs or not selfs:
+        kind, body_links = _body_links(fetched)
+        body_hubs = [urljoin(fetched.url, h) for rel, h in body_links if rel == "hub"]
+        body_selfs = [urljoin(fetched.url, h) for rel, h in body_links if rel == "self"]
+        if not hubs and body_hubs:
+            hubs, found_in = body_hubs, kind
+        if not selfs:
+            selfs = body_selfs
+    if not hubs:
+        raise DiscoveryError(
+            f"no hub advertised at {fetched.url}: no Link header with rel=\"hub\", and the body "
+            f"({fetched.content_type or 'no Content-Type'}) has no hub link in an HTML <head>, Atom or RSS feed"
+        )
+    return DiscoveredTopic(topic=selfs[0] if selfs else fetched.url, hubs=tuple(dict.fromkeys(hubs)),
+                           found_in=found_in, url=fetched.url)
+
+
+def _body_links(fetched: _Fetched) -> tuple[str, list[tuple[str, str]]]:
+    """('html'|'atom'|'rss', [(rel, href), ...]) found in the body, or ('', [])."""
+    media_type = fetched.content_type.split(";")[0].strip().lower()
+    head = fetched.body.lstrip()[:512].lower()
+    if media_type in ("text/html", "application/xhtml+xml") or head.startswith((b"<!doctype html", b"<html")):
+        return "html", _html_head_links(fetched.body, fetched.url)
+    if "xml" in media_type or head.startswith(b"<?xml") or head.startswith((b"<feed", b"<rss")):
+        return _feed_links(fetched.body)
+    return "", []
+
+
+class _HeadLinks(HTMLParser):
+    """Collects <link rel href> from an HTML <head> only (S-02); <base href> is honoured."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(convert_charrefs=True)
+        self.base = url
+        self.links: list[tuple[str, str]] = []
+        self.done = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if self.done:
+            return
+        values = {name: value or "" for name, value in attrs}
+        if tag == "body":
+            self.done = True
+        elif tag == "base" and values.get("href"):
+            self.base = urljoin(self.base, values["href"])
+        elif tag == "link" and values.get("href"):
+            for rel in values.get("rel", "").lower().split():
+                self.links.append((rel, urljoin(self.base, values["href"].strip())))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "head":
+            self.done = True
+
+
+def _html_head_links(body: bytes, url: str) -> list[tuple[str, str]]:
+    parser = _HeadLinks(url)
+    parser.feed(body.decode("utf-8", errors="replace"))
+    parser.close()
+    return parser.links
+
+
+def _feed_links(body: bytes) -> tuple[str, list[tuple[str, str]]]:
+    try:
+        root = parse_root(body)
+    except DocumentParseError as exc:
+        log.warning("topic body is not well-formed XML: %s", exc)
+        return "", []
+    atom_link = f"{{{ATOM_NS}}}link"
+    if root.tag == f"{{{ATOM_NS}}}feed":
+        kind, parent = "atom", root
+    elif root.tag == "rss" and (channel := root.find("channel")) is not None:
+        kind, parent = "rss", channel
+    else:
+        return "", []
+    links = [(rel, (link.get("href") or "").strip())
+             for link in parent.iterchildren(atom_link)
+             for rel in (link.get("rel") or "").lower().split() if link.get("href")]
+    return kind, links
+
+
+# --- ResourceSync discovery ---------------------------------------------------------------
+
+async def discover_capability_list(session: aiohttp.ClientSession, url: str) -> list[DiscoveredTopic]:
+    """The change-notification channels a Capability List advertises (CN §5)."""
+    fetched = await _fetch(session, url, "Capability List")
+    try:
+        entries = [(entry.loc, entry.capability, tuple(entry.links_with("hub")))
+                   for entry in parse_capability_list(fetched.body).entries]
+    except ValidationError as exc:
+        # Postel: a list that breaks a rule unrelated to the channel (say, no rel="up") still
+        # names the channel; read it leniently and say what was wrong.
+        log.warning("Capability List %s breaks the spec: %s", fetched.url, "; ".join(exc.problems))
+        entries = _lenient_entries(fetched.body, fetched.url)
+    except DocumentParseError as exc:
+        raise DiscoveryError(f"{fetched.url} is not a Capability List: {exc}") from exc
+    channels = []
+    for loc, capability, hubs in entries:
+        if capability not in _CHANNEL_CAPABILITIES:
+            continue
+        if not hubs:
+            log.warning("change-notification channel %s in %s has no <rs:ln rel=\"hub\">", loc, fetched.url)
+            continue
+        channels.append(DiscoveredTopic(
+            topic=urljoin(fetched.url, loc), hubs=tuple(urljoin(fetched.url, h) for h in hubs),
+            found_in="capability-list", url=fetched.url, capability_list=fetched.url,
+        ))
+    if not channels:
+        raise DiscoveryError(
+            f"Capability List {fetched.url} advertises no change-notification channel with a hub; "
+            f"expected a <url> with <rs:md capability=\"{CHANGE_NOTIFICATION}\"/> and <rs:ln rel=\"hub\" href=...>"
+        )
+    return channels
+
+
+async def discover_source(session: aiohttp.ClientSession, base_url: str) -> list[DiscoveredTopic]:
+    """Every change-notification channel of the Source at `base_url` (core §8, CN §5)."""
+    description_url = base_url if urlsplit(base_url).path.endswith(WELL_KNOWN) else urljoin(base_url, WELL_KNOWN)
+    fetched = await _fetch(session, description_url, "Source Description")
+    try:
+        capability_lists = parse_source_description(fetched.body).capability_lists
+    except ValidationError as exc:
+        log.warning("Source Description %s breaks the spec: %s", fetched.url, "; ".join(exc.problems))
+        capability_lists = [loc for loc, capability, _ in _lenient_entries(fetched.body, fetched.url)
+                            if capability in (None, CAPABILITY_LIST)]
+    except DocumentParseError as exc:
+        raise DiscoveryError(f"{fetched.url} is not a Source Description: {exc}") from exc
+    channels: list[DiscoveredTopic] = []
+    problems: list[str] = []
+    for capability_list in capability_lists:
+        try:
+            channels.extend(await discover_capability_list(session, urljoin(fetched.url, capability_list)))
+        except DiscoveryError as exc:
+            problems.append(str(exc))
+    if not channels:
+        detail = "; ".join(problems) if problems else "it lists no Capability List"
+        raise DiscoveryError(f"no change-notification channel found from Source Description {fetched.url}: {detail}")
+    return channels
+
+
+def _lenient_entries(body: bytes, url: str) -> list[tuple[str, str | None, tuple[str, ...]]]:
+    """(loc, capability, hub hrefs) of every <url> entry, without the spec's other rules."""
+    try:
+        root = parse_root(body)
+    except DocumentParseError as exc:
+        raise DiscoveryError(f"{url} is not a ResourceSync document: {exc}") from exc
+    if root.tag != URLSET:
+        raise DiscoveryError(f"{url} has root <{etree.QName(root).localname}>; expected a Sitemap <urlset>")
+    entries = []
+    for url_element in root.iterchildren(URL):
+        loc = (url_element.findtext(LOC) or "").strip()
+        md = url_element.find(RS_MD)
+        hubs = tuple(ln.get("href", "") for ln in url_element.iterchildren(RS_LN)
+                     if ln.get("rel") == "hub" and ln.get("href"))
+        if loc:
+            entries.append((loc, md.get("capability") if md is not None else None, hubs))
+    return entries

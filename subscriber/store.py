@@ -1,0 +1,203 @@
+"""Subscription state: what was asked of which hub, the secret, the lease, and delivery progress.
+
+`Subscription` is a frozen record; `SubscriptionStore` is the interface a Destination can
+implement on its own database. `JsonFileStore` (the default) keeps everything in one JSON
+file that survives restarts and may be shared by several processes on one machine;
+`MemoryStore` is for tests and throw-away subscribers.
+"""
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import json
+import os
+import tempfile
+import threading
+from dataclasses import asdict, dataclass, field, fields, replace
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+from .errors import StoreError
+
+# Subscription.status values
+PENDING = "pending"            # asked for, never verified yet
+ACTIVE = "active"              # verified; receiving until expires_at
+EXPIRED = "expired"            # the lease ran out before a renewal was verified
+DENIED = "denied"              # the hub sent hub.mode=denied
+FAILED = "failed"              # the hub refused the request, or never verified it
+UNSUBSCRIBED = "unsubscribed"  # unsubscription verified
+ENDED = (DENIED, FAILED, UNSUBSCRIBED)
+
+_DATETIME_FIELDS = ("created_at", "intent_sent_at", "verified_at", "expires_at", "renew_at", "ended_at", "last_until")
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """One subscription of one callback URL to one topic at one hub."""
+
+    id: str                                   # the unguessable last path segment of the callback URL
+    topic: str
+    hub: str                                  # updated when the hub redirects us (307/308)
+    callback: str
+    secret: str | None = field(default=None, repr=False)
+    requested_lease_seconds: int | None = None
+    status: str = PENDING
+    pending_mode: str | None = None           # "subscribe" or "unsubscribe": the intent we await
+    created_at: datetime | None = None
+    intent_sent_at: datetime | None = None
+    lease_seconds: int | None = None          # granted by the hub's verification
+    verified_at: datetime | None = None
+    expires_at: datetime | None = None
+    renew_at: datetime | None = None
+    ended_at: datetime | None = None
+    denial_reason: str | None = None
+    discovered_from: str | None = None        # the URL discovery started from, if any
+    last_sequence: int | None = None          # highest notification sequence seen
+    last_until: datetime | None = None        # `until` of the last change notification seen
+    recent_ids: tuple[str, ...] = ()          # notification ids seen lately, oldest first
+
+    @property
+    def has_secret(self) -> bool:
+        return self.secret is not None
+
+    @property
+    def is_ended(self) -> bool:
+        return self.status in ENDED
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        for name in _DATETIME_FIELDS:
+            if data[name] is not None:
+                data[name] = data[name].isoformat()
+        data["recent_ids"] = list(self.recent_ids)
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Subscription:
+        known = {f.name for f in fields(cls)}
+        values = {key: value for key, value in data.items() if key in known}
+        for name in _DATETIME_FIELDS:
+            if values.get(name) is not None:
+                values[name] = datetime.fromisoformat(values[name])
+        values["recent_ids"] = tuple(values.get("recent_ids") or ())
+        return cls(**values)
+
+    def evolve(self, **changes: Any) -> Subscription:
+        return replace(self, **changes)
+
+
+class SubscriptionStore(Protocol):
+    """Where subscriptions live. Implement these four on your own database to replace the file."""
+
+    async def get(self, subscription_id: str) -> Subscription | None: ...
+
+    async def put(self, subscription: Subscription) -> None: ...
+
+    async def delete(self, subscription_id: str) -> None: ...
+
+    async def all(self) -> list[Subscription]: ...
+
+
+class MemoryStore:
+    """Subscriptions in a dict: gone when the process ends."""
+
+    def __init__(self) -> None:
+        self._items: dict[str, Subscription] = {}
+
+    async def get(self, subscription_id: str) -> Subscription | None:
+        return self._items.get(subscription_id)
+
+    async def put(self, subscription: Subscription) -> None:
+        self._items[subscription.id] = subscription
+
+    async def delete(self, subscription_id: str) -> None:
+        self._items.pop(subscription_id, None)
+
+    async def all(self) -> list[Subscription]:
+        return list(self._items.values())
+
+
+class JsonFileStore:
+    """Subscriptions in one JSON file (mode 0600: it holds secrets), replaced atomically.
+
+    Each write locks a `.lock` file beside it and re-reads the file first, so several
+    processes on one machine (e.g. WSGI workers) can share it. Reads re-load the file when
+    another process changed it. File I/O runs in a thread, off the event loop.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self._items: dict[str, Subscription] = {}
+        self._stamp: tuple[int, int] | None = None
+        self._lock = threading.RLock()  # the cache is shared by the threads asyncio.to_thread uses
+
+    async def get(self, subscription_id: str) -> Subscription | None:
+        return (await asyncio.to_thread(self._read)).get(subscription_id)
+
+    async def put(self, subscription: Subscription) -> None:
+        await asyncio.to_thread(self._update, subscription.id, subscription)
+
+    async def delete(self, subscription_id: str) -> None:
+        await asyncio.to_thread(self._update, subscription_id, None)
+
+    async def all(self) -> list[Subscription]:
+        return list((await asyncio.to_thread(self._read)).values())
+
+    # --- synchronous file work (runs in a thread) --------------------------------------
+
+    def _read(self) -> dict[str, Subscription]:
+        with self._lock:
+            return self._read_locked()
+
+    def _read_locked(self) -> dict[str, Subscription]:
+        try:
+            stat = self.path.stat()
+        except FileNotFoundError:
+            self._items, self._stamp = {}, None
+            return self._items
+        stamp = (stat.st_mtime_ns, stat.st_size)
+        if stamp != self._stamp:
+            self._items = self._load()
+            self._stamp = stamp
+        return self._items
+
+    def _load(self) -> dict[str, Subscription]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            return {item["id"]: Subscription.from_json(item) for item in data["subscriptions"]}
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StoreError(
+                f"subscription state file {self.path} is unreadable ({exc}); "
+                "expected the JSON this tool writes"
+            ) from exc
+
+    def _update(self, subscription_id: str, subscription: Subscription | None) -> None:
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._lock, open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                items = dict(self._read())
+                if subscription is None:
+                    items.pop(subscription_id, None)
+                else:
+                    items[subscription_id] = subscription
+                self._write(items)
+        except OSError as exc:
+            raise StoreError(f"cannot write subscription state file {self.path}: {exc}") from exc
+
+    def _write(self, items: dict[str, Subscription]) -> None:
+        text = json.dumps({"subscriptions": [s.to_json() for s in items.values()]}, indent=1)
+        fd, tmp = tempfile.mkstemp(prefix=self.path.name, dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(text)
+                out.flush()
+                os.fsync(out.fileno())
+            os.chmod(tmp, 0o600)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        stat = self.path.stat()
+        self._items, self._stamp = items, (stat.st_mtime_ns, stat.st_size)

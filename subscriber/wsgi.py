@@ -1,0 +1,126 @@
+"""WSGI adapter (Flask, Django, any WSGI server) and the thread that runs the subscriber.
+
+WSGI servers call applications from their own threads with no event loop, so the
+subscriber (its store, renewals and HTTP client) runs on an event loop in one background
+thread, `SubscriberThread`, and `WSGICallbackApp` hands each request to it.
+
+    runner = SubscriberThread(Subscriber("https://dest.example.org/websub", on_notification=handle))
+    runner.start()
+    app.wsgi_app = DispatcherMiddleware(app.wsgi_app, {"/websub": runner.wsgi_app()})
+    runner.subscribe(topic, hub)
+"""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Iterable
+from types import TracebackType
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl
+
+from .client import Subscriber
+from .core import CallbackRequest, CallbackResponse, too_large
+from .store import Subscription
+
+T = TypeVar("T")
+StartResponse = Callable[..., Any]
+
+_REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
+            405: "Method Not Allowed", 410: "Gone", 413: "Content Too Large", 500: "Internal Server Error",
+            503: "Service Unavailable"}
+
+
+class SubscriberThread:
+    """Runs a Subscriber on its own event loop in a daemon thread; sync methods for WSGI code."""
+
+    def __init__(self, subscriber: Subscriber, *, renew: bool = True) -> None:
+        self.subscriber = subscriber
+        self.renew = renew
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._run, name="rsnotify-subscriber", daemon=True)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def start(self) -> SubscriberThread:
+        self._thread.start()
+        self.call(self.subscriber.start(renew=self.renew))
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """Close the subscriber (hands over received notifications) and end the thread."""
+        if not self._thread.is_alive():
+            return
+        try:
+            self.call(self.subscriber.close(), timeout)
+        finally:
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout)
+            if not self._thread.is_alive():
+                self.loop.close()
+
+    def __enter__(self) -> SubscriberThread:
+        return self.start()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
+
+    def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `coro` on the subscriber's loop and wait for its result (from any other thread)."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+
+    def subscribe(self, topic: str, hub: str, lease_seconds: int | None = None,
+                  secret: bool | str | None = True, **options: Any) -> Subscription:
+        return self.call(self.subscriber.subscribe(topic, hub, lease_seconds, secret, **options))
+
+    def unsubscribe(self, subscription: Subscription | str, **options: Any) -> Subscription:
+        return self.call(self.subscriber.unsubscribe(subscription, **options))
+
+    def wsgi_app(self) -> WSGICallbackApp:
+        return WSGICallbackApp(self)
+
+
+class WSGICallbackApp:
+    """A WSGI app answering the hub's GET and POST at `<mount>/<subscription id>`."""
+
+    def __init__(self, runner: SubscriberThread, *, timeout: float = 30.0) -> None:
+        self.runner = runner
+        self.core = runner.subscriber.core
+        self.timeout = timeout  # seconds to wait for the core's answer
+
+    def __call__(self, environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        method = environ.get("REQUEST_METHOD", "GET").upper()
+        body = b""
+        if method == "POST":
+            limit = self.core.max_body_bytes
+            length_text = environ.get("CONTENT_LENGTH") or ""
+            length = int(length_text) if length_text.isdigit() else 0
+            if length > limit:
+                return _respond(start_response, too_large(limit))
+            body = environ["wsgi.input"].read(length) if length else b""
+        path = environ.get("PATH_INFO", "")
+        request = CallbackRequest(
+            method=method,
+            subscription_id=path.rstrip("/").rsplit("/", 1)[-1],
+            query=dict(parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True)),
+            headers=tuple(_headers(environ)),
+            body=body,
+        )
+        return _respond(start_response, self.runner.call(self.core.handle(request), self.timeout))
+
+
+def _headers(environ: dict[str, Any]) -> Iterable[tuple[str, str]]:
+    for key, value in environ.items():
+        if key.startswith("HTTP_"):
+            yield key[5:].replace("_", "-").title(), value
+        elif key in ("CONTENT_TYPE", "CONTENT_LENGTH") and value:
+            yield key.replace("_", "-").title(), value
+
+
+def _respond(start_response: StartResponse, response: CallbackResponse) -> list[bytes]:
+    body = response.body
+    status = f"{response.status} {_REASONS.get(response.status, 'Unknown')}"
+    start_response(status, [("Content-Type", response.content_type), ("Content-Length", str(len(body)))])
+    return [body]
