@@ -224,8 +224,13 @@ if is_new then return 1 end
 return 0
 """)
 
-# KEYS: sub, leases, dead ; ARGV: sid, topic-subs key prefix, topic-subs key suffix
+# KEYS: sub, leases, dead ; ARGV: sid, topic-subs key prefix, topic-subs key suffix[, now]
+# With `now`, only a subscription still expired at that moment goes (a renewal may have raced).
 _REMOVE = _Script("""
+if ARGV[4] then
+  local expires = tonumber(redis.call('HGET', KEYS[1], 'expires') or '0')
+  if expires >= tonumber(ARGV[4]) then return 0 end
+end
 local tid = redis.call('HGET', KEYS[1], 'tid')
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('DEL', KEYS[3])
@@ -252,14 +257,17 @@ async def activate_subscription(
     return sid, bool(is_new)
 
 
-async def remove_subscription(redis: Redis, sid: str) -> bool:
+async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | None = None) -> bool:
     """Remove a subscription (unsubscribe, expiry, 410, admin): hash, topic set, lease, dead letters.
 
-    Returns False when it did not exist. Safe to call twice.
+    With `if_expired_at`, remove it only if its lease ended before that time (the sweep).
+    Returns False when nothing was removed. Safe to call twice.
     """
     keys = [sub_key(sid), leases_key(), sub_dead_key(sid)]
-    removed = await _REMOVE(redis, keys, [sid, f"{PREFIX}topic:", ":subs"])
-    return bool(removed)
+    args: list[object] = [sid, f"{PREFIX}topic:", ":subs"]
+    if if_expired_at is not None:
+        args.append(int(if_expired_at))
+    return bool(await _REMOVE(redis, keys, args))
 
 
 async def get_subscription(redis: Redis, sid: str) -> Subscription | None:

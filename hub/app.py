@@ -1,0 +1,80 @@
+"""build_app(settings): the hub's aiohttp application (routes, resources, error middleware).
+
+Redis must already be reachable at settings.redis_url (embedded mode starts it first).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from urllib.parse import urlsplit
+
+import redis as redis_sync
+import redis.asyncio as redis_async
+from aiohttp import web
+from redis.exceptions import RedisError
+from rq import Queue
+
+from . import handlers
+from .errors import AuthenticationError, HubError, SettingsError
+from .handlers import CLOCK, FERNET, PUBLISHERS, QUEUE, REDIS, SETTINGS, Publishers
+from .secrets import check_key_matches, load_fernet
+from .settings import HubSettings
+
+log = logging.getLogger(__name__)
+
+FORM_SLACK = 64 * 1024  # a form may be a little larger than --max-body before aiohttp refuses it
+
+
+def build_app(settings: HubSettings, *, now: Callable[[], float] = time.time) -> web.Application:
+    """The hub application. Raises SettingsError for a missing Redis URL or a bad tokens file."""
+    if not settings.redis_url:
+        raise SettingsError("build_app needs settings.redis_url (embedded mode starts Redis first)")
+    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body + FORM_SLACK)
+    app[SETTINGS] = settings
+    app[CLOCK] = now
+    app[PUBLISHERS] = Publishers.from_pairs(settings.all_publish_tokens())
+    app.cleanup_ctx.append(_resources)
+    paths = {"/", urlsplit(settings.hub_url).path or "/"}
+    for path in sorted(paths):  # also serve the public URL's path, for proxies that keep it
+        app.router.add_post(path, handlers.hub_endpoint)
+    app.router.add_get("/", handlers.index)
+    app.router.add_get("/health", handlers.health)
+    return app
+
+
+async def _resources(app: web.Application) -> AsyncIterator[None]:
+    """Redis clients (asyncio for handlers, synchronous for RQ), the Fernet key checked against Redis."""
+    settings = app[SETTINGS]
+    client = redis_async.Redis.from_url(settings.redis_url, max_connections=256)
+    connection = redis_sync.Redis.from_url(settings.redis_url)
+    try:
+        fernet = load_fernet(settings)
+        await check_key_matches(client, fernet)
+        app[REDIS] = client
+        app[FERNET] = fernet
+        app[QUEUE] = Queue(settings.queue_name, connection=connection)
+        yield
+    finally:
+        await client.aclose()
+        connection.close()
+
+
+@web.middleware
+async def error_middleware(request: web.Request, handler: Callable) -> web.StreamResponse:
+    """HubError -> text/plain with its status; Redis trouble -> 503 + Retry-After; bugs -> logged 500."""
+    try:
+        return await handler(request)
+    except HubError as exc:
+        headers = {"WWW-Authenticate": 'Bearer realm="rsnotify"'} if isinstance(exc, AuthenticationError) else {}
+        log.info("%s %s refused with %s: %s", request.method, request.path, exc.status, exc.problems[0])
+        return web.Response(status=exc.status, text=str(exc) + "\n", headers=headers)
+    except web.HTTPException:
+        raise
+    except (RedisError, ConnectionError) as exc:
+        log.error("storage unavailable for %s %s: %s", request.method, request.path, exc)
+        return web.Response(status=503, text="the hub's storage is unavailable right now; retry later\n",
+                            headers={"Retry-After": "5"})
+    except Exception:
+        log.exception("internal error on %s %s", request.method, request.path)
+        return web.Response(status=500, text="internal error; the hub's log has the details\n")

@@ -1,0 +1,121 @@
+"""`rsnotify hub` and `rsnotify worker`: every HubSettings field is an option with its RSNOTIFY_* variable.
+
+Precedence: flag, then environment variable, then the settings default.
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import MISSING, fields
+from typing import Any
+
+import click
+
+from .errors import SettingsError
+from .settings import HubSettings, env_name, parse_token
+
+# option names that differ from the field name (singular, because they repeat)
+OPTION_NAMES = {"publish_tokens": "publish-token", "allow_networks": "allow-network"}
+WORKER_SKIPS = {"workers"}  # meaningless for a worker process (host and port still make the hub URL)
+LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
+
+
+def _token(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple[tuple[str, str], ...]:
+    try:
+        return tuple(parse_token(v) for v in values)
+    except SettingsError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
+def settings_options(skip: set[str] = frozenset()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Decorator adding one option per HubSettings field (help from the field's metadata)."""
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        for f in reversed(fields(HubSettings)):
+            if f.name in skip:
+                continue
+            default = None if f.default is MISSING else f.default
+            kwargs: dict[str, Any] = {"envvar": env_name(f.name), "show_envvar": True, "help": f.metadata["help"]}
+            if f.name == "publish_tokens":
+                kwargs.update(multiple=True, callback=_token, metavar="TOKEN=PREFIX")
+            elif f.name == "allow_networks":
+                kwargs.update(multiple=True, metavar="CIDR")
+            elif f.name == "secret_key":
+                kwargs.update(default=None, metavar="KEY")
+            else:
+                kwargs.update(default=default, show_default=default is not None,
+                              type=type(default) if default is not None else str)
+            command = click.option(f"--{OPTION_NAMES.get(f.name, f.name.replace('_', '-'))}", f.name,
+                                   **kwargs)(command)
+        return command
+
+    return decorate
+
+
+def build_settings(values: dict[str, Any]) -> HubSettings:
+    """HubSettings from the options' values; bad combinations become a usage error."""
+    known = {f.name for f in fields(HubSettings)}
+    chosen = {k: (tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in values.items() if k in known}
+    try:
+        return HubSettings(**chosen)
+    except SettingsError as exc:
+        raise click.UsageError(str(exc)) from None
+
+
+def configure_logging(level: str) -> None:
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+@click.command()
+@settings_options()
+@click.option("--log-level", type=LOG_LEVELS, default="INFO", show_default=True, envvar="RSNOTIFY_LOG_LEVEL",
+              show_envvar=True, help="Logging threshold.")
+def hub(log_level: str, **values: Any) -> None:
+    """Run a WebSub hub for ResourceSync change notifications.
+
+    Without --redis-url it starts its own redis-server (data and AOF in --data-dir) and
+    --workers delivery workers; Ctrl-C stops everything cleanly.
+    """
+    from .embedded import EmbeddedError, run_hub
+
+    settings = build_settings(values)
+    configure_logging(log_level)
+    try:
+        run_hub(settings, log_level=log_level.upper(), announce=lambda text: click.echo(text))
+    except (EmbeddedError, SettingsError) as exc:
+        raise click.ClickException(str(exc)) from None
+    except OSError as exc:  # Redis unreachable at --redis-url, and the like
+        raise click.ClickException(f"cannot start the hub: {exc}") from None
+    except _redis_errors() as exc:
+        raise click.ClickException(f"cannot use Redis at {settings.redis_url}: {exc}") from None
+
+
+@click.command()
+@settings_options(skip=WORKER_SKIPS)
+@click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
+@click.option("--queue", "queues", multiple=True, metavar="NAME",
+              help="Queue to work on (repeatable) [default: --queue-name].")
+@click.option("--name", default=None, help="Worker name [default: generated].")
+@click.option("--log-level", type=LOG_LEVELS, default="INFO", show_default=True, envvar="RSNOTIFY_LOG_LEVEL",
+              show_envvar=True, help="Logging threshold.")
+def worker(burst: bool, queues: tuple[str, ...], name: str | None, log_level: str, **values: Any) -> None:
+    """Run a hub worker: verifications, thin-ping fetches and fan-out deliveries, from Redis."""
+    from .worker import run_worker
+
+    settings = build_settings(values)
+    if settings.redis_url is None:
+        raise click.UsageError("a worker needs --redis-url (RSNOTIFY_REDIS_URL): the hub's Redis")
+    configure_logging(log_level)
+    try:
+        run_worker(settings, burst=burst, queues=list(queues) or None, name=name)
+    except SettingsError as exc:
+        raise click.ClickException(str(exc)) from None
+    except _redis_errors() as exc:
+        raise click.ClickException(f"cannot use Redis at {settings.redis_url}: {exc}") from None
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    import redis
+
+    return (redis.RedisError,)

@@ -1,0 +1,196 @@
+"""Run a whole hub from one command: embedded Redis, child workers, the web server, clean stop.
+
+`run_hub(settings)` blocks until SIGINT/SIGTERM, then stops the web server, the workers
+(SIGTERM: they finish their job) and the embedded Redis (which flushes its AOF), in that order.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import redis as redis_sync
+from aiohttp import web
+
+from rsnotify.redis_server import RedisServer, RedisServerError, start_redis_server
+
+from .app import build_app
+from .settings import HubSettings
+
+log = logging.getLogger(__name__)
+
+WORKER_STOP_TIMEOUT = 20.0      # seconds a worker gets to finish its job after SIGTERM
+SUPERVISE_INTERVAL = 1.0        # seconds between checks of the child processes
+MAX_WORKER_RESTARTS = 20        # restarts of crashed workers before the hub gives up on them
+LOCK_FILE = "hub.lock"
+WORKER_COMMAND = [sys.executable, "-c", "from rsnotify.cli import main; main()", "worker"]
+
+
+class EmbeddedError(Exception):
+    """The hub cannot start: data dir in use, Redis would not start, address in use."""
+
+
+@dataclass
+class Children:
+    """The worker processes this hub started, and how to start another."""
+
+    settings: HubSettings
+    log_level: str = "INFO"
+    processes: list[subprocess.Popen] = field(default_factory=list)
+    restarts: int = 0
+
+    def start(self, count: int) -> None:
+        for _ in range(count):
+            self.processes.append(self._spawn())
+
+    def _spawn(self) -> subprocess.Popen:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RSNOTIFY_")}
+        env.update(self.settings.to_env())
+        env["RSNOTIFY_LOG_LEVEL"] = self.log_level
+        # a session of their own: Ctrl-C reaches only the hub, which stops them in order
+        return subprocess.Popen(WORKER_COMMAND, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def replace_dead(self) -> None:
+        """Start a new worker for each one that died on its own (bounded)."""
+        for index, process in enumerate(self.processes):
+            if process.poll() is not None and self.restarts < MAX_WORKER_RESTARTS:
+                self.restarts += 1
+                log.warning("worker %s exited with %s; starting another (%d/%d)", process.pid,
+                            process.returncode, self.restarts, MAX_WORKER_RESTARTS)
+                self.processes[index] = self._spawn()
+
+    def stop(self, timeout: float = WORKER_STOP_TIMEOUT) -> None:
+        for process in self.processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        for process in self.processes:
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                log.warning("worker %s did not stop within %.0fs; killing it", process.pid, timeout)
+                process.kill()
+                process.wait()
+
+
+@contextlib.contextmanager
+def data_dir_lock(data: Path) -> Iterator[None]:
+    """Hold DATA/hub.lock so two hubs never share one embedded Redis's data."""
+    data.mkdir(parents=True, exist_ok=True)
+    with open(data / LOCK_FILE, "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise EmbeddedError(f"another rsnotify hub is using the data dir {data}") from None
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def stop_stale_redis(data: Path) -> None:
+    """Shut down a Redis left running on DATA/redis.sock by a hub that was killed (we hold the lock)."""
+    sock = data / "redis.sock"
+    if not sock.exists():
+        return
+    client = redis_sync.Redis(unix_socket_path=str(sock), socket_timeout=5)
+    try:
+        client.ping()
+    except (redis_sync.RedisError, OSError):
+        return  # a leftover socket file; redis-server replaces it
+    log.warning("a Redis from an earlier hub is still running on %s; shutting it down", sock)
+    with contextlib.suppress(redis_sync.RedisError, OSError):
+        client.shutdown()  # writes and fsyncs its AOF first
+    deadline = time.monotonic() + 10
+    while sock.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    client.close()
+
+
+def bind_socket(settings: HubSettings) -> socket.socket:
+    """The listening socket (bound now, so port 0 becomes a real port before anything else starts)."""
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    try:
+        infos = socket.getaddrinfo(settings.host, settings.port, family, socket.SOCK_STREAM)
+        sock = socket.socket(infos[0][0], socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(infos[0][4])
+        sock.listen(1024)
+    except OSError as exc:
+        raise EmbeddedError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
+    sock.setblocking(False)
+    return sock
+
+
+def run_hub(settings: HubSettings, *, log_level: str = "INFO", announce: Callable[[str], None] = print) -> None:
+    """Serve the hub until SIGINT/SIGTERM; embedded Redis and child workers as settings say."""
+    data = settings.data_path
+    redis_server: RedisServer | None = None
+    with data_dir_lock(data):
+        try:
+            if settings.is_embedded:
+                stop_stale_redis(data)
+                redis_server = _start_redis(data)
+                settings = settings.with_values(redis_url=redis_server.url)
+            sock = bind_socket(settings)
+            settings = settings.with_values(port=sock.getsockname()[1])
+            app = build_app(settings)
+            children = Children(settings, log_level)
+            children.start(settings.workers)
+            try:
+                asyncio.run(_serve(app, sock, settings, children, redis_server, announce))
+            finally:
+                children.stop()
+        finally:
+            if redis_server is not None:
+                redis_server.stop()
+
+
+def _start_redis(data: Path) -> RedisServer:
+    try:
+        return start_redis_server(data, unix_socket=True, new_session=True)
+    except (RedisServerError, OSError) as exc:
+        raise EmbeddedError(f"cannot start the embedded Redis in {data}: {exc}") from exc
+
+
+async def _serve(app: web.Application, sock: socket.socket, settings: HubSettings, children: Children,
+                 redis_server: RedisServer | None, announce: Callable[[str], None]) -> None:
+    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    await runner.setup()  # runs the app's startup: Redis reachable, secret key matches
+    site = web.SockSite(runner, sock)
+    await site.start()
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    where = f"{settings.data_path} (Redis {settings.redis_url}, AOF)" if redis_server else \
+        f"Redis at {settings.redis_url}"
+    announce(f"rsnotify hub serving at {settings.hub_url}\n"
+             f"  listening on {settings.host}:{settings.port}\n"
+             f"  data: {where}\n"
+             f"  secret key: {'from settings' if settings.secret_key else settings.data_path / 'secret.key'}\n"
+             f"  workers: {settings.workers}\n"
+             f"Press Ctrl-C to stop.")
+    try:
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), SUPERVISE_INTERVAL)
+            if redis_server is not None and redis_server.process.poll() is not None:
+                log.error("the embedded Redis exited with %s; stopping the hub", redis_server.process.returncode)
+                break
+            children.replace_dead()
+    finally:
+        announce("rsnotify hub stopping…")
+        await runner.cleanup()

@@ -1,0 +1,155 @@
+"""Async core of intent verification, denials and the lease sweep (run by worker jobs).
+
+`verify_intent(ctx, challenge)` GETs the callback with the challenge; only a 2xx whose body
+is exactly the challenge changes state. `ctx` has settings, redis (asyncio), session (the
+guarded ClientSession), fernet and now() (epoch seconds). No RQ here.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import urlencode
+
+import aiohttp
+from yarl import URL
+
+from . import store
+from .netguard import describe_refusal, read_limited
+
+if TYPE_CHECKING:
+    from cryptography.fernet import Fernet
+    from redis.asyncio import Redis
+
+    from .settings import HubSettings
+
+log = logging.getLogger(__name__)
+
+SWEEP_BATCH = 500
+SWEEP_MAX_BATCHES = 200  # one sweep removes at most 100,000 subscriptions; the next one goes on
+
+
+class OutboundContext(Protocol):
+    """What the async cores need from a worker context."""
+
+    settings: HubSettings
+    redis: Redis
+    session: aiohttp.ClientSession
+    fernet: Fernet
+
+    def now(self) -> float: ...
+
+
+@dataclass(frozen=True, slots=True)
+class VerificationOutcome:
+    """What became of one intent: `result` is activated, renewed, unsubscribed, refused,
+    denial-sent, denial-failed or unknown-challenge; `reason` says why when refused."""
+
+    mode: str
+    topic: str
+    callback: str
+    result: str
+    status: int | None = None
+    reason: str = ""
+    subscription_id: str = ""
+
+    @property
+    def is_verified(self) -> bool:
+        return self.result in ("activated", "renewed", "unsubscribed")
+
+
+def callback_url(callback: str, params: dict[str, str]) -> URL:
+    """The callback with `params` appended to its own query string (kept byte for byte)."""
+    base = callback.split("#", 1)[0]
+    separator = "&" if "?" in base else "?"
+    if base.endswith(("?", "&")):
+        separator = ""
+    return URL(base + separator + urlencode(params), encoded=True)
+
+
+async def verify_intent(ctx: OutboundContext, challenge: str) -> VerificationOutcome:
+    """Verify the pending intent stored under `challenge` (single use) and apply it if verified."""
+    intent = await store.take_intent(ctx.redis, challenge)
+    if intent is None:
+        log.info("verification %s…: no pending intent (already used or expired)", challenge[:8])
+        return VerificationOutcome("", "", "", "unknown-challenge")
+    if intent.mode == "denied":
+        return await send_denial(ctx, intent)
+    params = {"hub.mode": intent.mode, "hub.topic": intent.topic, "hub.challenge": challenge}
+    if intent.mode == "subscribe":
+        params["hub.lease_seconds"] = str(intent.lease_seconds)
+    status, refusal = await _get_echo(ctx, intent, callback_url(intent.callback, params), challenge)
+    if refusal:
+        log.warning("%s of %s for %s not verified: %s", intent.mode, intent.callback, intent.topic, refusal)
+        return VerificationOutcome(intent.mode, intent.topic, intent.callback, "refused", status, refusal)
+    return await _apply(ctx, intent, status)
+
+
+async def _get_echo(ctx: OutboundContext, intent: store.Intent, url: URL, challenge: str) -> tuple[int | None, str]:
+    """(status, refusal reason or "") of the verification GET; redirects are never followed."""
+    expected = challenge.encode("ascii")
+    try:
+        async with ctx.session.get(url, allow_redirects=False, timeout=_timeout(ctx)) as response:
+            body = await read_limited(response, len(expected) + 1)
+            status = response.status
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        return None, describe_refusal(exc) or f"callback unreachable: {type(exc).__name__} {exc}".strip()
+    if not 200 <= status < 300:
+        return status, f"callback answered {status}; expected 2xx with the challenge"
+    if body != expected:
+        return status, f"callback answered {status} with a body that is not the challenge ({len(body)} bytes)"
+    return status, ""
+
+
+async def _apply(ctx: OutboundContext, intent: store.Intent, status: int | None) -> VerificationOutcome:
+    if intent.mode == "subscribe":
+        sid, is_new = await store.activate_subscription(
+            ctx.redis, intent.topic, intent.callback, secret=intent.secret,
+            lease_seconds=intent.lease_seconds, now=ctx.now())
+        result = "activated" if is_new else "renewed"
+    else:
+        sid = store.subscription_id(intent.topic, intent.callback)
+        await store.remove_subscription(ctx.redis, sid)
+        result = "unsubscribed"
+    log.info("subscription %s %s: %s for %s (lease %ss)", sid, result, intent.callback, intent.topic,
+             intent.lease_seconds if intent.mode == "subscribe" else "-")
+    return VerificationOutcome(intent.mode, intent.topic, intent.callback, result, status, subscription_id=sid)
+
+
+async def send_denial(ctx: OutboundContext, intent: store.Intent) -> VerificationOutcome:
+    """Tell the callback its request was refused: hub.mode=denied, hub.topic, hub.reason.
+
+    The callback's answer does not matter; a callback the guard refuses is not contacted.
+    """
+    url = callback_url(intent.callback, {"hub.mode": "denied", "hub.topic": intent.topic, "hub.reason": intent.reason})
+    try:
+        async with ctx.session.get(url, allow_redirects=False, timeout=_timeout(ctx)) as response:
+            await read_limited(response, 1024)
+            status = response.status
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        why = describe_refusal(exc) or f"callback unreachable: {type(exc).__name__} {exc}".strip()
+        log.warning("denial of %s for %s not delivered: %s", intent.callback, intent.topic, why)
+        return VerificationOutcome("denied", intent.topic, intent.callback, "denial-failed", None, why)
+    log.info("denied %s for %s (%s): callback answered %s", intent.callback, intent.topic, intent.reason, status)
+    return VerificationOutcome("denied", intent.topic, intent.callback, "denial-sent", status, intent.reason)
+
+
+async def sweep_expired(ctx: Any) -> int:
+    """Remove every subscription whose lease ended before ctx.now(); returns how many went."""
+    now = ctx.now()
+    removed = 0
+    for _ in range(SWEEP_MAX_BATCHES):
+        sids = await store.expired_subscriptions(ctx.redis, now, limit=SWEEP_BATCH)
+        if not sids:
+            break
+        for sid in sids:
+            if await store.remove_subscription(ctx.redis, sid, if_expired_at=now):
+                removed += 1
+                log.info("subscription %s expired and was removed", sid)
+        if len(sids) < SWEEP_BATCH:
+            break
+    return removed
+
+
+def _timeout(ctx: OutboundContext) -> aiohttp.ClientTimeout:
+    return aiohttp.ClientTimeout(total=ctx.settings.fetch_timeout, sock_connect=ctx.settings.connect_timeout)
