@@ -59,7 +59,7 @@ def _parser() -> etree.XMLParser:
 
 
 def parse_root(
-    data: bytes | str,
+    data: bytes | bytearray | memoryview | str,
     *,
     max_bytes: int | None = None,
     error: type[DocumentParseError] = DocumentParseError,
@@ -70,6 +70,8 @@ def parse_root(
     """
     if isinstance(data, str):
         data = data.encode("utf-8")
+    elif not isinstance(data, bytes):  # bytearray, memoryview: lxml wants bytes
+        data = bytes(data)
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     if len(data) > limit:
         raise error(f"document is {len(data)} bytes; expected at most {limit} bytes")
@@ -179,9 +181,12 @@ def extra_attributes(element: etree._Element, known: frozenset[str]) -> tuple[tu
     return tuple((name, value) for name, value in element.items() if name not in known)
 
 
-def set_attributes(element: etree._Element, pairs: Iterable[tuple[str, str | None]]) -> None:
+def set_attributes(
+    element: etree._Element, pairs: Iterable[tuple[str, str | None]], skip: frozenset[str] = frozenset()
+) -> None:
+    """Set each non-None pair, except names in `skip` (an `extra` never overrides a modelled field)."""
     for name, value in pairs:
-        if value is not None:
+        if value is not None and name not in skip:
             element.set(name, value)
 
 
@@ -212,7 +217,7 @@ def write_link(parent: etree._Element, link: Link) -> etree._Element:
             ("pri", optional_int(link.pri)),
         ),
     )
-    set_attributes(element, link.extra)
+    set_attributes(element, link.extra, _LINK_ATTRIBUTES)
     return element
 
 

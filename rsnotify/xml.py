@@ -269,7 +269,17 @@ def to_xml(notification: ChangeNotification) -> bytes:
 
 
 def write_change(parent: etree._Element, change: ResourceChange) -> etree._Element:
-    """Append one resource change as a `<url>` to `parent`."""
+    """Append one resource change as a `<url>` to `parent`.
+
+    Raises `NotificationError` when a value cannot be XML text (control characters, NUL).
+    """
+    try:
+        return _write_change(parent, change)
+    except ValueError as exc:  # lxml: "All strings must be XML compatible"
+        raise NotificationError(f"<url> for {change.loc!r} cannot be written as XML: {exc}") from None
+
+
+def _write_change(parent: etree._Element, change: ResourceChange) -> etree._Element:
     url = etree.SubElement(parent, URL)
     etree.SubElement(url, LOC).text = change.loc
     if change.lastmod is not None:
@@ -285,7 +295,7 @@ def write_change(parent: etree._Element, change: ResourceChange) -> etree._Eleme
             ("type", change.media_type),
         ),
     )
-    set_attributes(md, change.extra)
+    set_attributes(md, change.extra, _CHANGE_ATTRIBUTES)
     for link in change.links:
         write_link(url, link)
     return url
@@ -410,7 +420,7 @@ def capability_list_to_xml(capability_list: CapabilityList) -> bytes:
     if capability_list.up is not None:
         write_link(root, Link("up", capability_list.up))
     md = etree.SubElement(root, RS_MD, capability=CAPABILITY_LIST)
-    set_attributes(md, capability_list.extra_md)
+    set_attributes(md, capability_list.extra_md, _CAPABILITY_ONLY)
     for entry in capability_list.entries:
         _write_entry(root, entry)
     return serialize(root)
@@ -428,6 +438,13 @@ def source_description_to_xml(source_description: SourceDescription) -> bytes:
 
 
 def _write_entry(parent: etree._Element, entry: CapabilityEntry) -> None:
+    try:
+        _write_entry_elements(parent, entry)
+    except ValueError as exc:  # lxml: "All strings must be XML compatible"
+        raise NotificationError(f"<url> for {entry.loc!r} cannot be written as XML: {exc}") from None
+
+
+def _write_entry_elements(parent: etree._Element, entry: CapabilityEntry) -> None:
     url = etree.SubElement(parent, URL)
     etree.SubElement(url, LOC).text = entry.loc
     if entry.lastmod is not None:
@@ -437,7 +454,7 @@ def _write_entry(parent: etree._Element, entry: CapabilityEntry) -> None:
     if entry.capability is not None or entry.extra:
         md = etree.SubElement(url, RS_MD)
         set_attributes(md, (("capability", entry.capability),))
-        set_attributes(md, entry.extra)
+        set_attributes(md, entry.extra, _CAPABILITY_ONLY)
 
 
 # -- any document ----------------------------------------------------------------------------

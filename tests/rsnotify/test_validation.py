@@ -217,3 +217,28 @@ def test_a_change_notification_is_not_a_capability_list() -> None:
 def test_other_documents_get_the_core_checks(data: bytes, message: str) -> None:
     document = parse_document(data)
     assert any(problem.startswith(message) for problem in document.problems), document.problems
+
+
+def test_text_xml_cannot_carry_is_refused_when_writing() -> None:
+    from datetime import datetime, timezone
+
+    from rsnotify.errors import NotificationError
+    from rsnotify.notification import ChangeNotification, ResourceChange
+    from rsnotify.xml import to_xml
+
+    now = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    notification = ChangeNotification(now, now, (ResourceChange("http://example.com/\x00", "created"),))
+    with pytest.raises(NotificationError, match="cannot be written as XML"):
+        to_xml(notification)
+
+
+def test_an_extra_never_overrides_a_modelled_attribute() -> None:
+    from datetime import datetime, timezone
+
+    from rsnotify.notification import ChangeNotification, ResourceChange
+    from rsnotify.xml import to_xml
+
+    now = datetime(2024, 1, 1, tzinfo=timezone.utc)
+    change = ResourceChange("http://example.com/a", "created", extra=(("change", "deleted"),))
+    parsed = parse_notification(bytearray(to_xml(ChangeNotification(now, now, (change,)))))
+    assert parsed.changes[0].change.value == "created"
