@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import replace
+from datetime import datetime, timezone
 
 import pytest
 
-from rsnotify.errors import DocumentParseError, NotificationParseError, ValidationError
-from rsnotify.notification import CapabilityEntry, Link
-from rsnotify.xml import capability_list_to_xml, parse_capability_list, parse_document, parse_notification
+from rsnotify.errors import DocumentParseError, NotificationError, NotificationParseError, ValidationError
+from rsnotify.notification import CapabilityEntry, ChangeNotification, Link, ResourceChange
+from rsnotify.xml import capability_list_to_xml, parse_capability_list, parse_document, parse_notification, to_xml
 
 HEAD = (
     '<?xml version="1.0" encoding="UTF-8"?>\n'
@@ -220,12 +221,6 @@ def test_other_documents_get_the_core_checks(data: bytes, message: str) -> None:
 
 
 def test_text_xml_cannot_carry_is_refused_when_writing() -> None:
-    from datetime import datetime, timezone
-
-    from rsnotify.errors import NotificationError
-    from rsnotify.notification import ChangeNotification, ResourceChange
-    from rsnotify.xml import to_xml
-
     now = datetime(2024, 1, 1, tzinfo=timezone.utc)
     notification = ChangeNotification(now, now, (ResourceChange("http://example.com/\x00", "created"),))
     with pytest.raises(NotificationError, match="cannot be written as XML"):
@@ -233,11 +228,6 @@ def test_text_xml_cannot_carry_is_refused_when_writing() -> None:
 
 
 def test_an_extra_never_overrides_a_modelled_attribute() -> None:
-    from datetime import datetime, timezone
-
-    from rsnotify.notification import ChangeNotification, ResourceChange
-    from rsnotify.xml import to_xml
-
     now = datetime(2024, 1, 1, tzinfo=timezone.utc)
     change = ResourceChange("http://example.com/a", "created", extra=(("change", "deleted"),))
     parsed = parse_notification(bytearray(to_xml(ChangeNotification(now, now, (change,)))))
