@@ -120,13 +120,12 @@ def topic_handler(topic: Topic) -> Callable[[web.Request], Awaitable[web.StreamR
     from aiohttp import web  # only aiohttp users need it
 
     async def handle_topic(request: web.Request) -> web.StreamResponse:
-        # aiohttp sets Content-Length from the body and leaves the body out of a HEAD answer
-        # itself, so HEAD is given GET's answer.
+        # aiohttp leaves the body out of a HEAD answer itself, so HEAD is given GET's answer;
+        # Content-Length is set explicitly, else aiohttp drops a zero one from HEAD answers.
         answer = topic_response(topic, "GET" if request.method == "HEAD" else request.method)
         response = web.Response(status=answer.status, body=answer.body)
         for name, value in answer.headers:
-            if name != "Content-Length":
-                response.headers[name] = value
+            response.headers[name] = value
         return response
 
     return handle_topic

@@ -1,0 +1,185 @@
+"""Loopback fake hubs for the publisher tests: real aiohttp servers on 127.0.0.1 that record
+what they got and answer as told (200 with an id, 4xx, 5xx, or not listening at all)."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import pytest
+from aiohttp import web
+
+from rsnotify.websub import NOTIFICATION_ID_HEADER, parse_link_header
+
+
+@dataclass
+class Submission:
+    """One request the fake hub received."""
+
+    method: str
+    headers: dict[str, str]
+    body: bytes
+
+    def links(self, rel: str) -> list[str]:
+        return [link.href for link in parse_link_header(self.headers.get("Link", "")) if rel in link.rels]
+
+
+@dataclass
+class FakeHub:
+    """What the fake hub got, and how it answers.
+
+    `answers`: statuses to give, in order, one per request (then 200s). `id_style`: "json"
+    (the rsnotify hub's answer), "header" (only the X-RSNotify-Id header), "text" (the id as a
+    text/plain body) or "none".
+    """
+
+    answers: list[int] = field(default_factory=list)
+    id_style: str = "json"
+    reason: str = "publisher token not allowed for this topic"
+    received: list[Submission] = field(default_factory=list)
+    url: str = ""
+    _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
+
+    @property
+    def accepted(self) -> list[Submission]:
+        return [s for s, status in zip(self.received, self._statuses) if status == 200]
+
+    def __post_init__(self) -> None:
+        self._statuses: list[int] = []
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        self.received.append(Submission(request.method, dict(request.headers), body))
+        status = self.answers.pop(0) if self.answers else 200
+        self._statuses.append(status)
+        if status in (301, 302, 307, 308):
+            return web.Response(status=status, headers={"Location": "http://127.0.0.1:9/elsewhere/"})
+        if status >= 300:
+            return web.Response(status=status, text=self.reason if status < 500 else "storage is busy")
+        number = next(self._ids)
+        notification_id = f"0000{number}-0"
+        topic = (parse_link_header(request.headers.get("Link", "")) or [None])[0]
+        if self.id_style == "json":
+            payload = {"notification_id": notification_id, "topic": getattr(topic, "href", ""), "sequence": number}
+            return web.Response(text=json.dumps(payload), content_type="application/json",
+                                headers={NOTIFICATION_ID_HEADER: notification_id})
+        if self.id_style == "header":
+            return web.Response(text="", headers={NOTIFICATION_ID_HEADER: notification_id})
+        if self.id_style == "text":
+            return web.Response(text=notification_id + "\n")
+        return web.Response(text="")
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on right now (for 'the hub is down')."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class ThreadedServer:
+    """An aiohttp app served from a background thread with its own loop, for sync tests
+    (CLI runs, subprocesses, the outbox's thread)."""
+
+    def __init__(self, app: web.Application, port: int = 0) -> None:
+        self._app = app
+        self._port = port
+        self._loop = asyncio.new_event_loop()
+        self._runner: web.AppRunner | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self.port = 0
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._loop.run_until_complete(self._start())
+        self._started.set()
+        self._loop.run_forever()
+
+    async def _start(self) -> None:
+        self._runner = web.AppRunner(self._app)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", self._port, reuse_address=True)
+        await site.start()
+        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+
+    def start(self) -> ThreadedServer:
+        self._thread.start()
+        if not self._started.wait(10):
+            raise RuntimeError("the threaded test server did not start")
+        return self
+
+    def stop(self) -> None:
+        if self._runner is not None:
+            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/hub"
+
+
+@pytest.fixture
+def fake_hub() -> FakeHub:
+    return FakeHub()
+
+
+@pytest.fixture
+async def hub_server(aiohttp_server, fake_hub: FakeHub):  # type: ignore[no-untyped-def]
+    """The fake hub served in the test's own loop (for async tests)."""
+    server = await aiohttp_server(fake_hub.app(), host="127.0.0.1")
+    fake_hub.url = f"http://127.0.0.1:{server.port}/hub"
+    return fake_hub
+
+
+@pytest.fixture
+def threaded_hub(fake_hub: FakeHub) -> Iterator[FakeHub]:
+    """The fake hub served from a background thread (for sync tests)."""
+    server = ThreadedServer(fake_hub.app()).start()
+    fake_hub.url = server.url
+    yield fake_hub
+    server.stop()
+
+
+# Test modules can't import this file under --import-mode=importlib; they get the helpers
+# through these fixtures.
+
+@pytest.fixture
+def make_hub() -> type[FakeHub]:
+    return FakeHub
+
+
+@pytest.fixture
+def serve_in_thread() -> Iterator[type[ThreadedServer]]:
+    """ThreadedServer(app, port=0).start(); every server started is stopped after the test."""
+    started: list[ThreadedServer] = []
+
+    class Tracked(ThreadedServer):
+        def start(self) -> ThreadedServer:
+            started.append(self)
+            return super().start()
+
+        def stop(self) -> None:
+            if self in started:
+                started.remove(self)
+                super().stop()
+
+    yield Tracked
+    for server in list(started):
+        server.stop()
+
+
+@pytest.fixture
+def unused_port() -> int:
+    return free_port()
