@@ -93,14 +93,17 @@ def hub(log_level: str, **values: Any) -> None:
 
 @click.command()
 @settings_options(skip=WORKER_SKIPS)
-@click.option("--burst", is_flag=True, help="Stop when the queue is empty.")
-@click.option("--queue", "queues", multiple=True, metavar="NAME",
+@click.option("--burst", is_flag=True, help="Stop when the queues are empty.")
+@click.option("--queues", multiple=True, metavar="NAME",
               help="Queue to work on (repeatable) [default: --queue-name].")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None,
+              help="Subscriptions served at once [default: --delivery-concurrency].")
 @click.option("--name", default=None, help="Worker name [default: generated].")
 @click.option("--log-level", type=LOG_LEVELS, default="INFO", show_default=True, envvar="RSNOTIFY_LOG_LEVEL",
               show_envvar=True, help="Logging threshold.")
-def worker(burst: bool, queues: tuple[str, ...], name: str | None, log_level: str, **values: Any) -> None:
-    """Run a hub worker: verifications, thin-ping fetches and fan-out deliveries, from Redis."""
+def worker(burst: bool, queues: tuple[str, ...], concurrency: int | None, name: str | None, log_level: str,
+           **values: Any) -> None:
+    """Run a hub worker: verifications, thin-ping fetches, lease sweeps and fan-out deliveries."""
     from .worker import run_worker
 
     settings = build_settings(values)
@@ -108,7 +111,7 @@ def worker(burst: bool, queues: tuple[str, ...], name: str | None, log_level: st
         raise click.UsageError("a worker needs --redis-url (RSNOTIFY_REDIS_URL): the hub's Redis")
     configure_logging(log_level)
     try:
-        run_worker(settings, burst=burst, queues=list(queues) or None, name=name)
+        run_worker(settings, burst=burst, queues=tuple(queues), concurrency=concurrency, name=name)
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
     except _redis_errors() as exc:

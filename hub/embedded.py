@@ -25,6 +25,7 @@ from aiohttp import web
 from rsnotify.redis_server import RedisServer, RedisServerError, start_redis_server
 
 from .app import build_app
+from .secrets import load_fernet
 from .settings import HubSettings
 
 log = logging.getLogger(__name__)
@@ -137,8 +138,10 @@ def bind_socket(settings: HubSettings) -> socket.socket:
 def run_hub(settings: HubSettings, *, log_level: str = "INFO", announce: Callable[[str], None] = print) -> None:
     """Serve the hub until SIGINT/SIGTERM; embedded Redis and child workers as settings say."""
     data = settings.data_path
+    settings = settings.with_values(data_dir=str(data))  # absolute, for the child workers
     redis_server: RedisServer | None = None
     with data_dir_lock(data):
+        load_fernet(settings)  # creates DATA/secret.key before any worker looks for it
         try:
             if settings.is_embedded:
                 stop_stale_redis(data)

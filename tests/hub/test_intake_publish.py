@@ -1,0 +1,372 @@
+"""The three publish forms (ResourceSync submission, thin ping by hub.url / hub.topic),
+authentication, size bounds and bad input, against the real app, Redis and loopback topics."""
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from hub import store
+from hub.app import build_app
+from hub.handlers import SETTINGS
+from rsnotify.websub import NOTIFICATION_ID_HEADER, build_link_header
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
+NOTIFICATION = (FIXTURES / "change-notification-1.0.1" / "notification_ex_1.xml").read_bytes()
+TOPIC = "http://publisher.example/dataset1/change/"
+CAPABILITIES = "http://publisher.example/dataset1/capabilitylist.xml"
+
+
+def links(hub_url, topic=TOPIC, rs=None):
+    pairs = [(topic, "self"), (hub_url, "hub")] + ([(rs, "resourcesync")] if rs else [])
+    return build_link_header(pairs)
+
+
+def hub_url(client) -> str:
+    return client.server.app[SETTINGS].hub_url
+
+
+async def submit(client, body=NOTIFICATION, *, link=None, content_type="application/xml", headers=None):
+    all_headers = {"Content-Type": content_type, **(headers or {})}
+    if link is not False:
+        all_headers["Link"] = link or links(hub_url(client))
+    return await client.post("/", data=body, headers=all_headers)
+
+
+async def log_entries(redis, topic=TOPIC):
+    return await redis.xrange(store.topic_log_key(store.topic_id(topic)))
+
+
+async def nothing_stored(redis) -> bool:
+    return [k async for k in redis.scan_iter("rsnotify:topic*")] == []
+
+
+@pytest.fixture
+async def hub_with_public_url(aiohttp_client, hub_settings, clock):
+    """A hub whose public URL differs from its listening address (as behind a proxy)."""
+    settings = hub_settings.with_values(public_url="http://Hub.Example.org:80")
+    return await aiohttp_client(build_app(settings, now=clock))
+
+
+# --- ResourceSync submissions ---------------------------------------------------------------
+
+
+async def test_valid_submission_is_stored_byte_for_byte_and_answered_200(hub_client, intake_ctx, clock):
+    response = await submit(hub_client, link=links(hub_url(hub_client), rs=CAPABILITIES),
+                            content_type="application/xml; charset=UTF-8")
+    assert response.status == 200
+    answer = await response.json()
+    assert answer == {"notification_id": answer["notification_id"], "topic": TOPIC, "sequence": 1}
+    assert response.headers[NOTIFICATION_ID_HEADER] == answer["notification_id"]
+    [(entry_id, fields)] = await log_entries(intake_ctx.redis)
+    assert entry_id.decode() == answer["notification_id"]
+    assert fields[b"body"] == NOTIFICATION
+    assert fields[b"ctype"] == b"application/xml; charset=UTF-8"
+    assert fields[b"rs"] == CAPABILITIES.encode()
+    assert fields[b"seq"] == b"1" and fields[b"at"] == str(int(clock() * 1000)).encode()
+    assert [job.func_name for job in intake_ctx.queue.get_jobs()] and \
+        any(job.args == (store.topic_id(TOPIC),) for job in intake_ctx.queue.get_jobs())
+
+
+async def test_sequence_numbers_grow_per_topic(hub_client, intake_ctx):
+    answers = [await (await submit(hub_client)).json() for _ in range(3)]
+    other = await (await submit(hub_client, link=links(hub_url(hub_client), topic=TOPIC + "other"))).json()
+    assert [a["sequence"] for a in answers] == [1, 2, 3] and other["sequence"] == 1
+    assert len({a["notification_id"] for a in answers}) == 3
+
+
+async def test_hub_link_is_compared_normalized(hub_with_public_url, intake_ctx):
+    for named in ("http://hub.example.org/", "HTTP://HUB.EXAMPLE.ORG", "http://hub.example.org:80/"):
+        response = await submit(hub_with_public_url, link=build_link_header([(TOPIC, "self"), (named, "hub")]))
+        assert response.status == 200, await response.text()
+    response = await submit(hub_with_public_url, link=build_link_header([(TOPIC, "self"),
+                                                                         ("http://hub.example.org:8080/", "hub")]))
+    assert response.status == 400
+    assert 'rel="hub" must name this hub (http://hub.example.org/)' in await response.text()
+
+
+async def test_links_may_come_in_several_headers(hub_client, intake_ctx):
+    headers = [("Content-Type", "application/xml"), ("Link", f'<{TOPIC}>; rel="self"'),
+               ("Link", f'<{hub_url(hub_client)}>; rel="hub"')]
+    from multidict import CIMultiDict
+    response = await hub_client.post("/", data=NOTIFICATION, headers=CIMultiDict(headers))
+    assert response.status == 200
+
+
+BAD_LINKS = [
+    (False, 'a submission needs a Link header with <topic>; rel="self"'),
+    ('<http://h/>; rel="hub"', 'the Link header must carry rel="self" (the topic), got none'),
+    (f'<{TOPIC}>; rel="self"', 'the Link header must carry rel="hub" naming this hub'),
+    (f'<{TOPIC}>; rel="self", <http://other.example/>; rel="hub"', 'rel="hub" must name this hub'),
+    ('<relative/path>; rel="self", <HUB>; rel="hub"', 'the rel="self" link must be an absolute http or https URL'),
+    (f'<{TOPIC}>; rel="self", <http://x/b>; rel="self", <HUB>; rel="hub"', 'must carry one rel="self" topic'),
+    ('not a link header', "Link header must be '<uri>; rel=...' links"),
+]
+
+
+@pytest.mark.parametrize(("link", "reason"), BAD_LINKS)
+async def test_bad_link_headers_get_400_and_store_nothing(hub_client, intake_ctx, link, reason):
+    if isinstance(link, str):
+        link = link.replace("HUB", hub_url(hub_client))
+    response = await submit(hub_client, link=link)
+    assert response.status == 400
+    assert reason in await response.text()
+    assert await nothing_stored(intake_ctx.redis)
+
+
+BAD_BODIES = [
+    (b"", "the body is empty"),
+    (b"<urlset", "not a change notification"),
+    (b"<html><body>hi</body></html>", "not a change notification"),
+    (b'<?xml version="1.0"?><!DOCTYPE urlset [<!ENTITY x "boom">]><urlset>&x;</urlset>', "not a change notification"),
+    (NOTIFICATION.replace(b'change="created"', b'change="moved"'), "not a valid change notification"),
+    (NOTIFICATION.replace(b'capability="change-notification"', b'capability="resourcelist"'), "change notification"),
+]
+
+
+@pytest.mark.parametrize(("body", "reason"), BAD_BODIES)
+async def test_invalid_documents_get_400_with_the_problems_and_store_nothing(hub_client, intake_ctx, body, reason):
+    response = await submit(hub_client, body)
+    text = await response.text()
+    assert response.status == 400, text
+    assert response.content_type == "text/plain"
+    assert reason in text
+    assert await nothing_stored(intake_ctx.redis)
+    assert intake_ctx.queue.count == 0
+
+
+async def test_bodies_over_max_body_get_413(aiohttp_client, hub_settings, intake_ctx, clock):
+    client = await aiohttp_client(build_app(hub_settings.with_values(max_body=len(NOTIFICATION) - 1), now=clock))
+    response = await submit(client)  # Content-Length says it all: refused before reading
+    assert response.status == 413
+    assert "larger than the hub's limit" in await response.text()
+
+    async def chunks():  # no Content-Length: refused once the limit is passed
+        for start in range(0, len(NOTIFICATION), 100):
+            yield NOTIFICATION[start:start + 100]
+
+    response = await submit(client, body=chunks())
+    assert response.status == 413
+    assert await nothing_stored(intake_ctx.redis)
+    ok = await aiohttp_client(build_app(hub_settings.with_values(max_body=len(NOTIFICATION)), now=clock))
+    assert (await submit(ok)).status == 200
+
+
+async def test_other_xml_like_types_get_415(hub_client, intake_ctx):
+    for content_type in ("text/xml", "application/atom+xml", "application/json"):
+        response = await submit(hub_client, content_type=content_type)
+        assert response.status == 415, content_type
+    assert await nothing_stored(intake_ctx.redis)
+
+
+async def test_publishing_to_a_topic_without_subscribers_succeeds(hub_client, intake_ctx):
+    assert await store.count_subscriptions(intake_ctx.redis) == 0
+    assert (await submit(hub_client)).status == 200
+
+
+# --- authentication -------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def token_hub(aiohttp_client, hub_settings, clock, tmp_path):
+    tokens = tmp_path / "tokens"
+    tokens.write_text("# publishers\nfiletoken http://files.example/\n\nother=http://other.example/x/\n")
+    settings = hub_settings.with_values(
+        publish_tokens=(("alpha", "http://publisher.example/dataset1/"), ("alpha", "https://mirror.example/")),
+        tokens_file=str(tokens))
+    return await aiohttp_client(build_app(settings, now=clock))
+
+
+async def test_tokens_bind_publishers_to_topic_prefixes(token_hub, intake_ctx):
+    def auth(token):
+        return {"Authorization": f"Bearer {token}"}
+
+    missing = await submit(token_hub)
+    assert missing.status == 401 and missing.headers["WWW-Authenticate"].startswith("Bearer")
+    assert "Authorization: Bearer <token>" in await missing.text()
+    unknown = await submit(token_hub, headers=auth("nope"))
+    assert unknown.status == 401 and "not a publisher token" in await unknown.text()
+    outside = await submit(token_hub, headers=auth("filetoken"))
+    assert outside.status == 403 and f"may not publish to {TOPIC}" in await outside.text()
+    assert await nothing_stored(intake_ctx.redis)
+    assert (await submit(token_hub, headers=auth("alpha"))).status == 200
+    mirror = links(hub_url(token_hub), topic="https://MIRROR.example/feed")
+    assert (await submit(token_hub, link=mirror, headers=auth("alpha"))).status == 200
+    from_file = links(hub_url(token_hub), topic="http://files.example/feed")
+    assert (await submit(token_hub, link=from_file, headers=auth("filetoken"))).status == 200
+
+
+async def test_prefix_host_boundary_is_respected(token_hub):
+    sneaky = links(hub_url(token_hub), topic="http://files.example.evil.org/feed")
+    response = await submit(token_hub, link=sneaky, headers={"Authorization": "Bearer filetoken"})
+    assert response.status == 403
+
+
+def _non_loopback_address() -> str | None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # no packet is sent: this only picks the outgoing interface
+            address = probe.getsockname()[0]
+        except OSError:
+            return None
+    return None if address.startswith("127.") else address
+
+
+async def test_without_tokens_only_loopback_clients_may_publish(aiohttp_server, hub_settings, clock):
+    import aiohttp
+
+    address = _non_loopback_address()
+    if address is None:
+        pytest.skip("this machine has no non-loopback IPv4 address to publish from")
+    server = await aiohttp_server(build_app(hub_settings, now=clock), host="0.0.0.0")
+    headers = {"Content-Type": "application/xml", "Link": links(hub_settings.hub_url)}
+    async with aiohttp.ClientSession() as session:
+        async with session.post(f"http://{address}:{server.port}/", data=NOTIFICATION, headers=headers) as response:
+            assert response.status == 403
+            assert "only loopback clients may publish" in await response.text()
+        async with session.post(f"http://127.0.0.1:{server.port}/", data=NOTIFICATION, headers=headers) as response:
+            assert response.status == 200
+
+
+# --- thin pings -----------------------------------------------------------------------------
+
+
+@pytest.fixture
+async def topic_server(aiohttp_server):
+    """Loopback topics: /feed (XML with a resourcesync link), /text, /moved (302), /big, /slow, /gone."""
+    hits: list[str] = []
+
+    async def handle(request):
+        hits.append(request.path)
+        match request.path:
+            case "/feed":
+                return web.Response(body=NOTIFICATION, content_type="application/xml", charset="utf-8",
+                                    headers={"Link": f'<{CAPABILITIES}>; rel="resourcesync"'})
+            case "/text":
+                return web.Response(text="plain news")
+            case "/moved":
+                raise web.HTTPFound("/feed")
+            case "/big":
+                return web.Response(body=b"x" * 5000)
+            case "/slow":
+                await asyncio.sleep(5)
+                return web.Response(text="late")
+        return web.Response(status=410)
+
+    app = web.Application()
+    app.router.add_get("/{name}", handle)
+    server = await aiohttp_server(app, host="127.0.0.1")
+    server.hits = hits
+    return server
+
+
+async def ping(client, **fields):
+    form = [("hub.mode", "publish")] + [(k.replace("_", "."), v) for k, vs in fields.items() for v in vs]
+    return await client.post("/", data=form)
+
+
+async def test_thin_ping_fetches_each_topic_and_appends_body_and_type(hub_client, intake_ctx, topic_server, run_jobs):
+    feed, text = str(topic_server.make_url("/feed")), str(topic_server.make_url("/text"))
+    response = await ping(hub_client, hub_url=[feed], hub_topic=[text, feed])
+    assert response.status == 202
+    outcomes = await run_jobs(intake_ctx)
+    assert [o.topic for o in outcomes] == [feed, text]  # one fetch per distinct topic
+    [(_, fed)] = await log_entries(intake_ctx.redis, feed)
+    assert fed[b"body"] == NOTIFICATION and fed[b"ctype"] == b"application/xml; charset=utf-8"
+    assert fed[b"rs"] == CAPABILITIES.encode()
+    [(_, plain)] = await log_entries(intake_ctx.redis, text)
+    assert plain[b"body"] == b"plain news" and plain[b"ctype"].startswith(b"text/plain")
+    fan_outs = [job.args[0] for job in intake_ctx.queue.get_jobs()]
+    assert set(fan_outs) == {store.topic_id(feed), store.topic_id(text)}
+
+
+async def test_thin_ping_fetch_is_bounded_and_never_redirected(hub_client, intake_ctx, topic_server, run_jobs):
+    intake_ctx.settings = intake_ctx.settings.with_values(fetch_max_bytes=1000, fetch_timeout=0.5)
+    names = ("moved", "big", "slow", "gone")
+    await ping(hub_client, hub_url=[str(topic_server.make_url("/" + n)) for n in names])
+    outcomes = {o.topic.rsplit("/", 1)[-1]: o for o in await run_jobs(intake_ctx)}
+    assert all(o.notification is None for o in outcomes.values())
+    assert "302" in outcomes["moved"].reason and "410" in outcomes["gone"].reason
+    assert "over the limit of 1000" in outcomes["big"].reason
+    assert "/feed" not in topic_server.hits
+    assert await nothing_stored(intake_ctx.redis)
+
+
+async def test_thin_ping_to_a_refused_network_fetches_nothing(aiohttp_client, hub_settings, intake_ctx, topic_server,
+                                                              run_jobs, clock):
+    from hub.netguard import make_session
+    public = hub_settings.with_values(host="0.0.0.0")
+    await intake_ctx.session.close()
+    intake_ctx.settings, intake_ctx.session = public, make_session(public)
+    client = await aiohttp_client(build_app(public, now=clock))
+    # a hub not on loopback takes pings only from loopback clients when it has no tokens: the test client is one
+    await ping(client, hub_url=[str(topic_server.make_url("/feed"))])
+    [outcome] = await run_jobs(intake_ctx)
+    assert "refused: not a public address" in outcome.reason
+    assert topic_server.hits == []
+
+
+BAD_PINGS = [
+    ({}, "needs at least one hub.url or hub.topic"),
+    ({"hub_url": ["not a url"]}, "hub.url must be an absolute http or https URL"),
+    ({"hub_topic": ["ftp://x/"], "hub_url": ["http://ok.example/"]}, "hub.topic must be an absolute http"),
+    ({"hub_url": [f"http://x.example/{i}" for i in range(101)]}, "at most 100 topics"),
+]
+
+
+@pytest.mark.parametrize(("fields", "reason"), BAD_PINGS)
+async def test_bad_pings_get_400_and_queue_nothing(hub_client, intake_ctx, fields, reason):
+    response = await ping(hub_client, **fields)
+    assert response.status == 400
+    assert reason in await response.text()
+    assert intake_ctx.queue.count == 0
+
+
+async def test_pings_need_a_token_for_every_topic(token_hub, intake_ctx):
+    allowed, other = "http://publisher.example/dataset1/a", "http://elsewhere.example/b"
+    form = [("hub.mode", "publish"), ("hub.url", allowed), ("hub.url", other)]
+    assert (await token_hub.post("/", data=form)).status == 401
+    response = await token_hub.post("/", data=form, headers={"Authorization": "Bearer alpha"})
+    assert response.status == 403 and other in await response.text()
+    assert intake_ctx.queue.count == 0
+    form = [("hub.mode", "publish"), ("hub.url", allowed)]
+    assert (await token_hub.post("/", data=form, headers={"Authorization": "Bearer alpha"})).status == 202
+
+
+# --- health ---------------------------------------------------------------------------------
+
+
+async def test_health_reports_redis_workers_and_queues(hub_client, intake_ctx):
+    await submit(hub_client)
+    response = await hub_client.get("/health")
+    assert response.status == 200
+    body = await response.json()
+    assert body["status"] == "ok" and body["redis"] is True and body["workers"] == 0
+    assert body["queues"]["rsnotify"]["queued"] == 1
+    assert set(body["queues"]["rsnotify"]) == {"queued", "started", "scheduled", "failed"}
+    assert body["topics"] == 1 and body["subscriptions"] == 0
+
+
+async def test_health_is_503_while_no_worker_is_seen(aiohttp_client, hub_settings, clock):
+    client = await aiohttp_client(build_app(hub_settings.with_values(workers=2), now=clock))
+    response = await client.get("/health")
+    assert response.status == 503 and (await response.json())["status"] == "starting"
+
+
+async def test_health_is_503_when_redis_is_gone(aiohttp_client, hub_settings, clock, tmp_path):
+    from rsnotify.redis_server import start_redis_server
+    server = start_redis_server(tmp_path / "own-redis", unix_socket=False)
+    try:
+        client = await aiohttp_client(build_app(hub_settings.with_values(redis_url=server.url), now=clock))
+        assert (await client.get("/health")).status == 200
+    finally:
+        server.stop()
+    response = await client.get("/health")
+    body = json.loads(await response.text())
+    assert response.status == 503 and body["redis"] is False and body["status"] == "unavailable"
+    submission = await submit(client)
+    assert submission.status == 503 and submission.headers["Retry-After"] == "5"
