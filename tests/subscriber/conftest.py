@@ -154,27 +154,25 @@ async def fake_hub(aiohttp_server: Callable[..., Any]) -> AsyncIterator[FakeHub]
 
 
 class Recorder:
-    """An application handler that keeps what it is given."""
+    """An application handler that keeps what it is given (safe to call from any thread)."""
 
     def __init__(self) -> None:
         self.received: list[Any] = []
         self.denials: list[Any] = []
-        self.event = asyncio.Event()
 
     async def __call__(self, received: Any) -> None:
         self.received.append(received)
-        self.event.set()
 
     async def denied(self, subscription: Any) -> None:
         self.denials.append(subscription)
-        self.event.set()
 
     async def wait(self, count: int = 1, timeout: float = 5.0) -> None:
-        async def enough() -> None:
-            while len(self.received) + len(self.denials) < count:
-                self.event.clear()
-                await self.event.wait()
-        await asyncio.wait_for(enough(), timeout)
+        """Until `count` things arrived; polls, because handlers may run on another loop."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while len(self.received) + len(self.denials) < count:
+            assert loop.time() < deadline, f"expected {count} calls, got {self.received + self.denials}"
+            await asyncio.sleep(0.01)
 
 
 @pytest.fixture

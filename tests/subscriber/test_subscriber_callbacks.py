@@ -18,6 +18,7 @@ TOPIC = "http://example.com/dataset1/change/"
 async def test_verification_echoes_the_challenge_exactly_as_text_plain(fake_hub, make_subscriber):
     subscriber = await make_subscriber()
     subscription = await subscriber.subscribe(TOPIC, fake_hub.url, lease_seconds=900)
+    await fake_hub.settle()
     [verification] = fake_hub.verifications
     assert verification.status == 200
     assert verification.body == verification.query["hub.challenge"]
@@ -63,6 +64,7 @@ async def test_denial_is_recorded_and_reported(fake_hub, make_subscriber):
     assert denied.status == DENIED and denied.denial_reason == "topic not allowed"
     [stored] = await subscriber.subscriptions()
     assert stored.status == DENIED
+    await fake_hub.settle()
     assert fake_hub.verifications[0].status == 200
 
 
@@ -71,6 +73,7 @@ async def test_valid_signature_is_accepted_with_every_algorithm(fake_hub, make_s
     recorder = Recorder()
     subscriber = await make_subscriber(on_notification=recorder)
     subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
+    await fake_hub.settle()
     secret = fake_hub.subscriptions[subscription.callback].secret
     assert secret == subscription.secret
     body = make_notification()

@@ -151,6 +151,7 @@ async def test_unsubscribe_is_verified(fake_hub, make_subscriber):
     form = fake_hub.requests[-1]
     assert form["hub.mode"] == "unsubscribe" and form["hub.callback"] == subscription.callback
     assert "hub.secret" not in form
+    await fake_hub.settle()
     unsubscribe_check = fake_hub.verifications[-1]
     assert unsubscribe_check.query["hub.mode"] == "unsubscribe" and unsubscribe_check.status == 200
     assert subscription.callback not in fake_hub.subscriptions

@@ -1,0 +1,157 @@
+"""The three adapters serve the same behaviour through real servers: aiohttp, ASGI under
+uvicorn, WSGI under wsgiref in a thread."""
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncIterator
+from socketserver import ThreadingMixIn
+from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+
+import pytest
+import uvicorn
+
+from subscriber.asgi import ASGICallbackApp
+from subscriber.client import Subscriber
+from subscriber.settings import SubscriberSettings
+from subscriber.store import MemoryStore, Subscription
+from subscriber.wsgi import SubscriberThread
+
+from .conftest import Recorder, make_notification
+
+TOPIC = "http://example.com/dataset1/change/"
+SETTINGS = SubscriberSettings(verification_timeout=5.0, max_body_bytes=20_000)
+
+
+class Harness:
+    """One adapter under a real server; subscribe/unsubscribe/drain from the test's loop."""
+
+    name = ""
+    subscriber: Subscriber
+    recorder: Recorder
+
+    async def subscribe(self, hub: str) -> Subscription:
+        return await self.subscriber.subscribe(TOPIC, hub)
+
+    async def unsubscribe(self, subscription: Subscription) -> Subscription:
+        return await self.subscriber.unsubscribe(subscription)
+
+    async def drain(self) -> None:
+        await self.subscriber.core.drain(5)
+
+
+class AiohttpHarness(Harness):
+    name = "aiohttp"
+
+
+class ASGIHarness(Harness):
+    name = "asgi"
+
+
+class WSGIHarness(Harness):
+    name = "wsgi"
+    runner: SubscriberThread
+
+    # The subscriber lives on the runner's loop: calls go through it, off the test's loop.
+    async def subscribe(self, hub: str) -> Subscription:
+        return await asyncio.to_thread(self.runner.subscribe, TOPIC, hub)
+
+    async def unsubscribe(self, subscription: Subscription) -> Subscription:
+        return await asyncio.to_thread(self.runner.unsubscribe, subscription)
+
+    async def drain(self) -> None:
+        await asyncio.to_thread(self.runner.call, self.subscriber.core.drain(5))
+
+
+class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - wsgiref's name
+        pass
+
+
+@pytest.fixture(params=["aiohttp", "asgi", "wsgi"])
+async def harness(request, make_subscriber) -> AsyncIterator[Harness]:
+    recorder = Recorder()
+    if request.param == "aiohttp":
+        h: Harness = AiohttpHarness()
+        h.subscriber = await make_subscriber(settings=SETTINGS, on_notification=recorder)
+        h.recorder = recorder
+        yield h
+        return
+    subscriber = Subscriber(store=MemoryStore(), settings=SETTINGS, on_notification=recorder)
+    if request.param == "asgi":
+        server = uvicorn.Server(uvicorn.Config(ASGICallbackApp(subscriber), host="127.0.0.1", port=0,
+                                               lifespan="on", log_level="warning"))
+        serving = asyncio.create_task(server.serve())
+        while not server.started:
+            assert not serving.done(), "uvicorn did not start"
+            await asyncio.sleep(0.01)
+        port = server.servers[0].sockets[0].getsockname()[1]
+        subscriber.callback_base_url = f"http://127.0.0.1:{port}/websub"
+        h = ASGIHarness()
+        h.subscriber, h.recorder = subscriber, recorder
+        yield h
+        server.should_exit = True
+        await serving
+        return
+    runner = SubscriberThread(subscriber, renew=False).start()
+    httpd = make_server("127.0.0.1", 0, runner.wsgi_app(), server_class=_ThreadingWSGIServer,
+                        handler_class=_QuietHandler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    subscriber.callback_base_url = f"http://127.0.0.1:{httpd.server_port}/websub"
+    w = WSGIHarness()
+    w.subscriber, w.recorder, w.runner = subscriber, recorder, runner
+    yield w
+    httpd.shutdown()
+    thread.join(5)
+    httpd.server_close()
+    await asyncio.to_thread(runner.stop)
+
+
+async def test_adapter_verifies_only_pending_intents(harness, fake_hub):
+    subscription = await harness.subscribe(fake_hub.url)
+    await fake_hub.settle()  # the hub may still be reading the answer that activated it
+    [verification] = fake_hub.verifications
+    assert (verification.status, verification.content_type) == (200, "text/plain")
+    assert verification.body == verification.query["hub.challenge"]
+    refused = await fake_hub.verify(subscription.callback, {
+        "hub.mode": "subscribe", "hub.topic": "http://example.com/elsewhere/", "hub.challenge": "c"})
+    assert refused.status == 404
+    bad_mode = await fake_hub.verify(subscription.callback, {"hub.mode": "publish", "hub.topic": TOPIC})
+    assert bad_mode.status == 400 and "hub.mode" in bad_mode.body
+
+
+async def test_adapter_checks_signatures_drops_repeats_and_bounds_bodies(harness, fake_hub):
+    subscription = await harness.subscribe(fake_hub.url)
+    await fake_hub.settle()  # the hub may still be reading the answer that activated it
+    body = make_notification()
+    assert (await fake_hub.deliver(subscription.callback, body))[0] == 403
+    assert (await fake_hub.deliver(subscription.callback, body, secret="wrong"))[0] == 403
+    for _ in range(2):
+        status, _ = await fake_hub.deliver(subscription.callback, body, secret=subscription.secret,
+                                           algorithm="sha512", notification_id="n-1", sequence=1)
+        assert status == 200
+    status, reply = await fake_hub.deliver(subscription.callback, b"x" * 30_000, secret=subscription.secret)
+    assert status == 413 and "20000" in reply
+    await harness.drain()
+    [received] = harness.recorder.received
+    assert received.notification_id == "n-1" and received.sequence == 1
+    assert received.notification.changes[0].loc == "http://example.com/res1"
+    assert received.topic == TOPIC and received.hub == fake_hub.url
+
+
+async def test_adapter_unsubscribes_verified_then_answers_410(harness, fake_hub):
+    subscription = await harness.subscribe(fake_hub.url)
+    await fake_hub.settle()  # the hub may still be reading the answer that activated it
+    ended = await harness.unsubscribe(subscription)
+    await fake_hub.settle()
+    assert ended.status == "unsubscribed"
+    assert fake_hub.verifications[-1].query["hub.mode"] == "unsubscribe"
+    assert fake_hub.verifications[-1].status == 200
+    status, _ = await fake_hub.deliver(subscription.callback, make_notification(), secret=subscription.secret)
+    assert status == 410
