@@ -1,0 +1,141 @@
+"""Done-when, as a new user would try it: `rsnotify subscribe --source URL` subscribes through
+a real `rsnotify hub` (with a worker), and a ResourceSync submission to the hub appears on
+its output as a JSON line. Every part is a real process or server on 127.0.0.1."""
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import socket
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+from aiohttp import web
+
+from rsnotify.websub import build_link_header
+
+from .conftest import T0, make_notification
+
+BIN = Path(sys.executable).parent
+NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/"'
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+async def _drain_to(stream: asyncio.StreamReader, lines: list[str]) -> None:
+    while line := await stream.readline():
+        lines.append(line.decode())
+
+
+@pytest.fixture
+async def hub(redis_url: str, tmp_path: Path) -> AsyncIterator[str]:
+    """`rsnotify hub` with one worker on a shared test Redis; yields its URL once /health says 200."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        str(BIN / "rsnotify"), "hub", "--redis-url", redis_url, "--port", str(port), "--workers", "1",
+        "--data-dir", str(tmp_path / "hub-data"), stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
+    )
+    output: list[str] = []
+    reader = asyncio.create_task(_drain_to(process.stderr, output))
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        async with aiohttp.ClientSession() as session:
+            for _ in range(300):  # up to ~30 s on a busy machine
+                assert process.returncode is None, "hub exited:\n" + "".join(output)
+                try:
+                    async with session.get(url + "health") as response:
+                        if response.status == 200:
+                            break
+                except aiohttp.ClientError:
+                    pass
+                await asyncio.sleep(0.1)
+            else:
+                raise AssertionError("hub never became healthy:\n" + "".join(output))
+        yield url
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGINT)
+            try:
+                await asyncio.wait_for(process.wait(), 20)
+            except asyncio.TimeoutError:
+                process.kill()
+                await process.wait()
+        reader.cancel()
+
+
+@pytest.fixture
+async def source(aiohttp_server, hub: str) -> str:
+    """A Source: /.well-known/resourcesync -> Capability List -> channel served by `hub`; the
+    topic URL answers 200 application/xml with Link rel=self and rel=hub (CN §4.1)."""
+    app = web.Application()
+    documents: dict[str, str] = {}
+
+    async def serve(request: web.Request) -> web.Response:
+        if request.path == "/changes":
+            return web.Response(body=b"", content_type="application/xml", headers={
+                "Link": build_link_header([(base + "/changes", "self"), (hub, "hub")])})
+        if request.path not in documents:
+            return web.Response(status=404)
+        return web.Response(text=documents[request.path], content_type="application/xml")
+
+    app.router.add_route("GET", "/{path:.*}", serve)
+    server = await aiohttp_server(app)
+    base = str(server.make_url("")).rstrip("/")
+    documents["/.well-known/resourcesync"] = (
+        f'<urlset {NS}><rs:md capability="description"/><url><loc>{base}/capabilitylist.xml</loc>'
+        '<rs:md capability="capabilitylist"/></url></urlset>')
+    documents["/capabilitylist.xml"] = (
+        f'<urlset {NS}><rs:ln rel="up" href="{base}/.well-known/resourcesync"/><rs:md capability="capabilitylist"/>'
+        f'<url><loc>{base}/changes</loc><rs:ln rel="hub" href="{hub}"/>'
+        '<rs:md capability="change-notification"/></url></urlset>')
+    return base
+
+
+async def test_submission_reaches_rsnotify_subscribe_through_the_real_hub(hub: str, source: str, tmp_path: Path):
+    cli = await asyncio.create_subprocess_exec(
+        str(BIN / "rsnotify"), "subscribe", "--source", source + "/", "--listen", "127.0.0.1:0",
+        "--state-file", str(tmp_path / "subscriber.json"), "--lease-seconds", "600",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
+    )
+    status: list[str] = []
+
+    async def wait_status(text: str) -> None:
+        while not any(text in line for line in status):
+            line = (await cli.stderr.readline()).decode()
+            assert line, f"subscriber ended before {text!r}:\n" + "".join(status)
+            status.append(line)
+
+    try:
+        await asyncio.wait_for(wait_status("subscribed to"), 30)
+        topic = source + "/changes"
+        async with aiohttp.ClientSession() as session:
+            for n in range(2):
+                body = make_notification(T0.replace(minute=10 * n), 10, f"http://example.com/res{n}")
+                async with session.post(hub, data=body, headers={
+                        "Content-Type": "application/xml",
+                        "Link": build_link_header([(topic, "self"), (hub, "hub")])}) as response:
+                    assert response.status == 200, await response.text()
+        lines = [json.loads(await asyncio.wait_for(cli.stdout.readline(), 30)) for _ in range(2)]
+        assert [line["topic"] for line in lines] == [topic, topic]
+        assert all(line["hub"] == hub for line in lines)
+        assert [line["changes"][0]["loc"] for line in lines] == ["http://example.com/res0", "http://example.com/res1"]
+        assert lines[0]["notification_id"] and lines[0]["notification_id"] != lines[1]["notification_id"]
+        assert lines[1]["sequence"] == lines[0]["sequence"] + 1
+        assert (lines[0]["from"], lines[1]["until"]) == ("2024-05-01T12:00:00Z", "2024-05-01T12:20:00Z")
+        assert "gaps" not in lines[1]
+    finally:
+        if cli.returncode is None:
+            cli.send_signal(signal.SIGINT)
+        rest = await asyncio.wait_for(cli.stderr.read(), 30)
+        status.append(rest.decode())
+        code = await asyncio.wait_for(cli.wait(), 30)
+    assert code == 0, "".join(status)
+    assert "unsubscribed from" in "".join(status)
