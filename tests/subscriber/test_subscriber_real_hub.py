@@ -1,6 +1,6 @@
 """Done-when, as a new user would try it: `rsnotify subscribe --source URL` subscribes through
-a real `rsnotify hub` (with a worker), and a ResourceSync submission to the hub appears on
-its output as a JSON line. Every part is a real process or server on 127.0.0.1."""
+a real `rsnotify hub` (with a worker), and ResourceSync submissions to the hub (raw POSTs and
+`rsnotify publish`) appear on its output as JSON lines. Every part is a real process or server on 127.0.0.1."""
 from __future__ import annotations
 
 import asyncio
@@ -131,6 +131,18 @@ async def test_submission_reaches_rsnotify_subscribe_through_the_real_hub(hub: s
         assert lines[1]["sequence"] == lines[0]["sequence"] + 1
         assert (lines[0]["from"], lines[1]["until"]) == ("2024-05-01T12:00:00Z", "2024-05-01T12:20:00Z")
         assert "gaps" not in lines[1]
+
+        # ... and so does what `rsnotify publish` sends.
+        publish = await asyncio.create_subprocess_exec(
+            str(BIN / "rsnotify"), "publish", "--hub", hub, "--topic", topic,
+            "--updated", "http://example.com/res9", "--deleted", "http://example.com/res0",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path)
+        out, err = await asyncio.wait_for(publish.communicate(), 30)
+        assert publish.returncode == 0, (out + err).decode()
+        line = json.loads(await asyncio.wait_for(cli.stdout.readline(), 30))
+        assert line["sequence"] == lines[1]["sequence"] + 1
+        assert [(c["loc"], c["change"]) for c in line["changes"]] == [
+            ("http://example.com/res9", "updated"), ("http://example.com/res0", "deleted")]
     finally:
         if cli.returncode is None:
             cli.send_signal(signal.SIGINT)
