@@ -7,6 +7,8 @@ multi-key updates are Lua scripts or MULTI pipelines. No HTTP here.
 from __future__ import annotations
 
 import hashlib
+import json
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -201,18 +203,19 @@ async def take_intent(redis: Redis, challenge: str) -> Intent | None:
 
 # --- subscriptions ------------------------------------------------------------------------
 
-# KEYS: sub, topic subs, leases, log, topics, topic
+# KEYS: sub, topic subs, leases, log, topics, topic, seq
 # ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now
-# A new subscription's cursor is the log's current end, so it gets only what comes next;
-# a renewal keeps its cursor (and its delivery state). Returns 1 when new, 0 when renewed.
+# A new subscription's cursor is the log's current end (cursor_seq its sequence number), so it
+# gets only what comes next; a renewal keeps its cursor and delivery state. Returns 1 when new.
 _ACTIVATE = _Script("""
 local is_new = redis.call('EXISTS', KEYS[1]) == 0
 if is_new then
   local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
   local cursor = '0-0'
   if #last > 0 then cursor = last[1][1] end
+  local cursor_seq = redis.call('GET', KEYS[7]) or '0'
   redis.call('HSET', KEYS[1], 'topic', ARGV[2], 'callback', ARGV[3], 'tid', ARGV[4],
-             'created', ARGV[8], 'state', 'active', 'cursor', cursor)
+             'created', ARGV[8], 'state', 'active', 'cursor', cursor, 'cursor_seq', cursor_seq)
 end
 redis.call('HSET', KEYS[1], 'secret', ARGV[5], 'lease_seconds', ARGV[6], 'expires', ARGV[7])
 redis.call('SADD', KEYS[2], ARGV[1])
@@ -224,7 +227,8 @@ if is_new then return 1 end
 return 0
 """)
 
-# KEYS: sub, leases, dead ; ARGV: sid, topic-subs key prefix, topic-subs key suffix[, now]
+# KEYS: sub, leases, due, then every per-subscription key to delete (delivery_keys)
+# ARGV: sid, topic-subs key prefix, topic-subs key suffix[, now]
 # With `now`, only a subscription still expired at that moment goes (a renewal may have raced).
 _REMOVE = _Script("""
 if ARGV[4] then
@@ -233,7 +237,8 @@ if ARGV[4] then
 end
 local tid = redis.call('HGET', KEYS[1], 'tid')
 redis.call('ZREM', KEYS[2], ARGV[1])
-redis.call('DEL', KEYS[3])
+redis.call('ZREM', KEYS[3], ARGV[1])
+for i = 4, #KEYS do redis.call('DEL', KEYS[i]) end
 if not tid then return 0 end
 redis.call('SREM', ARGV[2] .. tid .. ARGV[3], ARGV[1])
 redis.call('DEL', KEYS[1])
@@ -251,19 +256,20 @@ async def activate_subscription(
     """
     sid, tid = subscription_id(topic, callback), topic_id(topic)
     expires = int(now) + lease_seconds
-    keys = [sub_key(sid), topic_subs_key(tid), leases_key(), topic_log_key(tid), topics_key(), topic_key(tid)]
+    keys = [sub_key(sid), topic_subs_key(tid), leases_key(), topic_log_key(tid), topics_key(), topic_key(tid),
+            topic_seq_key(tid)]
     args = [sid, topic, callback, tid, secret, lease_seconds, expires, int(now)]
     is_new = await _ACTIVATE(redis, keys, args)
     return sid, bool(is_new)
 
 
 async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | None = None) -> bool:
-    """Remove a subscription (unsubscribe, expiry, 410, admin): hash, topic set, lease, dead letters.
+    """Remove a subscription (unsubscribe, expiry, 410, admin): hash, topic set, lease, delivery keys.
 
     With `if_expired_at`, remove it only if its lease ended before that time (the sweep).
     Returns False when nothing was removed. Safe to call twice.
     """
-    keys = [sub_key(sid), leases_key(), sub_dead_key(sid)]
+    keys = [sub_key(sid), leases_key(), due_key(), *delivery_keys(sid)]
     args: list[object] = [sid, f"{PREFIX}topic:", ":subs"]
     if if_expired_at is not None:
         args.append(int(if_expired_at))
@@ -319,3 +325,339 @@ async def append_notification(
     args = [body, content_type, resourcesync, int(now * 1000), max_len, tid, topic, int(now)]
     entry_id, seq = await _APPEND(redis, keys, args)
     return AppendedNotification(_text(entry_id), tid, int(seq))
+
+
+# --- delivery: cursors, locks, dead letters ---------------------------------------------
+# Fan-out's part (hub/delivery.py, hub/reconciler.py). Its extra keys, beside sub_lock_key,
+# sub_dead_key and fanout_queued_key above:
+
+
+def sub_attempts_key(sid: str) -> str:      # list: recent delivery attempts, newest first (JSON each)
+    return f"{PREFIX}sub:{sid}:attempts"
+
+
+def sub_dead_body_key(sid: str) -> str:     # hash: notification id -> a dead letter's exact body
+    return f"{PREFIX}sub:{sid}:dead:body"
+
+
+def sub_resend_key(sid: str) -> str:        # list: dead letters queued for re-sending, oldest first
+    return f"{PREFIX}sub:{sid}:resend"
+
+
+def sub_queued_key(sid: str) -> str:        # flag: "a deliver_subscription job is queued"
+    return f"{PREFIX}sub:{sid}:queued"
+
+
+def due_key() -> str:                       # zset: sid -> epoch s its next attempt is due (retry, re-send, resume)
+    return f"{PREFIX}due"
+
+
+def stats_key() -> str:                     # hash: delivery counters and latency histograms (delivery_stats)
+    return f"{PREFIX}stats"
+
+
+def maintenance_key(task: str) -> str:      # one worker's claim on a periodic task (reconcile, retention, sweep)
+    return f"{PREFIX}maintenance:{task}"
+
+
+def delivery_keys(sid: str) -> list[str]:
+    """Every per-subscription key of the delivery part (remove_subscription deletes them)."""
+    return [sub_lock_key(sid), sub_dead_key(sid), sub_dead_body_key(sid), sub_attempts_key(sid),
+            sub_resend_key(sid), sub_queued_key(sid)]
+
+
+# Fields of the sub hash a delivery run needs, in this order (claim returns them).
+DELIVERY_FIELDS = ("topic", "callback", "tid", "secret", "state", "expires", "cursor", "cursor_seq",
+                   "attempts", "retry_at", "resend")
+# Upper bounds (seconds) of the latency histograms in stats_key(); the last bucket is "+Inf".
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+RECENT_ATTEMPTS = 50   # attempts kept per subscription in sub_attempts_key
+
+
+def parse_entry_id(entry_id: str) -> tuple[int, int]:
+    """A stream entry id "ms-seq" as a tuple that compares in log order."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)
+
+
+@dataclass(frozen=True, slots=True)
+class LogEntry:
+    """One notification of a topic log: the exact body and what to relay with it."""
+
+    notification_id: str      # the stream entry id
+    body: bytes
+    content_type: str
+    resourcesync: str         # the publisher's rel="resourcesync" href, or ""
+    sequence: int             # 1, 2, 3... per topic
+    published_ms: int         # publish time, epoch milliseconds
+
+    @classmethod
+    def from_stream(cls, entry_id: bytes | str, raw: Mapping[bytes, bytes]) -> LogEntry:
+        return cls(notification_id=_text(entry_id), body=raw.get(b"body", b""),
+                   content_type=_text(raw.get(b"ctype"), "application/xml"),
+                   resourcesync=_text(raw.get(b"rs")), sequence=_int(raw.get(b"seq")),
+                   published_ms=_int(raw.get(b"at")))
+
+
+@dataclass(frozen=True, slots=True)
+class Attempt:
+    """One delivery attempt, as listed for operators (newest first in sub_attempts_key)."""
+
+    at: float                 # when the attempt ended, epoch seconds
+    notification_id: str
+    sequence: int
+    status: int | None        # HTTP status; None when no response (timeout, connection error)
+    error: str                # "" on a 2xx
+    latency_ms: float
+    outcome: str              # delivered | retry | gone | dead
+    attempt: int              # 1 for the first try of this notification
+
+    def to_json(self) -> str:
+        return json.dumps({"at": round(self.at, 3), "id": self.notification_id, "seq": self.sequence,
+                           "status": self.status, "error": self.error,
+                           "ms": round(self.latency_ms, 2), "outcome": self.outcome, "attempt": self.attempt},
+                          separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: bytes | str) -> Attempt:
+        d = json.loads(text)
+        return cls(at=d["at"], notification_id=d["id"], sequence=d["seq"], status=d["status"],
+                   error=d["error"], latency_ms=d["ms"], outcome=d["outcome"], attempt=d["attempt"])
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A notification a subscription never confirmed within max_attempts; kept until re-sent."""
+
+    notification_id: str
+    sequence: int
+    published_ms: int
+    content_type: str
+    resourcesync: str
+    attempts: int
+    status: int | None        # the last attempt's status (None: no response)
+    error: str                # the last attempt's error
+    dead_at: float            # epoch seconds
+    resend: bool = False      # queued for re-sending
+
+    def to_json(self) -> str:
+        return json.dumps({"id": self.notification_id, "seq": self.sequence, "at": self.published_ms,
+                           "ctype": self.content_type, "rs": self.resourcesync, "attempts": self.attempts,
+                           "status": self.status, "error": self.error, "dead_at": round(self.dead_at, 3),
+                           "resend": self.resend}, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: bytes | str) -> DeadLetter:
+        d = json.loads(text)
+        return cls(notification_id=d["id"], sequence=d["seq"], published_ms=d["at"], content_type=d["ctype"],
+                   resourcesync=d["rs"], attempts=d["attempts"], status=d["status"], error=d["error"],
+                   dead_at=d["dead_at"], resend=d.get("resend", False))
+
+
+# KEYS: lock, sub ; ARGV: token, ttl_ms. The sub's DELIVERY_FIELDS once this worker owns it, else false.
+CLAIM_SCRIPT = _Script("""
+if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+  return redis.call('HMGET', KEYS[2], 'topic', 'callback', 'tid', 'secret', 'state', 'expires',
+                    'cursor', 'cursor_seq', 'attempts', 'retry_at', 'resend')
+end
+return false
+""")
+
+# KEYS: locks... ; ARGV: ttl_ms, then each lock's token. 1 per lock still ours (extended), 0 per lost one.
+RENEW_SCRIPT = _Script("""
+local out = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('GET', key) == ARGV[i + 1] then
+    redis.call('PEXPIRE', key, ARGV[1]); out[i] = 1
+  else out[i] = 0 end
+end
+return out
+""")
+
+# KEYS: lock, sub, attempts, due, log
+# ARGV: token, release (1/0), sid, recent max, delivered +n, gaps +n, due at ("" = none),
+#       n = number of HSET args, the n HSET args (field, value...), then attempt records (JSON).
+# The delivery state is written only while the lock is ours: a worker that lost its claim
+# must not move a cursor another worker owns now. Attempts are facts and are kept anyway.
+# Returns {1, state, expires, log's last id, resend count, retry_at} ; {0} lock lost ; {-1} sub gone.
+CHECKPOINT_SCRIPT = _Script("""
+local owned = redis.call('GET', KEYS[1]) == ARGV[1]
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  if owned then redis.call('DEL', KEYS[1]) end
+  return {-1}
+end
+local nf = tonumber(ARGV[8])
+if #ARGV >= 9 + nf then
+  redis.call('LPUSH', KEYS[3], unpack(ARGV, 9 + nf, #ARGV))
+  redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[4]) - 1)
+end
+if not owned then return {0} end
+if nf > 0 then redis.call('HSET', KEYS[2], unpack(ARGV, 9, 8 + nf)) end
+if ARGV[5] ~= '0' then redis.call('HINCRBY', KEYS[2], 'delivered', ARGV[5]) end
+if ARGV[6] ~= '0' then redis.call('HINCRBY', KEYS[2], 'gaps', ARGV[6]) end
+if ARGV[7] ~= '' then redis.call('ZADD', KEYS[4], ARGV[7], ARGV[3]) end
+if ARGV[2] == '1' then redis.call('DEL', KEYS[1]) end
+local last = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', 1)
+local last_id = ''
+if #last > 0 then last_id = last[1][1] end
+local info = redis.call('HMGET', KEYS[2], 'state', 'expires', 'resend', 'retry_at')
+return {1, info[1] or 'active', info[2] or '0', last_id, info[3] or '0', info[4] or '0'}
+""")
+
+# KEYS: lock, sub, dead, dead body, resend ; ARGV: token, nid, dead letter JSON, body, cursor, cursor_seq
+# (cursor "" for a re-sent dead letter, which stays dead and leaves the re-send queue).
+# The cursor moves past it so later notifications still flow. 1 ok, 0 lock lost, -1 sub gone.
+DEAD_LETTER_SCRIPT = _Script("""
+if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
+redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
+redis.call('HSET', KEYS[4], ARGV[2], ARGV[4])
+if ARGV[5] ~= '' then
+  redis.call('HSET', KEYS[2], 'cursor', ARGV[5], 'cursor_seq', ARGV[6])
+end
+redis.call('LREM', KEYS[5], 0, ARGV[2])
+redis.call('HSET', KEYS[2], 'attempts', 0, 'next_attempt', 0, 'retry_at', 0,
+           'resend', redis.call('LLEN', KEYS[5]))
+return 1
+""")
+
+# KEYS: lock, sub, dead, dead body, resend ; ARGV: token, nid. A re-sent dead letter got its 2xx.
+RESENT_SCRIPT = _Script("""
+redis.call('HDEL', KEYS[3], ARGV[2])
+redis.call('HDEL', KEYS[4], ARGV[2])
+redis.call('LREM', KEYS[5], 0, ARGV[2])
+if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
+redis.call('HSET', KEYS[2], 'resend', redis.call('LLEN', KEYS[5]))
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('HSET', KEYS[2], 'attempts', 0, 'next_attempt', 0, 'retry_at', 0)
+end
+return 1
+""")
+
+# KEYS: sub, dead, resend, due ; ARGV: sid, now, nids... Queue dead letters for re-sending and wake
+# the subscription (no earlier than a pending retry). Returns how many were queued.
+_RESEND = _Script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+local queued = 0
+for i = 3, #ARGV do
+  if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 1 and not redis.call('LPOS', KEYS[3], ARGV[i]) then
+    redis.call('RPUSH', KEYS[3], ARGV[i]); queued = queued + 1
+  end
+end
+redis.call('HSET', KEYS[1], 'resend', redis.call('LLEN', KEYS[3]))
+local due = math.max(tonumber(ARGV[2]), tonumber(redis.call('HGET', KEYS[1], 'retry_at') or '0'))
+if queued > 0 then redis.call('ZADD', KEYS[4], due, ARGV[1]) end
+return queued
+""")
+
+# KEYS: sub, due ; ARGV: sid, state (paused|active), now. Resuming clears any backoff and wakes it.
+_SET_STATE = _Script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[2])
+if ARGV[2] == 'active' then
+  redis.call('HSET', KEYS[1], 'next_attempt', 0, 'retry_at', 0)
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+end
+return 1
+""")
+
+# KEYS: due ; ARGV: now, limit. Take the subscriptions whose next attempt is due.
+_POP_DUE = _Script("""
+local sids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+if #sids > 0 then redis.call('ZREM', KEYS[1], unpack(sids)) end
+return sids
+""")
+
+
+async def read_log(redis: Redis, tid: str, after: str, count: int) -> list[LogEntry]:
+    """Up to `count` entries of the topic's log after entry id `after` (exclusive), oldest first."""
+    raw = await redis.xrange(topic_log_key(tid), f"({after}", "+", count=count)
+    return [LogEntry.from_stream(entry_id, fields) for entry_id, fields in raw]
+
+
+async def list_dead_letters(redis: Redis, sid: str) -> list[DeadLetter]:
+    """The subscription's dead letters, oldest notification first."""
+    raw = await redis.hgetall(sub_dead_key(sid))
+    return sorted((DeadLetter.from_json(v) for v in raw.values()), key=lambda d: d.sequence)
+
+
+async def dead_letter_body(redis: Redis, sid: str, nid: str) -> bytes | None:
+    """The exact body of one dead letter (None when there is no such dead letter)."""
+    return await redis.hget(sub_dead_body_key(sid), nid)
+
+
+async def resend_dead_letter(redis: Redis, sid: str, nid: str, *, now: float | None = None) -> bool:
+    """Queue one dead letter for re-sending (before the subscription's next log entries).
+
+    A worker picks it up within a fraction of a second (through due_key()); a 2xx removes the
+    dead letter, a failure retries it like any delivery and, when attempts run out, it stays
+    dead. False when the subscription or the dead letter does not exist (or it is queued already).
+    """
+    keys = [sub_key(sid), sub_dead_key(sid), sub_resend_key(sid), due_key()]
+    return bool(await _RESEND(redis, keys, [sid, time.time() if now is None else now, nid]))
+
+
+async def resend_all_dead_letters(redis: Redis, sid: str, *, now: float | None = None) -> int:
+    """Queue every dead letter of the subscription for re-sending, oldest first; returns how many."""
+    letters = await list_dead_letters(redis, sid)
+    if not letters:
+        return 0
+    keys = [sub_key(sid), sub_dead_key(sid), sub_resend_key(sid), due_key()]
+    args: list[object] = [sid, time.time() if now is None else now]
+    return int(await _RESEND(redis, keys, args + [d.notification_id for d in letters]))
+
+
+async def pause_subscription(redis: Redis, sid: str) -> bool:
+    """Stop deliveries to the subscription (its cursor stays) until resumed. False when unknown."""
+    return bool(await _SET_STATE(redis, [sub_key(sid), due_key()], [sid, "paused", 0]))
+
+
+async def resume_subscription(redis: Redis, sid: str, *, now: float | None = None) -> bool:
+    """Resume deliveries now (any retry backoff is cleared). False when the subscription is unknown."""
+    now = time.time() if now is None else now
+    return bool(await _SET_STATE(redis, [sub_key(sid), due_key()], [sid, "active", now]))
+
+
+async def recent_attempts(redis: Redis, sid: str, limit: int = RECENT_ATTEMPTS) -> list[Attempt]:
+    """The subscription's last delivery attempts, newest first."""
+    raw = await redis.lrange(sub_attempts_key(sid), 0, limit - 1)
+    return [Attempt.from_json(r) for r in raw]
+
+
+async def subscription_backlog(redis: Redis, sid: str) -> int:
+    """How many notifications of its topic the subscription has not confirmed yet."""
+    tid, cursor_seq, cursor = await redis.hmget(sub_key(sid), "tid", "cursor_seq", "cursor")
+    if not tid:
+        return 0
+    log_key, cursor_text = topic_log_key(_text(tid)), _text(cursor, "0-0")
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.get(topic_seq_key(_text(tid)))
+        pipe.xrange(log_key, cursor_text, cursor_text, count=1)
+        pipe.xrange(log_key, "-", "+", count=1)
+        last_seq, at_cursor, first = await pipe.execute()
+    if cursor_seq is not None:
+        done = _int(cursor_seq)
+    elif at_cursor:            # nothing delivered yet: the seq of the entry it started after
+        done = _int(at_cursor[0][1].get(b"seq"))
+    elif first:                # that entry was trimmed: everything still in the log is due
+        done = _int(first[0][1].get(b"seq")) - 1
+    else:
+        done = _int(last_seq)
+    return max(0, _int(last_seq) - done)
+
+
+async def pop_due(redis: Redis, now: float, limit: int = 500) -> list[str]:
+    """Take (remove and return) the subscriptions whose next attempt is due at `now`."""
+    return [_text(s) for s in await _POP_DUE(redis, [due_key()], [now, limit])]
+
+
+async def delivery_stats(redis: Redis) -> dict[str, float]:
+    """Hub-wide delivery counters and latency histograms, as written by the workers.
+
+    Fields: `outcome:<delivered|retry|gone|dead>`, `status:<2xx|3xx|4xx|5xx|error>` (counts);
+    for each histogram `delivery_seconds` (one POST) and `publish_to_delivery_seconds` (publish
+    to confirmed delivery): `<name>:le:<bound>` per bucket of LATENCY_BUCKETS plus `<name>:le:+Inf`
+    (non-cumulative counts), `<name>:sum` and `<name>:count`.
+    """
+    raw = await redis.hgetall(stats_key())
+    return {_text(k): float(v) for k, v in raw.items()}

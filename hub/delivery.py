@@ -1,0 +1,685 @@
+"""Async core of fan-out: a topic's subscriptions served concurrently, each one's log entries
+sent strictly one after another, and every outcome mapped in one place (`apply_outcome`).
+
+No RQ and no process-wide state: everything comes through `ctx` (hub.worker.WorkerContext,
+or a test's own), whose `deliveries` holds this process's claims, slots and counters.
+"""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import math
+import random
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import aiohttp
+from redis.exceptions import RedisError
+from yarl import URL
+
+from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER, SIGNATURE_HEADER, build_link_header, sign
+
+from . import store
+from .netguard import describe_refusal
+from .secrets import decrypt_secret
+
+if TYPE_CHECKING:
+    from .worker import WorkerContext
+
+log = logging.getLogger(__name__)
+
+WINDOW = 512              # log entries a fan-out keeps in memory for its topic
+READ_BATCH = 100          # entries read at once for a subscription behind that window
+FRESH = 0.002             # s: an empty log read this recent is trusted (the release re-checks anyway)
+RUN_SLICE = 5.0           # s a subscription keeps a slot before yielding it to others (then re-queued)
+CHECKPOINT_EVERY = 0.2    # s between cursor/attempt writes of running subscriptions
+SECRET_CACHE = 10_000     # decrypted secrets kept per process
+
+
+def retry_delay(failures: int, base: float, cap: float, rand: float | None = None) -> float:
+    """Seconds before the next attempt after `failures` failed ones: base * 2^(failures-1), capped,
+    half of it fixed and half random (jitter), so retries of many subscribers spread out."""
+    ceiling = min(cap, base * 2.0 ** min(failures - 1, 60))
+    return ceiling / 2 + (random.random() if rand is None else rand) * ceiling / 2
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One thing to send to a subscription: a log entry, or a dead letter being re-sent."""
+
+    entry: store.LogEntry
+    headers: dict[str, str]       # everything but the signature, built once per notification
+    is_resend: bool = False
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return store.parse_entry_id(self.entry.notification_id)
+
+
+def notification_headers(entry: store.LogEntry, topic: str, hub_url: str) -> dict[str, str]:
+    """The headers every subscriber gets with `entry` (the signature is added per subscriber)."""
+    links = [(topic, "self"), (hub_url, "hub")]
+    if entry.resourcesync:
+        links.append((entry.resourcesync, "resourcesync"))
+    return {"Content-Type": entry.content_type, "Link": build_link_header(links),
+            NOTIFICATION_ID_HEADER: entry.notification_id, SEQUENCE_HEADER: str(entry.sequence)}
+
+
+@dataclass(slots=True)
+class FanOutReport:
+    """What one fan-out (or one subscription's delivery job) did."""
+
+    topic_id: str
+    subscriptions: int = 0        # subscriptions of the topic looked at
+    served: int = 0               # claimed and served by this call
+    busy: int = 0                 # owned by another run at that moment (that run delivers)
+    delivered: int = 0
+    failed: int = 0               # attempts that will be retried, or ended as dead letters
+    gone: int = 0
+
+    def add(self, run: SubRun) -> None:
+        self.delivered += run.delivered_total
+        self.failed += run.failed_total
+        self.gone += run.gone
+
+
+@dataclass(slots=True)
+class SubRun:
+    """One claim on a subscription: its delivery state in memory while this worker owns it."""
+
+    sid: str
+    token: str
+    topic: str
+    callback: str
+    tid: str
+    url: URL
+    secret: str | None = field(repr=False)
+    state: str
+    expires: int
+    cursor: str
+    cursor_key: tuple[int, int]
+    cursor_seq: int | None
+    attempts: int
+    next_attempt: float
+    resend: int
+    stop: bool = False            # lost its lock, removed, paused, or the worker is stopping
+    gone: int = 0
+    # written at the next checkpoint
+    fields: dict[str, Any] = field(default_factory=dict)
+    records: list[str] = field(default_factory=list)
+    delivered: int = 0
+    gaps: int = 0
+    delivered_total: int = 0
+    failed_total: int = 0
+
+    @property
+    def is_dirty(self) -> bool:
+        return bool(self.fields or self.records)
+
+    def lags(self, last_key: tuple[int, int]) -> bool:
+        return self.cursor_key < last_key or self.resend > 0
+
+    def may_send(self, now: float) -> bool:
+        return self.state == "active" and self.expires >= now and self.next_attempt <= now and not self.stop
+
+
+class Deliveries:
+    """This process's delivery machinery: claims (with their lock renewal), concurrency slots,
+    ordered checkpoints, counters, and the decrypted-secret cache. One per worker context."""
+
+    def __init__(self, ctx: WorkerContext, concurrency: int) -> None:
+        self.ctx = ctx
+        self.slots = asyncio.Semaphore(concurrency)
+        self.runs: dict[str, SubRun] = {}
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.stopping = False
+        self._prefix = uuid.uuid4().hex[:12]
+        self._claims = 0
+        self._secrets: dict[str, str] = {}
+        self._stats: defaultdict[str, float] = defaultdict(float)
+        self._keeper: asyncio.Task[None] | None = None
+        settings = ctx.settings
+        self.timeout = aiohttp.ClientTimeout(total=settings.delivery_timeout, sock_connect=settings.connect_timeout)
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        self._keeper = asyncio.get_running_loop().create_task(self._keep())
+
+    async def close(self, *, drain: bool, grace: float) -> None:
+        """Stop: with `drain` let every run finish its backlog, else only its current delivery."""
+        self.stopping = not drain
+        # every task on the loop: runs, and fan-outs a job stopped waiting for (run_detachable)
+        current = asyncio.current_task()
+        pending = [t for t in asyncio.all_tasks() if t is not current and t is not self._keeper and not t.done()]
+        if pending:
+            done, late = await asyncio.wait(pending, timeout=grace)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=5)
+        if self._keeper:
+            self._keeper.cancel()
+            try:
+                await self._keeper
+            except asyncio.CancelledError:
+                pass
+        try:
+            await self._flush_stats()
+        except RedisError as exc:
+            log.warning("could not write the last delivery counters: %s", exc)
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    # -- claims
+
+    def new_token(self) -> str:
+        # one token per claim, so a late write from an earlier claim of this worker is refused too
+        self._claims += 1
+        return f"{self._prefix}:{self._claims}"
+
+    async def claim(self, sid: str) -> SubRun | None:
+        """Own the subscription (lock with TTL) and read its delivery state; None when owned elsewhere."""
+        token = self.new_token()
+        ttl_ms = int(self.ctx.settings.lock_ttl * 1000)
+        raw = await self.ctx.batch.script(store.CLAIM_SCRIPT, [store.sub_lock_key(sid), store.sub_key(sid)],
+                                          [token, ttl_ms])
+        if not raw:
+            return None
+        values = dict(zip(store.DELIVERY_FIELDS, raw))
+        if values["callback"] is None:          # removed meanwhile
+            await self.ctx.batch.execute("DEL", store.sub_lock_key(sid))
+            return None
+        return self._run_from(sid, token, values)
+
+    def _run_from(self, sid: str, token: str, v: dict[str, bytes | None]) -> SubRun:
+        text = store._text
+        callback = text(v["callback"])
+        cursor = text(v["cursor"], "0-0")
+        return SubRun(
+            sid=sid, token=token, topic=text(v["topic"]), callback=callback, tid=text(v["tid"]),
+            url=_callback_url(callback), secret=self._secret(text(v["secret"])),
+            state=text(v["state"], "active"), expires=store._int(v["expires"]), cursor=cursor,
+            cursor_key=store.parse_entry_id(cursor),
+            cursor_seq=None if v["cursor_seq"] is None else store._int(v["cursor_seq"]),
+            attempts=store._int(v["attempts"]), next_attempt=float(text(v["retry_at"]) or 0),
+            resend=store._int(v["resend"]))
+
+    def _secret(self, token: str) -> str | None:
+        if not token:
+            return None
+        secret = self._secrets.get(token)
+        if secret is None:
+            if len(self._secrets) >= SECRET_CACHE:
+                self._secrets.clear()
+            secret = self._secrets[token] = decrypt_secret(self.ctx.fernet, token) or ""
+        return secret or None
+
+    async def checkpoint(self, run: SubRun, *, release: bool, due_at: float | None = None) -> list[Any]:
+        """Write the run's pending state; with `release` also give up the claim. The answer tells
+        what the subscription looks like now: {1, state, expires, last log id, resend, next_attempt},
+        {0} when the claim was lost, {-1} when the subscription is gone."""
+        fields = run.fields
+        fields["cursor"] = run.cursor
+        if run.cursor_seq is not None:
+            fields["cursor_seq"] = run.cursor_seq
+        pairs = [x for kv in fields.items() for x in kv]
+        records = run.records[-store.RECENT_ATTEMPTS:]   # oldest first: LPUSH leaves the newest on top
+        args = [run.token, 1 if release else 0, run.sid, store.RECENT_ATTEMPTS, run.delivered, run.gaps,
+                "" if due_at is None else repr(due_at), len(pairs), *pairs, *records]
+        run.fields, run.records, run.delivered, run.gaps = {}, [], 0, 0
+        keys = [store.sub_lock_key(run.sid), store.sub_key(run.sid), store.sub_attempts_key(run.sid),
+                store.due_key(), store.topic_log_key(run.tid)]
+        answer = await self.ctx.batch.script(store.CHECKPOINT_SCRIPT, keys, args)
+        if answer[0] != 1:
+            run.stop = True
+        else:
+            run.state, run.expires = store._text(answer[1]), store._int(answer[2])
+            if run.state != "active":
+                run.stop = True
+        return answer
+
+    # -- counters
+
+    def count(self, outcome: str, status: int | None, seconds: float, entry: store.LogEntry) -> None:
+        s = self._stats
+        s[f"outcome:{outcome}"] += 1
+        s["status:error" if status is None else f"status:{status // 100}xx"] += 1
+        _observe(s, "delivery_seconds", seconds)
+        if outcome == "delivered" and entry.published_ms:
+            _observe(s, "publish_to_delivery_seconds", max(0.0, time.time() - entry.published_ms / 1000))
+
+    async def _flush_stats(self) -> None:
+        stats, self._stats = self._stats, defaultdict(float)
+        for name, value in stats.items():
+            if name.endswith(":sum"):
+                self.ctx.batch.execute("HINCRBYFLOAT", store.stats_key(), name, repr(value))
+            else:
+                self.ctx.batch.execute("HINCRBY", store.stats_key(), name, int(value))
+        if stats:
+            await self.ctx.batch.execute("PING")
+
+    # -- the keeper: checkpoints, lock renewal, counters
+
+    async def _keep(self) -> None:
+        ttl = self.ctx.settings.lock_ttl
+        renew_every = max(0.05, ttl / 3)
+        last_renew = time.monotonic()
+        while True:
+            await asyncio.sleep(min(CHECKPOINT_EVERY, renew_every))
+            try:
+                runs = [r for r in self.runs.values() if r.is_dirty and not r.stop]
+                if runs:
+                    await asyncio.gather(*(self.checkpoint(r, release=False) for r in runs))
+                if time.monotonic() - last_renew >= renew_every:
+                    last_renew = time.monotonic()
+                    await self._renew(list(self.runs.values()))
+                await self._flush_stats()
+            except RedisError as exc:
+                log.error("delivery keeper: Redis failed: %s", exc)
+
+    async def _renew(self, runs: list[SubRun]) -> None:
+        ttl_ms = int(self.ctx.settings.lock_ttl * 1000)
+        for start in range(0, len(runs), 500):
+            chunk = runs[start:start + 500]
+            keys = [store.sub_lock_key(r.sid) for r in chunk]
+            answer = await self.ctx.batch.script(store.RENEW_SCRIPT, keys, [ttl_ms, *(r.token for r in chunk)])
+            for run, kept in zip(chunk, answer):
+                if not kept and not run.stop:
+                    log.warning("lost the claim on subscription %s (%s); another worker takes over",
+                                run.sid, run.callback)
+                    run.stop = True
+
+
+def _observe(stats: defaultdict[str, float], name: str, seconds: float) -> None:
+    index = bisect.bisect_left(store.LATENCY_BUCKETS, seconds)
+    bound = "+Inf" if index == len(store.LATENCY_BUCKETS) else repr(store.LATENCY_BUCKETS[index])
+    stats[f"{name}:le:{bound}"] += 1
+    stats[f"{name}:sum"] += seconds
+    stats[f"{name}:count"] += 1
+
+
+def _callback_url(callback: str) -> URL:
+    # the exact callback, query string included: no re-quoting of what the subscriber sent
+    return URL(callback, encoded=True) if callback.isascii() else URL(callback)
+
+
+class TopicLog:
+    """A window of one topic's log shared by the subscriptions a fan-out serves, so the log is
+    read once per round for all of them instead of once per subscription."""
+
+    def __init__(self, ctx: WorkerContext, tid: str, topic: str) -> None:
+        self.ctx, self.tid, self.topic = ctx, tid, topic
+        self.hub_url = ctx.settings.hub_url
+        self.items: list[Item] = []
+        self.keys: list[tuple[int, int]] = []
+        self.start_key: tuple[int, int] | None = None   # the window holds entries after this
+        self.end_id = ""
+        self.end_key = (0, 0)
+        self._refresh: asyncio.Future[None] | None = None
+        self._refreshed_at = 0.0
+
+    def item(self, entry: store.LogEntry) -> Item:
+        return Item(entry, notification_headers(entry, self.topic, self.hub_url))
+
+    async def prime(self, after: str) -> None:
+        self.start_key = store.parse_entry_id(after)
+        self.end_id, self.end_key = after, self.start_key
+        await self._read_more()
+
+    async def after(self, cursor: str, cursor_key: tuple[int, int], must_reach: tuple[int, int] | None = None,
+                    ) -> list[Item]:
+        """Entries after `cursor`, oldest first (a batch, not necessarily all)."""
+        if self.start_key is None or cursor_key < self.start_key:
+            entries = await self._xrange(cursor, READ_BATCH)   # behind the window: its own read
+            return [self.item(e) for e in entries]
+        if cursor_key >= self.end_key:
+            if self._refresh is not None:
+                await asyncio.shield(self._refresh)
+            elif (time.monotonic() - self._refreshed_at > FRESH
+                  or (must_reach is not None and self.end_key < must_reach)):
+                await self._read_more()
+            if cursor_key >= self.end_key:
+                return []
+        index = bisect.bisect_right(self.keys, cursor_key)
+        return self.items[index:index + READ_BATCH]
+
+    async def _read_more(self) -> None:
+        self._refresh = asyncio.get_running_loop().create_future()
+        try:
+            entries = await self._xrange(self.end_id, WINDOW)
+            for entry in entries:
+                self.items.append(self.item(entry))
+                self.keys.append(store.parse_entry_id(entry.notification_id))
+            if entries:
+                self.end_id, self.end_key = entries[-1].notification_id, self.keys[-1]
+            if len(self.items) > 2 * WINDOW:
+                drop = len(self.items) - WINDOW
+                self.start_key = self.keys[drop - 1]
+                del self.items[:drop], self.keys[:drop]
+            self._refreshed_at = time.monotonic()
+        finally:
+            self._refresh.set_result(None)
+            self._refresh = None
+
+    async def _xrange(self, after: str, count: int) -> list[store.LogEntry]:
+        raw = await self.ctx.batch.execute("XRANGE", store.topic_log_key(self.tid), f"({after}", "+",
+                                           "COUNT", count)
+        return [store.LogEntry.from_stream(entry_id, dict(_pairs(flat))) for entry_id, flat in raw]
+
+
+def _pairs(flat: Any) -> Iterable[tuple[bytes, bytes]]:
+    if isinstance(flat, dict):
+        return flat.items()
+    return zip(flat[::2], flat[1::2])
+
+
+# --- the fan-out --------------------------------------------------------------------------
+
+async def fan_out(ctx: WorkerContext, topic_id: str) -> FanOutReport:
+    """Deliver the topic's log to every active subscription past its cursor.
+
+    Subscriptions run concurrently (bounded by the worker's slots); each one's entries go one
+    after another. A subscription another run owns is left to that run, which looks at the log
+    again when it lets go, so no publish is missed.
+    """
+    d, batch = ctx.deliveries, ctx.batch
+    report = FanOutReport(topic_id)
+    # Clearing the "queued" flag first: a publish after this point queues a new fan-out.
+    batch.execute("DEL", store.fanout_queued_key(topic_id))
+    sids_f = batch.execute("SMEMBERS", store.topic_subs_key(topic_id))
+    last_f = batch.execute("XREVRANGE", store.topic_log_key(topic_id), "+", "-", "COUNT", 1)
+    url_f = batch.execute("HGET", store.topic_key(topic_id), "url")
+    sids, last, url = [store._text(s) for s in await sids_f], await last_f, await url_f
+    report.subscriptions = len(sids)
+    if not sids or not last:
+        return report
+    last_key = store.parse_entry_id(store._text(last[0][0]))
+    now = ctx.now()
+    states = await asyncio.gather(*(batch.execute("HMGET", store.sub_key(s), "state", "expires", "cursor",
+                                                  "retry_at", "resend") for s in sids))
+    candidates: list[tuple[str, str]] = []
+    for sid, (state, expires, cursor, next_attempt, resend) in zip(sids, states):
+        if cursor is None or store._text(state, "active") != "active" or store._int(expires) < now:
+            continue
+        if float(store._text(next_attempt) or 0) > now:
+            continue                        # backing off: due_key() wakes it
+        cursor_text = store._text(cursor)
+        if store.parse_entry_id(cursor_text) < last_key or store._int(resend) > 0:
+            candidates.append((sid, cursor_text))
+    if not candidates:
+        return report
+    topic_log = TopicLog(ctx, topic_id, store._text(url))
+    await topic_log.prime(min(candidates, key=lambda c: store.parse_entry_id(c[1]))[1])
+    await _serve_all(ctx, [sid for sid, _ in candidates], topic_log, report)
+    return report
+
+
+async def deliver_subscription(ctx: WorkerContext, sid: str) -> FanOutReport:
+    """Serve one subscription (a due retry, a re-send, a resume, or a reconciled lag)."""
+    batch = ctx.batch
+    batch.execute("DEL", store.sub_queued_key(sid))
+    tid = store._text(await batch.execute("HGET", store.sub_key(sid), "tid"))
+    report = FanOutReport(tid)
+    if not tid:
+        return report
+    report.subscriptions = 1
+    url = store._text(await batch.execute("HGET", store.topic_key(tid), "url"))
+    await _serve_all(ctx, [sid], TopicLog(ctx, tid, url), report)
+    return report
+
+
+async def _serve_all(ctx: WorkerContext, sids: list[str], topic_log: TopicLog, report: FanOutReport) -> None:
+    d = ctx.deliveries
+    tasks: list[asyncio.Task[Any]] = []
+    position = 0
+    while position < len(sids) and not d.stopping:
+        await d.slots.acquire()
+        size = 1
+        while position + size < len(sids) and not d.slots.locked():
+            await d.slots.acquire()         # free slots are taken at once, without waiting
+            size += 1
+        batch = sids[position:position + size]
+        position += size
+        runs = await asyncio.gather(*(d.claim(sid) for sid in batch), return_exceptions=True)
+        for sid, run in zip(batch, runs):
+            if isinstance(run, BaseException):
+                d.slots.release()
+                log.error("could not claim subscription %s: %s", sid, run)
+            elif run is None:
+                d.slots.release()
+                report.busy += 1
+            else:
+                report.served += 1
+                tasks.append(d.spawn(_serve(ctx, run, topic_log, report)))
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: FanOutReport) -> None:
+    """Send the subscription everything past its cursor, in order, then let go of it — and if the
+    log grew meanwhile, take it again (the fan-out queued for that publish may have skipped it)."""
+    d = ctx.deliveries
+    d.runs[run.sid] = run
+    try:
+        while True:
+            verdict = await _work(ctx, run, topic_log)
+            d.runs.pop(run.sid, None)
+            if verdict == "gone":
+                return
+            now = ctx.now()
+            due_at = None
+            if verdict == "yield":
+                due_at = now                # let others have the slot; a worker takes it up again at once
+            elif run.next_attempt > now and not run.stop and run.state == "active":
+                due_at = run.next_attempt   # a retry (also one claimed before its time): wake it then
+            answer = await d.checkpoint(run, release=True, due_at=due_at)
+            if verdict != "idle" or answer[0] != 1 or run.stop or d.stopping:
+                return
+            # released; anything appended (or queued for re-send) since our last read?
+            last_key = store.parse_entry_id(store._text(answer[3]) or "0-0")
+            run.resend, run.next_attempt = store._int(answer[4]), float(store._text(answer[5]) or 0)
+            if not (run.lags(last_key) and run.may_send(ctx.now())):
+                return
+            again = await d.claim(run.sid)
+            if again is None:
+                return                      # someone else owns it now, and delivers
+            again.delivered_total, again.failed_total = run.delivered_total, run.failed_total
+            run = again
+            d.runs[run.sid] = run
+    except RedisError as exc:
+        # our claim expires by itself; the reconciler hands the subscription to a worker again
+        log.error("delivery to %s (subscription %s) stopped: Redis failed: %s", run.callback, run.sid, exc)
+    finally:
+        d.runs.pop(run.sid, None)
+        d.slots.release()
+        report.add(run)
+
+
+async def _work(ctx: WorkerContext, run: SubRun, topic_log: TopicLog) -> str:
+    """Deliver until there is nothing more: 'idle'; or 'retry', 'gone', 'stopped', 'yield'."""
+    d = ctx.deliveries
+    slice_end = time.monotonic() + RUN_SLICE
+    must_reach: tuple[int, int] | None = None
+    while True:
+        if run.resend:
+            items = await _resend_items(ctx, run)
+        else:
+            items = await topic_log.after(run.cursor, run.cursor_key, must_reach)
+        if not items:
+            return "idle"
+        for item in items:
+            if run.stop or d.stopping or not run.may_send(ctx.now()):
+                return "stopped"
+            verdict = await apply_outcome(ctx, run, item, await send(ctx, run, item))
+            if verdict != "next":
+                return verdict
+            if time.monotonic() > slice_end:
+                return "yield"
+        must_reach = items[-1].key if not run.resend else None
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    """What one POST to a callback came to."""
+
+    status: int | None            # None: no HTTP answer (timeout, connection refused, reset...)
+    error: str
+    seconds: float
+
+
+async def send(ctx: WorkerContext, run: SubRun, item: Item) -> Response:
+    """POST one notification to the subscription's exact callback: the exact body, its headers,
+    the signature when there is a secret. Never follows redirects; bounded in time and size."""
+    headers = item.headers
+    if run.secret is not None:
+        headers = {**headers, SIGNATURE_HEADER: sign(item.entry.body, run.secret, ctx.settings.signature_algorithm)}
+    started = time.perf_counter()
+    status: int | None = None
+    error = ""
+    try:
+        async with ctx.session.post(run.url, data=item.entry.body, headers=headers, allow_redirects=False,
+                                    timeout=ctx.deliveries.timeout) as response:
+            status = response.status
+            remaining = ctx.settings.max_response_bytes
+            while remaining > 0:            # read a little of the answer, then ignore it
+                chunk = await response.content.read(remaining)
+                if not chunk:
+                    break
+                remaining -= len(chunk)
+    except asyncio.TimeoutError:
+        if status is None:
+            error = f"no answer within {ctx.settings.delivery_timeout:g} s"
+    except aiohttp.ClientError as exc:
+        if status is None:
+            error = describe_refusal(exc) or f"{type(exc).__name__}: {exc}"
+    return Response(status, error, time.perf_counter() - started)
+
+
+async def apply_outcome(ctx: WorkerContext, run: SubRun, item: Item, response: Response) -> str:
+    """The one place an attempt's outcome is decided: 2xx advances the cursor, 410 ends the
+    subscription, anything else retries this subscription alone with backoff, and after the
+    last attempt the notification becomes a dead letter and the cursor moves on.
+
+    Returns 'next' (go on with the next entry), 'retry' or 'gone'.
+    """
+    settings, d = ctx.settings, ctx.deliveries
+    entry, now = item.entry, ctx.now()
+    attempt = run.attempts + 1
+    status = response.status
+    ms = response.seconds * 1000
+    if not item.is_resend and run.cursor_seq is not None and entry.sequence > run.cursor_seq + 1 \
+            and run.attempts == 0:
+        missed = entry.sequence - run.cursor_seq - 1
+        run.gaps += missed
+        run.fields["last_gap"] = f"{run.cursor_seq + 1}-{entry.sequence - 1}"
+        log.warning("subscription %s (%s) missed notifications %s: they left the log before delivery",
+                    run.sid, run.callback, run.fields["last_gap"])
+    match status:
+        case int() if 200 <= status < 300:
+            outcome, verdict = "delivered", "next"
+            run.attempts, run.next_attempt = 0, 0.0
+            run.delivered += 1
+            run.delivered_total += 1
+            if item.is_resend:
+                await _dead_letter_resent(ctx, run, entry)
+            else:
+                run.cursor, run.cursor_key, run.cursor_seq = entry.notification_id, item.key, entry.sequence
+            log.info("delivered %s (seq %d) to %s: %d in %.1f ms", entry.notification_id, entry.sequence,
+                     run.callback, status, ms)
+        case 410:
+            outcome, verdict = "gone", "gone"
+            run.gone = 1
+            log.info("subscription %s ended: %s answered 410 Gone to %s", run.sid, run.callback,
+                     entry.notification_id)
+            await _end_subscription(ctx, run)
+        case _:
+            run.failed_total += 1
+            reason = response.error or f"HTTP {status}"
+            if attempt >= settings.max_attempts:
+                outcome, verdict = "dead", "next"
+                log.warning("dead letter %s (seq %d) for %s after %d attempts: %s", entry.notification_id,
+                            entry.sequence, run.callback, attempt, reason)
+                await _dead_letter(ctx, run, item, attempt, response)
+            else:
+                outcome, verdict = "retry", "retry"
+                run.attempts = attempt
+                run.next_attempt = now + retry_delay(attempt, settings.retry_base, settings.retry_cap)
+                log.warning("delivery of %s (seq %d) to %s failed (attempt %d): %s; retry in %.1f s",
+                            entry.notification_id, entry.sequence, run.callback, attempt, reason,
+                            run.next_attempt - now)
+    d.count(outcome, status, response.seconds, entry)
+    if outcome != "gone":
+        run.fields.update(attempts=run.attempts, next_attempt=math.ceil(run.next_attempt),
+                          retry_at=repr(run.next_attempt),
+                          last_status="" if status is None else status, last_error=response.error,
+                          last_attempt_at=int(now), last_latency_ms=round(ms, 2), last_outcome=outcome)
+        run.records.append(store.Attempt(now, entry.notification_id, entry.sequence, status, response.error,
+                                         ms, outcome, attempt).to_json())
+    return verdict
+
+
+async def _end_subscription(ctx: WorkerContext, run: SubRun) -> None:
+    run.stop = True
+    await store.remove_subscription(ctx.redis, run.sid)
+    await ctx.redis.delete(*store.delivery_keys(run.sid))
+
+
+async def _dead_letter(ctx: WorkerContext, run: SubRun, item: Item, attempts: int, response: Response) -> None:
+    entry = item.entry
+    letter = store.DeadLetter(entry.notification_id, entry.sequence, entry.published_ms, entry.content_type,
+                              entry.resourcesync, attempts, response.status, response.error or
+                              f"HTTP {response.status}", ctx.now())
+    cursor = "" if item.is_resend else entry.notification_id
+    keys = [store.sub_lock_key(run.sid), store.sub_key(run.sid), store.sub_dead_key(run.sid),
+            store.sub_dead_body_key(run.sid), store.sub_resend_key(run.sid)]
+    done = await ctx.batch.script(store.DEAD_LETTER_SCRIPT, keys,
+                                  [run.token, entry.notification_id, letter.to_json(), entry.body, cursor,
+                                   entry.sequence])
+    run.attempts, run.next_attempt = 0, 0.0
+    if done != 1:
+        run.stop = True
+    elif item.is_resend:
+        run.resend = max(0, run.resend - 1)
+    else:
+        run.cursor, run.cursor_key, run.cursor_seq = entry.notification_id, item.key, entry.sequence
+
+
+async def _dead_letter_resent(ctx: WorkerContext, run: SubRun, entry: store.LogEntry) -> None:
+    keys = [store.sub_lock_key(run.sid), store.sub_key(run.sid), store.sub_dead_key(run.sid),
+            store.sub_dead_body_key(run.sid), store.sub_resend_key(run.sid)]
+    await ctx.batch.script(store.RESENT_SCRIPT, keys, [run.token, entry.notification_id])
+    run.resend = max(0, run.resend - 1)
+    log.info("dead letter %s re-sent to %s", entry.notification_id, run.callback)
+
+
+async def _resend_items(ctx: WorkerContext, run: SubRun) -> list[Item]:
+    """The dead letters queued for re-sending, in queue order, with their stored bodies."""
+    nids = [store._text(n) for n in await ctx.batch.execute("LRANGE", store.sub_resend_key(run.sid), 0, 99)]
+    if not nids:
+        run.resend = 0
+        return []
+    metas = await ctx.batch.execute("HMGET", store.sub_dead_key(run.sid), *nids)
+    bodies = await ctx.batch.execute("HMGET", store.sub_dead_body_key(run.sid), *nids)
+    items = []
+    for nid, meta, body in zip(nids, metas, bodies):
+        if meta is None or body is None:    # re-sent meanwhile, or its subscription was renewed anew
+            entry = store.LogEntry(nid, b"", "", "", 0, 0)
+            await _dead_letter_resent(ctx, run, entry)
+            continue
+        letter = store.DeadLetter.from_json(meta)
+        entry = store.LogEntry(letter.notification_id, body, letter.content_type, letter.resourcesync,
+                               letter.sequence, letter.published_ms)
+        items.append(Item(entry, notification_headers(entry, run.topic, ctx.settings.hub_url), is_resend=True))
+    if not items:
+        run.resend = 0
+    return items

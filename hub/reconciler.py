@@ -1,0 +1,165 @@
+"""The workers' periodic maintenance: wake due retries, hand lagging subscriptions to a worker
+again (a killed worker's claims expire, and what it had not confirmed is delivered by another),
+trim topic logs by age, and queue the lease sweep.
+
+Each step is a plain function on a synchronous Redis client (tests call them directly); the
+running worker calls them from `maintain` through a thread, so its event loop stays free.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import TYPE_CHECKING, Any
+
+import redis as redis_sync
+from redis.exceptions import RedisError
+from rq import Queue
+
+from . import jobs, store
+from .settings import HubSettings
+
+if TYPE_CHECKING:
+    from .worker import WorkerContext
+
+log = logging.getLogger(__name__)
+
+SCAN_BATCH = 500          # topics (or subscriptions) read per pipeline
+
+
+def take_turn(connection: redis_sync.Redis, task: str, seconds: float) -> bool:
+    """True for the one worker (hub-wide) that runs `task` in this period of `seconds`."""
+    return bool(connection.set(store.maintenance_key(task), 1, nx=True, px=max(1, int(seconds * 1000))))
+
+
+def queue_due(queue: Queue, now: float | None = None) -> int:
+    """Queue a deliver_subscription job for every subscription whose next attempt is due."""
+    connection = queue.connection
+    now = time.time() if now is None else now
+    queued = 0
+    for _ in range(20):                       # bounded: at most 20 * 500 per call
+        script = store._POP_DUE
+        sids = [store._text(s) for s in connection.eval(script.source, 1, store.due_key(), repr(now), SCAN_BATCH)]
+        if not sids:
+            break
+        queued += jobs.queue_deliveries(queue, sids)
+        if len(sids) < SCAN_BATCH:
+            break
+    return queued
+
+
+def reconcile(queue: Queue, settings: HubSettings, now: float | None = None,
+              settled: dict[str, str] | None = None) -> int:
+    """Queue a fan-out for every topic with an active subscription that lags its log although
+    nobody owns it and it is not backing off. Returns how many fan-outs were queued.
+
+    Only topics whose newest entry is older than reconcile_interval are looked at: a fresher
+    one has its fan-out queued or running. `settled` (topic id -> last entry id) remembers the
+    topics found fully delivered, so an idle hub is not read through on every pass.
+    """
+    connection = queue.connection
+    now = time.time() if now is None else now
+    settled = {} if settled is None else settled
+    fresh_after = (now - settings.reconcile_interval) * 1000
+    requeued = 0
+    cursor = 0
+    while True:
+        cursor, tids = connection.sscan(store.topics_key(), cursor, count=SCAN_BATCH)
+        tids = [store._text(t) for t in tids]
+        with connection.pipeline(transaction=False) as pipe:
+            for tid in tids:
+                pipe.xrevrange(store.topic_log_key(tid), "+", "-", count=1)
+                pipe.smembers(store.topic_subs_key(tid))
+            answers = pipe.execute()
+        for tid, last, sids in zip(tids, answers[::2], answers[1::2]):
+            if not last or not sids:
+                continue
+            last_id = store._text(last[0][0])
+            if settled.get(tid) == last_id or store.parse_entry_id(last_id)[0] > fresh_after:
+                continue
+            if _lagging(connection, tid, last_id, [store._text(s) for s in sids], now, settled):
+                log.info("reconciler: topic %s has unconfirmed notifications nobody is delivering; "
+                         "queueing its fan-out", tid)
+                jobs.queue_fan_out(queue, tid)
+                requeued += 1
+        if cursor == 0:
+            return requeued
+
+
+def _lagging(connection: redis_sync.Redis, tid: str, last_id: str, sids: list[str], now: float,
+             settled: dict[str, str]) -> bool:
+    last_key = store.parse_entry_id(last_id)
+    caught_up, orphaned = True, False
+    for start in range(0, len(sids), SCAN_BATCH):
+        chunk = sids[start:start + SCAN_BATCH]
+        with connection.pipeline(transaction=False) as pipe:
+            for sid in chunk:
+                pipe.hmget(store.sub_key(sid), "state", "expires", "cursor", "retry_at", "resend")
+                pipe.exists(store.sub_lock_key(sid))
+            answers = pipe.execute()
+        for (state, expires, cursor, retry_at, resend), locked in zip(answers[::2], answers[1::2]):
+            if cursor is None or store._text(state, "active") != "active" or store._int(expires) < now:
+                continue                      # gone, paused (resume wakes it) or expired (swept)
+            if store.parse_entry_id(store._text(cursor)) >= last_key and not store._int(resend):
+                continue
+            caught_up = False
+            if not locked and float(store._text(retry_at) or 0) <= now:
+                orphaned = True
+    if caught_up:
+        settled[tid] = last_id
+    return orphaned
+
+
+def trim_logs(connection: redis_sync.Redis, settings: HubSettings, now: float | None = None) -> None:
+    """Drop log entries older than log_max_age (the length bound is kept by every append).
+
+    A subscriber whose backlog is dropped sees the gap in the sequence numbers it receives,
+    and the hub records it on the subscription (gaps, last_gap).
+    """
+    now = time.time() if now is None else now
+    min_id = f"{int((now - settings.log_max_age) * 1000)}-0"
+    cursor = 0
+    while True:
+        cursor, tids = connection.sscan(store.topics_key(), cursor, count=SCAN_BATCH)
+        with connection.pipeline(transaction=False) as pipe:
+            for tid in tids:
+                pipe.xtrim(store.topic_log_key(store._text(tid)), minid=min_id, approximate=True)
+            pipe.execute()
+        if cursor == 0:
+            return
+
+
+async def maintain(ctx: WorkerContext) -> None:
+    """Run the periodic steps for as long as the worker lives (a task on the worker's loop)."""
+    settings = ctx.settings
+    queue = ctx.queue
+    if queue is None:
+        raise RuntimeError("maintenance needs the worker context's queue")
+    tick = max(0.02, min(0.25, settings.retry_base / 4, settings.reconcile_interval))
+    settled: dict[str, str] = {}
+    next_reconcile = next_sweep = 0.0
+    while True:
+        try:
+            await asyncio.to_thread(queue_due, queue, ctx.now())
+            if time.monotonic() >= next_reconcile:
+                next_reconcile = time.monotonic() + settings.reconcile_interval
+                await asyncio.to_thread(_reconcile_turn, queue, settings, ctx.now(), settled)
+            if time.monotonic() >= next_sweep:
+                next_sweep = time.monotonic() + settings.sweep_interval
+                await asyncio.to_thread(_sweep_turn, queue, settings, ctx.now())
+        except RedisError as exc:
+            log.warning("maintenance: Redis failed (%s); trying again", exc)
+            await asyncio.sleep(1.0)
+        await asyncio.sleep(tick)
+
+
+def _reconcile_turn(queue: Queue, settings: HubSettings, now: float, settled: dict[str, Any]) -> None:
+    # a little under the interval, so that with several workers one of them runs every interval
+    if take_turn(queue.connection, "reconcile", settings.reconcile_interval * 0.9):
+        reconcile(queue, settings, now, settled)
+
+
+def _sweep_turn(queue: Queue, settings: HubSettings, now: float) -> None:
+    if take_turn(queue.connection, "sweep", settings.sweep_interval * 0.9):
+        trim_logs(queue.connection, settings, now)
+        jobs.queue_sweep(queue)
