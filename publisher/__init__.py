@@ -33,7 +33,12 @@ _EXPORTS = {
     "StateError": "publisher.errors",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [  # noqa: RUF022  (grouped by module, as in _EXPORTS)
+    "Publisher", "Receipt", "Outbox", "OutboxEntry", "Topic", "topic_handler", "add_topic_route",
+    "asgi_topic_app", "wsgi_topic_app", "add_channel", "add_channel_to_document", "new_capability_list",
+    "PublisherSettings", "PublisherError", "PublishError", "HubUnreachableError", "ChangeInputError",
+    "CapabilityListError", "SettingsError", "StateError",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -10,7 +10,7 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime
-from typing import Any, Union
+from typing import Any
 
 from rsnotify.datetimes import parse_w3c_datetime
 from rsnotify.errors import NotificationError
@@ -19,7 +19,7 @@ from rsnotify.notification import ChangeType, ResourceChange
 from .errors import ChangeInputError
 
 # What `Publisher.publish` accepts for one change.
-ChangeLike = Union[ResourceChange, tuple, Mapping[str, Any]]
+ChangeLike = ResourceChange | tuple | Mapping[str, Any]
 
 # JSON / dict keys -> ResourceChange fields; `uri` is accepted as a synonym of `loc`.
 _KEYS = {

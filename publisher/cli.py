@@ -13,6 +13,7 @@ import tempfile
 from collections.abc import Awaitable
 from datetime import datetime
 from pathlib import Path
+from typing import BinaryIO
 
 import click
 
@@ -22,7 +23,13 @@ from rsnotify.notification import ChangeType, ResourceChange
 from .advertise import add_channel_to_document, new_capability_list
 from .changes import parse_change_option, parse_json_lines
 from .client import Publisher, Receipt, utc_now, validate_document
-from .errors import CapabilityListError, ChangeInputError, PublishError, SettingsError, StateError
+from .errors import (
+    CapabilityListError,
+    ChangeInputError,
+    PublishError,
+    SettingsError,
+    StateError,
+)
 from .settings import PublisherSettings
 
 _CHANGE_OPTIONS = {f"--{change.value}": change for change in ChangeType}
@@ -95,7 +102,7 @@ def publish(
     created: tuple[str, ...],
     updated: tuple[str, ...],
     deleted: tuple[str, ...],
-    file: click.utils.LazyFile | None,
+    file: BinaryIO | None,
     state_path: str | None,
     no_state: bool,
     timeout: float,
@@ -190,7 +197,7 @@ def _option_changes(
     return changes
 
 
-def _read_document(ctx: click.Context, file, now: datetime) -> bytes | list[ResourceChange]:  # type: ignore[no-untyped-def]
+def _read_document(ctx: click.Context, file: BinaryIO, now: datetime) -> bytes | list[ResourceChange]:
     """The --file: XML bytes (validated) or the changes of a JSON Lines file."""
     name = getattr(file, "name", "-")
     data = file.read()

@@ -12,16 +12,26 @@ import logging
 import random
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any
+from datetime import UTC, datetime
+from typing import Any, Self
 
 import aiohttp
 
 from rsnotify.datetimes import format_datetime
-from rsnotify.errors import DocumentParseError, NotificationError, ValidationError, WireError
+from rsnotify.errors import (
+    DocumentParseError,
+    NotificationError,
+    ValidationError,
+    WireError,
+)
 from rsnotify.notification import ChangeNotification, ResourceChange
 from rsnotify.splitter import split_changes
-from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER, build_link_header, check_url
+from rsnotify.websub import (
+    NOTIFICATION_ID_HEADER,
+    SEQUENCE_HEADER,
+    build_link_header,
+    check_url,
+)
 from rsnotify.xml import parse_notification, to_xml
 
 from .chain import ChainState
@@ -37,7 +47,7 @@ _RETRY_STATUSES = {408, 425, 429}  # 4xx that mean "try again later", retried li
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +140,7 @@ class Publisher:
 
     # -- session lifecycle -------------------------------------------------------------------
 
-    async def __aenter__(self) -> Publisher:
+    async def __aenter__(self) -> Self:
         await self._get_session()
         return self
 
@@ -313,7 +323,7 @@ class Publisher:
                         log.info("hub %s refused a notification for %s: %s", hub, self.topic_url, error.reason)
                         raise error
                     retry_after = _retry_after(response)
-            except (aiohttp.ClientError, asyncio.TimeoutError, OSError) as exc:
+            except (TimeoutError, aiohttp.ClientError, OSError) as exc:
                 error = HubUnreachableError(_describe(exc), hub, attempts=attempt)
             if attempt < max_attempts:
                 delay = self._backoff(attempt, retry_after)
@@ -426,4 +436,4 @@ def _plain_id(response: aiohttp.ClientResponse, text: str) -> str | None:
     return token if token and len(token) <= 200 and not any(c.isspace() for c in token) else None
 
 
-__all__ = ["Publisher", "Receipt", "ResourceChange", "XML_CONTENT_TYPE", "utc_now", "validate_document"]
+__all__ = ["XML_CONTENT_TYPE", "Publisher", "Receipt", "ResourceChange", "utc_now", "validate_document"]

@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 import aiohttp
 
@@ -188,7 +189,7 @@ class Outbox:
         with self._lock:
             self._db.close()
 
-    def __enter__(self) -> Outbox:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -204,7 +205,7 @@ class Outbox:
             db.execute("PRAGMA synchronous=FULL")  # add() returns only once the documents are on disk
             db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
-            db.isolation_level = ""  # `with db:` opens and commits a transaction
+            db.isolation_level = "DEFERRED"  # `with db:` opens and commits a transaction
             return db
         except sqlite3.Error as exc:
             raise StateError(f"cannot open the outbox database {self.path}: {exc}") from exc

@@ -12,8 +12,8 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from rsnotify.websub import build_link_header, check_url
 from rsnotify.errors import WireError
+from rsnotify.websub import build_link_header, check_url
 
 from .errors import SettingsError
 

@@ -176,7 +176,7 @@ def serve_in_thread() -> Iterator[type[ThreadedServer]]:
                 super().stop()
 
     yield Tracked
-    for server in list(started):
+    for server in started:
         server.stop()
 
 

@@ -6,7 +6,12 @@ from pathlib import Path
 
 import pytest
 
-from publisher import CapabilityListError, add_channel, add_channel_to_document, new_capability_list
+from publisher import (
+    CapabilityListError,
+    add_channel,
+    add_channel_to_document,
+    new_capability_list,
+)
 from rsnotify.notification import CHANGE_NOTIFICATION
 from rsnotify.xml import parse_capability_list
 

@@ -3,8 +3,9 @@ refusals, retries, and reading the hub's answer."""
 from __future__ import annotations
 
 import asyncio
+from datetime import UTC, datetime, timedelta
+from itertools import pairwise
 from pathlib import Path
-from datetime import datetime, timedelta, timezone
 
 import pytest
 from aiohttp import web
@@ -17,7 +18,7 @@ FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 TOPIC = "https://example.org/dataset1/change/"
 CAPLIST = "https://example.org/dataset1/capabilitylist.xml"
-T0 = datetime(2024, 5, 1, 10, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
 
 
 def clock(start: datetime = T0):
@@ -102,7 +103,7 @@ async def test_many_changes_are_split_into_chained_documents(hub_server):
     assert ids == ["00001-0", "00002-0", "00003-0"]
     assert [len(d.changes) for d in documents] == [3, 3, 1]
     assert [c.loc for d in documents for c in d.changes] == [f"https://example.org/r{i}" for i in range(7)]
-    for before, after in zip(documents, documents[1:]):
+    for before, after in pairwise(documents):
         assert after.from_time == before.until_time
 
 
