@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import random
+import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -115,6 +116,10 @@ class Publisher:
         self._now = now
         self._session = session
         self._owns_session = session is None
+        # One publish at a time per publisher: each one's `from` is the previous one's `until`.
+        self._blocking_lock = threading.Lock()
+        self._async_lock: asyncio.Lock | None = None
+        self._async_lock_loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
     def from_settings(cls, settings: PublisherSettings, **kwargs: Any) -> Publisher:
@@ -212,7 +217,8 @@ class Publisher:
 
     def publish_blocking(self, changes: Iterable[ChangeLike]) -> list[str | None]:
         """`publish` for code without an event loop (it runs one for the call)."""
-        return [r.notification_id for r in self._run_blocking(lambda s: self._publish(changes, s))]
+        with self._blocking_lock:
+            return [r.notification_id for r in self._run_blocking(lambda s: self._publish(changes, s))]
 
     async def submit(
         self,
@@ -254,6 +260,16 @@ class Publisher:
         )
 
     async def _publish(self, changes: Iterable[ChangeLike], session: aiohttp.ClientSession) -> list[Receipt]:
+        async with self._lock_for_this_loop():
+            return await self._publish_in_turn(changes, session)
+
+    def _lock_for_this_loop(self) -> asyncio.Lock:
+        loop = asyncio.get_running_loop()
+        if self._async_lock is None or self._async_lock_loop is not loop:
+            self._async_lock, self._async_lock_loop = asyncio.Lock(), loop
+        return self._async_lock
+
+    async def _publish_in_turn(self, changes: Iterable[ChangeLike], session: aiohttp.ClientSession) -> list[Receipt]:
         documents = self.prepare(changes)
         accepted: list[Receipt] = []
         for index, document in enumerate(documents):

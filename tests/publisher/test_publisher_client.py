@@ -265,3 +265,12 @@ def test_settings_come_from_the_environment_with_clear_errors():
         PublisherSettings.from_env({"RSNOTIFY_PUBLISH_ATTEMPTS": "-1"})
     with pytest.raises(SettingsError, match="hub URL must be an absolute http or https URL, got 'hub.example.org'"):
         Publisher("hub.example.org", TOPIC)
+
+
+async def test_concurrent_publishes_on_one_publisher_still_chain(hub_server):
+    async with fast(hub_server.url) as publisher:
+        await asyncio.gather(*(publisher.publish([(f"https://example.org/r{i}", "updated", at(i))]) for i in range(4)))
+    documents = [parse_notification(s.body) for s in hub_server.received]
+    assert [d.changes[0].loc for d in documents] == [f"https://example.org/r{i}" for i in range(4)]
+    for before, after in pairwise(documents):
+        assert after.from_time == before.until_time
