@@ -4,7 +4,6 @@ Precedence: flag, then environment variable, then the settings default.
 """
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import MISSING, fields
 from typing import Any
@@ -62,9 +61,10 @@ def build_settings(values: dict[str, Any]) -> HubSettings:
         raise click.UsageError(str(exc)) from None
 
 
-def configure_logging(level: str) -> None:
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+def configure_logging(level: str, log_format: str = "text") -> None:
+    from .logs import configure_logging as configure  # text or JSON lines (--log-format)
+
+    configure(level, log_format)
 
 
 @click.command()
@@ -80,7 +80,7 @@ def hub(log_level: str, **values: Any) -> None:
     from .embedded import EmbeddedError, run_hub
 
     settings = build_settings(values)
-    configure_logging(log_level)
+    configure_logging(log_level, settings.log_format)
     try:
         run_hub(settings, log_level=log_level.upper(), announce=lambda text: click.echo(text))
     except (EmbeddedError, SettingsError) as exc:
@@ -109,7 +109,7 @@ def worker(burst: bool, queues: tuple[str, ...], concurrency: int | None, name: 
     settings = build_settings(values)
     if settings.redis_url is None:
         raise click.UsageError("a worker needs --redis-url (RSNOTIFY_REDIS_URL): the hub's Redis")
-    configure_logging(log_level)
+    configure_logging(log_level, settings.log_format)
     try:
         run_worker(settings, burst=burst, queues=tuple(queues), concurrency=concurrency, name=name)
     except SettingsError as exc:

@@ -76,6 +76,11 @@ class HubSettings:
     reconcile_interval: float = _opt(5.0, "How often workers look for lagging subscriptions (seconds).")
     sweep_interval: float = _opt(60.0, "How often workers remove expired subscriptions (seconds).")
     queue_name: str = _opt("rsnotify", "RQ queue name.")
+    # -- operations (hub/admin.py, hub/logs.py)
+    admin_token: str | None = _opt(
+        None, "Bearer token for the admin API (/admin/) and the status page's data. Without it, "
+              "only loopback clients not behind a proxy may use them.", repr=False)
+    log_format: str = _opt("text", "Log line format: text, or json (one object per line, for log shippers).")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -91,6 +96,8 @@ class HubSettings:
         if not self.lease_min <= self.lease_default <= self.lease_max:
             problems.append(f"leases must satisfy lease_min <= lease_default <= lease_max, got "
                             f"{self.lease_min} <= {self.lease_default} <= {self.lease_max}")
+        if self.log_format not in ("text", "json"):
+            problems.append(f"log_format must be text or json, got {self.log_format!r}")
         if self.signature_algorithm not in SIGNATURE_ALGORITHMS:
             problems.append(f"signature_algorithm must be one of {', '.join(SIGNATURE_ALGORITHMS)}, "
                             f"got {self.signature_algorithm!r}")

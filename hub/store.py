@@ -68,6 +68,21 @@ def key_check_key() -> str:                 # a Fernet token proving which secre
     return f"{PREFIX}keycheck"
 
 
+# operations (hub/status.py, hub/metrics.py, hub/diagnostics.py); counters live in stats_key() below
+
+
+def activity_key(minute: int) -> str:       # zset per minute (epoch s // 60): tid -> publishes, "*" -> all; 1 h TTL
+    return f"{PREFIX}activity:{minute}"
+
+
+def diagnostics_token_key(sid: str) -> str:  # sha256 hex of a subscriber's diagnostics token, with TTL
+    return f"{PREFIX}sub:{sid}:diag"
+
+
+def diagnostics_sent_key(sid: str) -> str:  # "a diagnostics link went to the callback lately" (rate limit)
+    return f"{PREFIX}sub:{sid}:diag:sent"
+
+
 # --- ids ----------------------------------------------------------------------------------
 
 
@@ -293,8 +308,9 @@ async def count_subscriptions(redis: Redis) -> int:
 
 # --- topic logs ---------------------------------------------------------------------------
 
-# KEYS: log, seq, topics, topic ; ARGV: body, ctype, rs, at_ms, maxlen, tid, url, now_s
-# seq and the stream id are assigned together, so both grow in the same order.
+# KEYS: log, seq, topics, topic, stats, activity ; ARGV: body, ctype, rs, at_ms, maxlen, tid, url, now_s
+# seq and the stream id are assigned together, so both grow in the same order. The counters for
+# /metrics and the status page ride in the same call (ops: hub/metrics.py reads them).
 _APPEND = _Script("""
 local seq = redis.call('INCR', KEYS[2])
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*',
@@ -302,6 +318,10 @@ local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*',
 if redis.call('SADD', KEYS[3], ARGV[6]) == 1 then
   redis.call('HSET', KEYS[4], 'url', ARGV[7], 'created', ARGV[8])
 end
+redis.call('HINCRBY', KEYS[5], 'publishes', 1)
+redis.call('HINCRBY', KEYS[5], 'publish_bytes', string.len(ARGV[1]))
+redis.call('ZINCRBY', KEYS[6], 1, ARGV[6]); redis.call('ZINCRBY', KEYS[6], 1, '*')
+redis.call('EXPIRE', KEYS[6], 3720)
 return {id, seq}
 """)
 
@@ -321,7 +341,8 @@ async def append_notification(
 ) -> AppendedNotification:
     """Append the exact `body` and the headers to relay to the topic's log (one script call)."""
     tid = topic_id(topic)
-    keys = [topic_log_key(tid), topic_seq_key(tid), topics_key(), topic_key(tid)]
+    keys = [topic_log_key(tid), topic_seq_key(tid), topics_key(), topic_key(tid), stats_key(),
+            activity_key(int(now) // 60)]
     args = [body, content_type, resourcesync, int(now * 1000), max_len, tid, topic, int(now)]
     entry_id, seq = await _APPEND(redis, keys, args)
     return AppendedNotification(_text(entry_id), tid, int(seq))
