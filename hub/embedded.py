@@ -21,6 +21,8 @@ from pathlib import Path
 
 import redis as redis_sync
 from aiohttp import web
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from rsnotify.redis_server import RedisServer, RedisServerError, start_redis_server
 
@@ -106,7 +108,8 @@ def stop_stale_redis(data: Path) -> None:
     sock = data / "redis.sock"
     if not sock.exists():
         return
-    client = redis_sync.Redis(unix_socket_path=str(sock), socket_timeout=5)
+    # no retries: after SHUTDOWN the connection drops by design, and a retry would only wait
+    client = redis_sync.Redis(unix_socket_path=str(sock), socket_timeout=5, retry=Retry(NoBackoff(), 0))
     try:
         client.ping()
     except (redis_sync.RedisError, OSError):

@@ -14,13 +14,13 @@ import aiohttp
 from rsnotify.errors import WireError
 from rsnotify.websub import links_by_rel, parse_link_header
 
-from . import store
-from .handlers import jobs  # TEMPORARY until hub/jobs.py lands
+from . import jobs, store
 from .netguard import ResponseTooLargeError, describe_refusal, read_limited
 
 log = logging.getLogger(__name__)
 
 DEFAULT_CONTENT_TYPE = "application/octet-stream"
+IDENTITY = {"Accept-Encoding": "identity"}  # the body is relayed as is, so it must not arrive compressed
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,10 +38,13 @@ async def fetch_topic(ctx: Any, topic: str) -> FetchOutcome:
     settings = ctx.settings
     timeout = aiohttp.ClientTimeout(total=settings.fetch_timeout, sock_connect=settings.connect_timeout)
     try:
-        async with ctx.session.get(topic, allow_redirects=False, timeout=timeout) as response:
+        async with ctx.session.get(topic, allow_redirects=False, timeout=timeout, headers=IDENTITY) as response:
             status = response.status
             if not 200 <= status < 300:
                 return _refused(topic, status, f"topic answered {status}; expected 2xx (redirects are not followed)")
+            encoding = response.headers.get("Content-Encoding", "identity").lower()
+            if encoding != "identity" and ctx.session.auto_decompress is False:
+                return _refused(topic, status, f"topic answered with Content-Encoding {encoding}; expected identity")
             body = await read_limited(response, settings.fetch_max_bytes, strict=True)
             content_type = response.headers.get("Content-Type", DEFAULT_CONTENT_TYPE)
             resourcesync = _resourcesync_link(response.headers.getall("Link", []))
@@ -52,7 +55,7 @@ async def fetch_topic(ctx: Any, topic: str) -> FetchOutcome:
     appended = await store.append_notification(
         ctx.redis, topic, body, content_type=content_type, resourcesync=resourcesync,
         now=ctx.now(), max_len=settings.log_max_len)
-    await jobs.ensure_fan_out(ctx.queue, appended.topic_id)
+    await jobs.ensure_fan_out(ctx.queue, appended.topic_id, redis=ctx.redis)
     log.info("fetched %s for a thin ping: notification %s (seq %s, %d bytes, %s)",
              topic, appended.notification_id, appended.sequence, len(body), content_type)
     return FetchOutcome(topic, status, appended)

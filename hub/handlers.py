@@ -24,7 +24,7 @@ from rsnotify.websub import (
 )
 from rsnotify.xml import parse_notification
 
-from . import store
+from . import jobs, store
 from .errors import (
     AuthenticationError, BadRequestError, ForbiddenError, PayloadTooLargeError, UnsupportedMediaError,
 )
@@ -33,19 +33,6 @@ from .settings import HubSettings
 
 log = logging.getLogger(__name__)
 
-
-class jobs:  # TEMPORARY until fan-out's hub/jobs.py lands: same names, enqueue by dotted name
-    @staticmethod
-    async def enqueue_verification(queue, challenge: str) -> None:
-        await asyncio.to_thread(queue.enqueue, "hub.jobs.verify_intent", challenge)
-
-    @staticmethod
-    async def enqueue_fetch(queue, topic: str) -> None:
-        await asyncio.to_thread(queue.enqueue, "hub.jobs.fetch_topic", topic)
-
-    @staticmethod
-    async def ensure_fan_out(queue, tid: str) -> None:
-        await asyncio.to_thread(queue.enqueue, "hub.jobs.fan_out", tid)
 
 # app keys: what build_app puts in the application, read by the handlers
 SETTINGS = web.AppKey("settings", HubSettings)
@@ -269,7 +256,7 @@ async def submission(request: web.Request) -> web.Response:
     appended = await store.append_notification(
         app[REDIS], links.topic, body, content_type=request.headers["Content-Type"],
         resourcesync=links.resourcesync, now=app[CLOCK](), max_len=settings.log_max_len)
-    await jobs.ensure_fan_out(app[QUEUE], appended.topic_id)
+    await jobs.ensure_fan_out(app[QUEUE], appended.topic_id, redis=app[REDIS])
     log.info("notification %s stored for %s (seq %s, %d bytes)", appended.notification_id, links.topic,
              appended.sequence, len(body))
     answer = {"notification_id": appended.notification_id, "topic": links.topic, "sequence": appended.sequence}

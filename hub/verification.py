@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+IDENTITY = {"Accept-Encoding": "identity"}  # the echo is compared byte for byte: no compression
 SWEEP_BATCH = 500
 SWEEP_MAX_BATCHES = 200  # one sweep removes at most 100,000 subscriptions; the next one goes on
 
@@ -89,7 +90,7 @@ async def _get_echo(ctx: OutboundContext, intent: store.Intent, url: URL, challe
     """(status, refusal reason or "") of the verification GET; redirects are never followed."""
     expected = challenge.encode("ascii")
     try:
-        async with ctx.session.get(url, allow_redirects=False, timeout=_timeout(ctx)) as response:
+        async with ctx.session.get(url, allow_redirects=False, timeout=_timeout(ctx), headers=IDENTITY) as response:
             body = await read_limited(response, len(expected) + 1)
             status = response.status
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
@@ -123,7 +124,7 @@ async def send_denial(ctx: OutboundContext, intent: store.Intent) -> Verificatio
     """
     url = callback_url(intent.callback, {"hub.mode": "denied", "hub.topic": intent.topic, "hub.reason": intent.reason})
     try:
-        async with ctx.session.get(url, allow_redirects=False, timeout=_timeout(ctx)) as response:
+        async with ctx.session.get(url, allow_redirects=False, timeout=_timeout(ctx), headers=IDENTITY) as response:
             await read_limited(response, 1024)
             status = response.status
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:

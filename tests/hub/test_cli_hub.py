@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 import redis as redis_lib
 from click.testing import CliRunner
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from hub import store
 from hub.cli import hub, worker
@@ -212,7 +214,7 @@ def _activate(client: redis_lib.Redis, data_dir: Path) -> tuple[str, bool]:
 
 
 def _answers(sock: Path) -> bool:
-    client = redis_lib.Redis(unix_socket_path=str(sock), socket_timeout=1)
+    client = redis_lib.Redis(unix_socket_path=str(sock), socket_timeout=1, retry=Retry(NoBackoff(), 0))
     try:
         return bool(client.ping())
     except (redis_lib.RedisError, OSError):
