@@ -21,6 +21,7 @@ from .client import Subscriber
 from .core import ReceivedNotification
 from .discovery import DiscoveredTopic, discover_capability_list, discover_source, discover_topic
 from .errors import SubscriberError
+from .mirror import Mirror, MirrorOutcome
 from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
 from .store import ACTIVE, EXPIRED, JsonFileStore, Subscription
 
@@ -54,10 +55,13 @@ def _status(message: str) -> None:
 @click.option("--verification-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               envvar="RSNOTIFY_SUBSCRIBER_VERIFICATION_TIMEOUT", show_envvar=True,
               help="Seconds to wait for the hub to verify a (un)subscription.")
+@click.option("--mirror", metavar="DIR", envvar="RSNOTIFY_SUBSCRIBER_MIRROR", show_envvar=True,
+              help="Keep a copy of the resources in DIR: fetch created/updated ones (length and hash "
+                   "checked), delete deleted ones; each JSON line then says what was done.")
 @click.option("-v", "--verbose", is_flag=True, help="Log each request and renewal on stderr.")
 def subscribe(hub: str | None, topic: str | None, capability_list: str | None, source: str | None, listen: str,
               callback_url: str | None, lease_seconds: int | None, no_secret: bool, state_file: str,
-              verification_timeout: float, verbose: bool) -> None:
+              verification_timeout: float, mirror: str | None, verbose: bool) -> None:
     """Subscribe to a change-notification channel and print each notification as a JSON line.
 
     Give --hub and --topic, or --topic alone (WebSub discovery), or --capability-list, or
@@ -79,17 +83,23 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
         raise click.BadParameter(str(exc)) from None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    exit_code = asyncio.run(_run(settings, hub=hub, topic=topic, capability_list=capability_list, source=source))
+    exit_code = asyncio.run(_run(settings, Mirror(mirror) if mirror else None, hub=hub, topic=topic,
+                                 capability_list=capability_list, source=source))
     sys.exit(exit_code)
 
 
-async def _run(settings: SubscriberSettings, **start: str | None) -> int:
+async def _run(settings: SubscriberSettings, mirror: Mirror | None, **start: str | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
+
+    async def on_notification(received: ReceivedNotification) -> None:
+        outcomes = await mirror(received) if mirror is not None else None
+        _print_notification(received, outcomes)
+
     subscriber = Subscriber(store=JsonFileStore(settings.state_file), settings=settings,
-                            on_notification=_print_notification, on_denial=_report_denial)
+                            on_notification=on_notification, on_denial=_report_denial)
     app = web.Application()
     route_path = urlsplit(settings.callback_url).path.rstrip("/") if settings.callback_url else CALLBACK_PATH
     add_callback_routes(app, subscriber.core, route_path)
@@ -125,6 +135,8 @@ async def _run(settings: SubscriberSettings, **start: str | None) -> int:
     finally:
         await subscriber.close()
         await runner.cleanup()
+        if mirror is not None:
+            await mirror.close()
 
 
 async def _subscribe_all(subscriber: Subscriber, settings: SubscriberSettings, subscribed: list[Subscription],
@@ -194,8 +206,11 @@ async def _unsubscribe_all(subscriber: Subscriber, subscribed: list[Subscription
     return code
 
 
-async def _print_notification(received: ReceivedNotification) -> None:
-    sys.stdout.write(json.dumps(received.to_json(), ensure_ascii=False) + "\n")
+def _print_notification(received: ReceivedNotification, outcomes: tuple[MirrorOutcome, ...] | None) -> None:
+    line = received.to_json()
+    if outcomes is not None:
+        line["mirror"] = [outcome.to_json() for outcome in outcomes]
+    sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
     sys.stdout.flush()
     for gap in received.gaps:
         _status(f"gap on {received.topic}: {gap.message}")
