@@ -154,9 +154,7 @@ class Deliveries:
     async def close(self, *, drain: bool, grace: float) -> None:
         """Stop: with `drain` let every run finish its backlog, else only its current delivery."""
         self.stopping = not drain
-        # every task on the loop: runs, and fan-outs a job stopped waiting for (run_detachable)
-        current = asyncio.current_task()
-        pending = [t for t in asyncio.all_tasks() if t is not current and t is not self._keeper and not t.done()]
+        pending = [t for t in self.tasks if not t.done()]
         if pending:
             done, late = await asyncio.wait(pending, timeout=grace)
             for task in late:
@@ -173,6 +171,10 @@ class Deliveries:
             await self._flush_stats()
         except RedisError as exc:
             log.warning("could not write the last delivery counters: %s", exc)
+
+    async def tracked(self, coro: Any) -> Any:
+        """Await `coro` as a task `close` waits for (a fan-out its job stopped waiting for)."""
+        return await self.spawn(coro)
 
     def spawn(self, coro: Any) -> asyncio.Task[Any]:
         task = asyncio.get_running_loop().create_task(coro)

@@ -156,7 +156,7 @@ class WorkerContext:
         one slow subscriber never keeps this worker from its next job. None when detached."""
         if self.loop_thread is None:
             raise RuntimeError("this worker context has no loop thread; await the coroutine instead")
-        future = self.loop_thread.submit(coro)
+        future = self.loop_thread.submit(self.deliveries.tracked(coro))
         try:
             return future.result(wait)
         except concurrent.futures.TimeoutError:

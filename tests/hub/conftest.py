@@ -146,3 +146,128 @@ async def callback_server(aiohttp_server) -> CallbackServer:
     server = await aiohttp_server(app, host="127.0.0.1")
     recorder.base = str(server.make_url("")).rstrip("/")
     return recorder
+
+
+# --- fan-out fixtures (fan-out's) -----------------------------------------------------------
+import asyncio as _asyncio
+import threading as _threading
+import time as _time
+
+from cryptography.fernet import Fernet as _Fernet
+
+from hub import delivery as _delivery
+from hub import store as _store
+from hub import worker as _worker
+from hub.secrets import encrypt_secret as _encrypt_secret
+
+
+@pytest.fixture
+def fanout_settings(redis_url: str, tmp_path) -> HubSettings:
+    """Loopback hub settings with quick retries, a short claim TTL and a fresh Fernet key."""
+    return HubSettings(redis_url=redis_url, data_dir=str(tmp_path / "data"), workers=0,
+                       secret_key=_Fernet.generate_key().decode(), retry_base=0.01, retry_cap=0.04,
+                       max_attempts=5, delivery_timeout=2.0, connect_timeout=1.0, lock_ttl=5,
+                       reconcile_interval=0.5)
+
+
+@dataclass
+class FanoutHub:
+    """The async core of a worker (a real context on the test's loop) plus subscribe/publish."""
+
+    ctx: Any
+    clock: Clock
+
+    @property
+    def redis(self) -> redis_async.Redis:
+        return self.ctx.redis
+
+    async def subscribe(self, topic: str, callback: str, *, secret: str | None = None,
+                        lease_seconds: int = 86400) -> str:
+        token = _encrypt_secret(self.ctx.fernet, secret)
+        sid, _ = await _store.activate_subscription(self.redis, topic, callback, secret=token,
+                                                    lease_seconds=lease_seconds, now=self.clock())
+        return sid
+
+    async def publish(self, topic: str, body: bytes, *, content_type: str = "application/xml",
+                      resourcesync: str = "") -> _store.AppendedNotification:
+        return await _store.append_notification(self.redis, topic, body, content_type=content_type,
+                                                resourcesync=resourcesync, now=_time.time(),
+                                                max_len=self.ctx.settings.log_max_len)
+
+    async def fan_out(self, topic: str) -> _delivery.FanOutReport:
+        return await _delivery.fan_out(self.ctx, _store.topic_id(topic))
+
+    async def settle(self, rounds: int = 200) -> int:
+        """Move the clock to each due retry and serve it, until none is left; returns rounds run."""
+        for done in range(rounds):
+            due = await self.redis.zrange(_store.due_key(), 0, 0, withscores=True)
+            if not due:
+                return done
+            self.clock.t = max(self.clock.t, due[0][1])
+            sids = await _store.pop_due(self.redis, self.clock())
+            await _asyncio.gather(*(_delivery.deliver_subscription(self.ctx, sid) for sid in sids))
+        raise AssertionError(f"retries still due after {rounds} rounds")
+
+
+@pytest.fixture
+async def fanout_hub(fanout_settings: HubSettings, clock: Clock) -> AsyncIterator[FanoutHub]:
+    ctx = await _worker.open_context(fanout_settings, clock=clock)
+    yield FanoutHub(ctx, clock)
+    await _worker.close_context(ctx)
+
+
+@dataclass
+class Sink:
+    """Loopback subscribers served from a background thread (for sync tests that run HubWorker in
+    the main thread). `behave[path]` is a callable (n = how many requests that path got before)
+    -> status, or -> ("hang", seconds). Records (path, query, body, headers, time) per request."""
+
+    base: str = ""
+    received: list[tuple[str, str, bytes, dict[str, str], float]] = field(default_factory=list)
+    behave: dict[str, Callable[[int], Any]] = field(default_factory=dict)
+    lock: Any = field(default_factory=_threading.Lock)
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    def bodies(self, path: str) -> list[bytes]:
+        with self.lock:
+            return [body for p, _, body, _, _ in self.received if p == path]
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.read()
+        with self.lock:
+            count = sum(1 for p, *_ in self.received if p == request.path)
+            self.received.append((request.path, request.query_string, body, dict(request.headers), _time.time()))
+        answer = self.behave.get(request.path, lambda n: 200)(count)
+        if isinstance(answer, tuple):
+            await _asyncio.sleep(answer[1])
+            answer = 200
+        return web.Response(status=answer)
+
+
+@pytest.fixture
+def sink() -> Any:
+    recorder = Sink()
+    loop = _asyncio.new_event_loop()
+    started = _threading.Event()
+    state: dict[str, Any] = {}
+
+    async def serve() -> None:
+        app = web.Application()
+        app.router.add_route("POST", "/{tail:.*}", recorder.handle)
+        runner = web.AppRunner(app, shutdown_timeout=0.1)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        state["runner"] = runner
+        recorder.base = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"
+        started.set()
+
+    thread = _threading.Thread(target=lambda: (loop.run_until_complete(serve()), loop.run_forever()), daemon=True)
+    thread.start()
+    assert started.wait(10)
+    yield recorder
+    _asyncio.run_coroutine_threadsafe(state["runner"].cleanup(), loop).result(10)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(10)
