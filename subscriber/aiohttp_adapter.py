@@ -7,12 +7,18 @@
 """
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
 from .client import Subscriber
-from .core import CallbackCore, CallbackRequest, CallbackResponse, header_pairs, too_large
+from .core import (
+    CallbackCore,
+    CallbackRequest,
+    CallbackResponse,
+    header_pairs,
+    too_large,
+)
 
 SUBSCRIPTION_ID_PATTERN = "{subscription_id:[A-Za-z0-9_-]+}"
 
@@ -21,7 +27,7 @@ class _BodyTooLarge(Exception):
     pass
 
 
-def callback_handler(core: CallbackCore) -> Callable[[web.Request], "web.StreamResponse"]:
+def callback_handler(core: CallbackCore) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
     """The aiohttp handler for `.../{subscription_id}` routes."""
 
     async def handle(request: web.Request) -> web.Response:
@@ -38,7 +44,7 @@ def callback_handler(core: CallbackCore) -> Callable[[web.Request], "web.StreamR
         )
         return _to_aiohttp(await core.handle(callback_request))
 
-    return handle  # type: ignore[return-value]
+    return handle
 
 
 def add_callback_routes(app: web.Application, core: CallbackCore, path: str = "/websub") -> None:

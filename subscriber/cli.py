@@ -19,7 +19,12 @@ from aiohttp import web
 from .aiohttp_adapter import add_callback_routes
 from .client import Subscriber
 from .core import ReceivedNotification
-from .discovery import DiscoveredTopic, discover_capability_list, discover_source, discover_topic
+from .discovery import (
+    DiscoveredTopic,
+    discover_capability_list,
+    discover_source,
+    discover_topic,
+)
 from .errors import SubscriberError
 from .mirror import Mirror, MirrorOutcome
 from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
@@ -231,7 +236,7 @@ def _bound_port(runner: web.AppRunner) -> int:
 def _default_callback(runner: web.AppRunner, settings: SubscriberSettings) -> str:
     host = settings.listen_host
     if host in ("0.0.0.0", "::", ""):
-        _status(f"listening on all addresses; the callback URL uses 127.0.0.1 (give --callback-url for a "
+        _status("listening on all addresses; the callback URL uses 127.0.0.1 (give --callback-url for a "
                 "public one)")
         host = "127.0.0.1"
     if ":" in host:

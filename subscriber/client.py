@@ -13,18 +13,34 @@ import secrets as secrets_lib
 from collections.abc import Callable
 from datetime import datetime, timedelta
 from types import TracebackType
+from typing import Self
 from urllib.parse import urljoin
 
 import aiohttp
 
 from rsnotify import __version__
 from rsnotify.errors import WireError
-from rsnotify.websub import SubscriptionRequest, check_lease_seconds, check_secret, check_url
+from rsnotify.websub import (
+    SubscriptionRequest,
+    check_lease_seconds,
+    check_secret,
+    check_url,
+)
 
 from .core import CallbackCore, DenialHandler, NotificationHandler, utc_now
 from .errors import SubscriberError, SubscriptionDeniedError, SubscriptionError
 from .settings import SubscriberSettings
-from .store import ACTIVE, DENIED, EXPIRED, FAILED, PENDING, UNSUBSCRIBED, JsonFileStore, Subscription, SubscriptionStore
+from .store import (
+    ACTIVE,
+    DENIED,
+    EXPIRED,
+    FAILED,
+    PENDING,
+    UNSUBSCRIBED,
+    JsonFileStore,
+    Subscription,
+    SubscriptionStore,
+)
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +89,7 @@ class Subscriber:
 
     # --- start and stop --------------------------------------------------------------------
 
-    async def __aenter__(self) -> Subscriber:
+    async def __aenter__(self) -> Self:
         await self.start()
         return self
 
@@ -261,8 +277,8 @@ class Subscriber:
             try:
                 await self.renew_due()
                 delay = await self._next_check_delay()
-            except Exception:  # noqa: BLE001 - a background loop must outlive one bad pass
-                log.error("renewal pass failed", exc_info=True)
+            except Exception:
+                log.exception("renewal pass failed")
                 delay = self.settings.renew_check_seconds
             await asyncio.sleep(delay)
 
@@ -295,7 +311,7 @@ class Subscriber:
                     reply = (await response.text(errors="replace"))[:500].strip()
                     location = response.headers.get("Location")
                     status = response.status
-            except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            except (TimeoutError, aiohttp.ClientError) as exc:
                 raise SubscriptionError(f"cannot reach hub {hub} to {mode} {subscription.topic}: "
                                         f"{exc or type(exc).__name__}") from exc
             if status in (307, 308) and location:
@@ -320,7 +336,7 @@ class Subscriber:
         while (remaining := deadline - loop.time()) > 0:
             try:
                 return await asyncio.wait_for(asyncio.shield(waiter), min(remaining, 0.5))
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             current = await self.store.get(subscription.id)
             if current is None or current.pending_mode is not None:

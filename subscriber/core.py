@@ -13,8 +13,8 @@ import random
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
 
 from rsnotify.datetimes import format_datetime
 from rsnotify.errors import DocumentParseError, ValidationError, WireError
@@ -44,7 +44,7 @@ ASSUMED_LEASE_SECONDS = 3600
 
 
 def utc_now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 @dataclass(frozen=True)
@@ -380,15 +380,14 @@ class CallbackCore:
     async def _call(self, handler: Callable[[Any], Awaitable[None] | None], value: Any, what: str) -> None:
         # The hub already has its 2xx: an application error is logged, never sent back.
         try:
-            if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(
-                    getattr(handler, "__call__", None)):
-                await handler(value)
+            if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
+                await cast(Awaitable[None], handler(value))
             else:
                 result = await asyncio.to_thread(handler, value)
                 if inspect.isawaitable(result):
                     await result
-        except Exception:  # noqa: BLE001 - top-level boundary for application code
-            log.error("%s failed", what, exc_info=True)
+        except Exception:
+            log.exception("%s failed", what)
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
@@ -405,7 +404,7 @@ class CallbackCore:
         """Hand over what was received, then stop the per-subscription workers."""
         try:
             await self.drain(timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("some notifications were still being handled at shutdown")
         for queue in self._queues.values():
             queue.put_nowait(None)
@@ -414,7 +413,7 @@ class CallbackCore:
             if not worker.done():
                 try:
                     await asyncio.wait_for(worker, 1.0)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     worker.cancel()
         self._queues.clear()
         self._workers.clear()

@@ -9,7 +9,6 @@ Three starting points:
 """
 from __future__ import annotations
 
-import asyncio
 import logging
 from dataclasses import dataclass
 from html.parser import HTMLParser
@@ -19,7 +18,11 @@ import aiohttp
 from lxml import etree
 
 from rsnotify.errors import DocumentParseError, ValidationError, WireError
-from rsnotify.notification import CAPABILITY_LIST, CHANGE_NOTIFICATION, LEGACY_CHANGE_NOTIFICATION
+from rsnotify.notification import (
+    CAPABILITY_LIST,
+    CHANGE_NOTIFICATION,
+    LEGACY_CHANGE_NOTIFICATION,
+)
 from rsnotify.safexml import LOC, RS_LN, RS_MD, URL, URLSET, parse_root
 from rsnotify.websub import links_by_rel, parse_link_header
 from rsnotify.xml import parse_capability_list, parse_source_description
@@ -69,7 +72,7 @@ async def _fetch(session: aiohttp.ClientSession, url: str, what: str) -> _Fetche
                                tuple(response.headers.getall("Link", [])), body)
     except aiohttp.TooManyRedirects as exc:
         raise DiscoveryError(f"{what} at {url} redirected more than {MAX_REDIRECTS} times") from exc
-    except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+    except (TimeoutError, aiohttp.ClientError) as exc:
         raise DiscoveryError(f"cannot fetch {what} at {url}: {exc or type(exc).__name__}") from exc
     if fetched.status != 200:
         raise DiscoveryError(f"{what} at {url} answered {fetched.status}; expected 200")
@@ -116,7 +119,7 @@ def _body_links(fetched: _Fetched) -> tuple[str, list[tuple[str, str]]]:
     head = fetched.body.lstrip()[:512].lower()
     if media_type in ("text/html", "application/xhtml+xml") or head.startswith((b"<!doctype html", b"<html")):
         return "html", _html_head_links(fetched.body, fetched.url)
-    if "xml" in media_type or head.startswith(b"<?xml") or head.startswith((b"<feed", b"<rss")):
+    if "xml" in media_type or head.startswith((b"<?xml", b"<feed", b"<rss")):
         return _feed_links(fetched.body)
     return "", []
 

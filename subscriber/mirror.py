@@ -131,7 +131,7 @@ class Mirror:
                 if response.status != 200:
                     raise MirrorFetchError(f"GET {url} answered {response.status}; expected 200")
                 body = await response.content.read(self.max_bytes + 1)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             raise MirrorFetchError(f"cannot fetch {url}: {exc or type(exc).__name__}") from exc
         if len(body) > self.max_bytes:
             raise MirrorFetchError(f"{url} is larger than {self.max_bytes} bytes")

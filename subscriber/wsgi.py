@@ -15,7 +15,7 @@ import asyncio
 import threading
 from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Self, TypeVar
 from urllib.parse import parse_qsl
 
 from .client import Subscriber
@@ -43,7 +43,7 @@ class SubscriberThread:
         asyncio.set_event_loop(self.loop)
         self.loop.run_forever()
 
-    def start(self) -> SubscriberThread:
+    def start(self) -> Self:
         self._thread.start()
         self.call(self.subscriber.start(renew=self.renew))
         return self
@@ -60,7 +60,7 @@ class SubscriberThread:
             if not self._thread.is_alive():
                 self.loop.close()
 
-    def __enter__(self) -> SubscriberThread:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,

@@ -10,7 +10,7 @@ import asyncio
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import aiohttp
@@ -18,10 +18,16 @@ import pytest
 from aiohttp import web
 
 from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
-from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER, SIGNATURE_HEADER, build_link_header, sign
+from rsnotify.websub import (
+    NOTIFICATION_ID_HEADER,
+    SEQUENCE_HEADER,
+    SIGNATURE_HEADER,
+    build_link_header,
+    sign,
+)
 from rsnotify.xml import to_xml
 
-T0 = datetime(2024, 5, 1, 12, 0, tzinfo=timezone.utc)
+T0 = datetime(2024, 5, 1, 12, 0, tzinfo=UTC)
 
 
 def make_notification(start: datetime = T0, minutes: int = 10, *locs: str) -> bytes:

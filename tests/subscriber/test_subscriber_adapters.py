@@ -69,7 +69,7 @@ class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):
 
 
 class _QuietHandler(WSGIRequestHandler):
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - wsgiref's name
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
 

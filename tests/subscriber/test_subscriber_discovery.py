@@ -7,7 +7,11 @@ import pytest
 from aiohttp import web
 
 from rsnotify.websub import build_link_header
-from subscriber.discovery import discover_capability_list, discover_source, discover_topic
+from subscriber.discovery import (
+    discover_capability_list,
+    discover_source,
+    discover_topic,
+)
 from subscriber.errors import DiscoveryError
 
 HUB = "http://hub.example.org/websub/"

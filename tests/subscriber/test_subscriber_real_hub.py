@@ -65,7 +65,7 @@ async def hub(redis_url: str, tmp_path: Path) -> AsyncIterator[str]:
             process.send_signal(signal.SIGINT)
             try:
                 await asyncio.wait_for(process.wait(), 20)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 process.kill()
                 await process.wait()
         reader.cancel()
