@@ -36,6 +36,7 @@ WORKER_STOP_TIMEOUT = 20.0      # seconds a worker gets to finish its job after 
 SUPERVISE_INTERVAL = 1.0        # seconds between checks of the child processes
 MAX_WORKER_RESTARTS = 20        # restarts of crashed workers before the hub gives up on them
 LOCK_FILE = "hub.lock"
+HASH_MAX_VALUE = 1024           # bytes: values up to this size keep a hash in its compact encoding
 WORKER_COMMAND = [sys.executable, "-c", "from rsnotify.cli import main; main()", "worker"]
 
 
@@ -166,9 +167,21 @@ def run_hub(settings: HubSettings, *, log_level: str = "INFO", announce: Callabl
 
 def _start_redis(data: Path) -> RedisServer:
     try:
-        return start_redis_server(data, unix_socket=True, new_session=True)
+        server = start_redis_server(data, unix_socket=True, new_session=True)
     except (RedisServerError, OSError) as exc:
         raise EmbeddedError(f"cannot start the embedded Redis in {data}: {exc}") from exc
+    tune_redis(server.url)
+    return server
+
+
+def tune_redis(url: str) -> None:
+    """Keep subscription hashes compact: with Redis's default 64-byte limit a long callback URL
+    or an encrypted secret turns a ~450-byte hash into a ~1,450-byte hashtable."""
+    client = redis_sync.Redis.from_url(url)
+    try:
+        client.config_set("hash-max-ziplist-value", HASH_MAX_VALUE)  # = hash-max-listpack-value in Redis 7
+    finally:
+        client.close()
 
 
 async def _serve(app: web.Application, sock: socket.socket, settings: HubSettings, children: Children,

@@ -163,3 +163,32 @@ def test_refused_verification_creates_nothing_with_real_workers(tmp_path, subscr
         assert subscriber.deliveries == []
     finally:
         assert stop(process) == 0
+
+
+def test_worker_command_serves_the_queue_in_burst_mode(redis_url, redis, tmp_path, subscriber):
+    import asyncio
+
+    import redis.asyncio as redis_async
+    from rq import Queue
+
+    from hub import jobs, store
+    from hub.secrets import encrypt_secret, load_fernet
+    from hub.settings import HubSettings
+
+    settings = HubSettings(redis_url=redis_url, data_dir=str(tmp_path / "data"))
+    fernet = load_fernet(settings)  # the hub made the key; the worker must find the same one
+    intent = store.Intent("subscribe", TOPIC, subscriber.url, 600, encrypt_secret(fernet, "x"))
+
+    async def keep_intent() -> None:
+        client = redis_async.Redis.from_url(redis_url)
+        await store.store_intent(client, "a-challenge-for-the-worker", intent, 60)
+        await client.aclose()
+
+    asyncio.run(keep_intent())
+    Queue(settings.queue_name, connection=redis).enqueue(jobs.verify_intent, "a-challenge-for-the-worker")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RSNOTIFY_")}
+    done = subprocess.run([*RSNOTIFY, "worker", "--burst", "--redis-url", redis_url, "--data-dir", settings.data_dir,
+                           "--log-level", "WARNING"], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert subscriber.verifications[0]["hub.challenge"] == "a-challenge-for-the-worker"
+    assert redis.hget(store.sub_key(store.subscription_id(TOPIC, subscriber.url)), "lease_seconds") == b"600"

@@ -175,6 +175,7 @@ def test_hub_runs_embedded_and_restarts_with_its_data(data_dir):
         status, _ = first.post(form, {"Content-Type": "application/x-www-form-urlencoded"})
         assert status == 202
         client = redis_lib.Redis(unix_socket_path=str(data_dir / "redis.sock"))
+        assert client.config_get("hash-max-ziplist-value")["hash-max-ziplist-value"] == "1024"  # compact hashes
         sid, _ = _activate(client, data_dir)
         client.close()
     finally:
