@@ -40,6 +40,7 @@ class FakeHub:
     answers: list[int] = field(default_factory=list)
     id_style: str = "json"
     reason: str = "publisher token not allowed for this topic"
+    delay: float = 0.0  # seconds each answer takes: a slow hub
     received: list[Submission] = field(default_factory=list)
     url: str = ""
     _ids: Iterator[int] = field(default_factory=lambda: itertools.count(1))
@@ -54,6 +55,8 @@ class FakeHub:
     async def handle(self, request: web.Request) -> web.Response:
         body = await request.read()
         self.received.append(Submission(request.method, dict(request.headers), body))
+        if self.delay:
+            await asyncio.sleep(self.delay)
         status = self.answers.pop(0) if self.answers else 200
         self._statuses.append(status)
         if status in (301, 302, 307, 308):
