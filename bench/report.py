@@ -1,0 +1,157 @@
+"""Output: one JSON line and one readable line per run; a table of medians against the targets."""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import IO, TextIO
+
+from .checks import median_of
+
+
+@dataclass(frozen=True)
+class Target:
+    scenario: str
+    key: str                  # the figure compared (median over runs)
+    label: str
+    limit: float
+    at_least: bool            # True: figure >= limit; False: figure <= limit
+    unit: str = ""
+
+    def met(self, value: float) -> bool | None:
+        if value is None or math.isnan(value):
+            return None
+        return value >= self.limit if self.at_least else value <= self.limit
+
+    def text(self) -> str:
+        return f"{'≥' if self.at_least else '≤'} {self.limit:g}{self.unit}"
+
+
+TARGETS = (
+    Target("fanout", "ceiling_ratio", "fan-out / ceiling", 0.6, True, "×"),
+    Target("latency", "p50_ms", "latency p50", 20, False, " ms"),
+    Target("latency", "p99_ms", "latency p99", 50, False, " ms"),
+    Target("ingest", "rate", "ingest", 2000, True, "/s"),
+    Target("subscribe", "rate", "verified subscriptions", 500, True, "/s"),
+    Target("scale", "used_memory_mb", "Redis memory, all subscriptions", 100, False, " MB"),
+    Target("peer", "ratio", "fan-out / Flask-WebSub", 10, True, "×"),
+)
+
+
+def summary_line(result: Mapping) -> str:
+    """One readable line for a run's result."""
+    name = result["scenario"]
+    check = result.get("check", {})
+    verdict = "check ok" if check.get("ok") else f"CHECK FAILED {_problems(check)}"
+    head = f"{name:9} run {result.get('run')}:"
+    if name in ("ceiling", "fanout", "scale", "peer"):
+        ratio = result.get("ceiling_ratio")
+        extra = f" = {ratio:.2f}× ceiling" if ratio is not None else ""
+        if name == "scale" and "used_memory_mb" in result:
+            extra += (f"; {result['subscriptions']:,} subscriptions over {result['topics']:,} topics, Redis "
+                      f"{result['used_memory_mb']:.1f} MB ({result['bytes_per_subscription']} B/subscription)")
+        if name == "peer":
+            extra = f"; rsnotify/peer = {result['ratio']:.1f}×" if result.get("ratio") else ""
+        return (f"{head} {result['deliveries']:,} deliveries ({result['subscribers']:,} subscribers × "
+                f"{result['notifications']}) in {result['seconds']:.2f} s = {result['rate']:,.0f}/s{extra}; "
+                f"{verdict}; cpu {_cpu(result)}")
+    if name == "latency":
+        return (f"{head} {result['notifications']} notifications at {result['rate_per_s']:g}/s × "
+                f"{result['subscribers']} subscribers: p50 {result['p50_ms']:.1f} ms, p95 {result['p95_ms']:.1f} ms, "
+                f"p99 {result['p99_ms']:.1f} ms, max {result['max_ms']:.1f} ms; {verdict}; cpu {_cpu(result)}")
+    if name == "ingest":
+        return (f"{head} {result['accepted']:,} submissions accepted in {result['seconds']:.2f} s = "
+                f"{result['rate']:,.0f}/s ({result['concurrency']} in flight); all delivered after "
+                f"{result['delivered_seconds']:.2f} s; {verdict}; cpu {_cpu(result)}")
+    if name == "subscribe":
+        return (f"{head} {result['subscriptions']:,} subscriptions verified and active in {result['seconds']:.2f} s "
+                f"= {result['rate']:,.0f}/s; {verdict}; cpu {_cpu(result)}")
+    return f"{head} {json.dumps(result)}"
+
+
+def _problems(check: Mapping) -> str:
+    keys = ("missing", "duplicates", "out_of_order", "unexpected", "bad_requests")
+    found = ", ".join(f"{k}={check[k]}" for k in keys if check.get(k))
+    return f"({found}; e.g. {'; '.join(check.get('examples', [])[:2])})" if found else ""
+
+
+def _cpu(result: Mapping) -> str:
+    return " ".join(f"{role} {seconds:.1f}s" for role, seconds in result.get("cpu", {}).items())
+
+
+def medians(results: Mapping[str, Sequence[Mapping]]) -> dict[str, dict[str, float]]:
+    keys = ("rate", "ceiling_ratio", "p50_ms", "p95_ms", "p99_ms", "max_ms", "used_memory_mb",
+            "bytes_per_subscription", "ratio", "delivery_rate")
+    return {scenario: {k: median_of(runs, k) for k in keys if any(k in r for r in runs)}
+            for scenario, runs in results.items() if runs}
+
+
+def targets_table(results: Mapping[str, Sequence[Mapping]]) -> list[str]:
+    """Markdown table: each target, its measured median, the ceiling ratio where there is one."""
+    med = medians(results)
+    ceiling = med.get("ceiling", {}).get("rate", math.nan)
+    lines = ["| target | goal | measured (median) | met |", "| --- | --- | --- | --- |"]
+    if not math.isnan(ceiling):
+        lines.append(f"| ceiling (plain aiohttp client → sinks) | — | {ceiling:,.0f} deliveries/s | — |")
+    for target in TARGETS:
+        figures = med.get(target.scenario)
+        if not figures or target.key not in figures:
+            continue
+        value = figures[target.key]
+        shown = _shown(target, figures, value, ceiling)
+        met = target.met(value)
+        lines.append(f"| {target.label} | {target.text()} | {shown} | {'yes' if met else '—' if met is None else 'NO'} |")
+    if "scale" in med:
+        scale = med["scale"]
+        lines.append(f"| fan-out among all subscriptions (scale) | — | {scale['rate']:,.0f}/s"
+                     f"{_ratio(scale.get('ceiling_ratio'))} | — |")
+    return lines
+
+
+def _shown(target: Target, figures: Mapping[str, float], value: float, ceiling: float) -> str:
+    if target.key == "ceiling_ratio":
+        return f"{figures['rate']:,.0f} deliveries/s = {value:.2f}× ceiling (median of paired runs)"
+    if target.key == "rate":
+        ratio = f" ({figures['rate'] / ceiling:.2f}× ceiling)" if target.scenario == "ingest" and ceiling == ceiling else ""
+        return f"{value:,.0f}/s{ratio}"
+    if target.key == "ratio":
+        return f"{value:.1f}× (Flask-WebSub {figures.get('rate', math.nan):,.0f} deliveries/s)"
+    return f"{value:,.1f}{target.unit}"
+
+
+def _ratio(value: float | None) -> str:
+    return f" = {value:.2f}× ceiling" if value is not None and not math.isnan(value) else ""
+
+
+class Output:
+    """Writes each run's JSON line (stdout and the results file) and its readable line (stdout)."""
+
+    def __init__(self, jsonl: IO[str] | None, stream: TextIO = sys.stdout,
+                 also: Callable[[dict], None] | None = None) -> None:
+        self.jsonl, self.stream, self.also = jsonl, stream, also
+
+    def emit(self, result: dict) -> None:
+        line = json.dumps(_clean(result), sort_keys=True, default=str)
+        print(line, file=self.stream)
+        print("# " + summary_line(result), file=self.stream, flush=True)
+        if self.jsonl is not None:
+            self.jsonl.write(line + "\n")
+            self.jsonl.flush()
+        if self.also is not None:
+            self.also(result)
+
+    def say(self, text: str) -> None:
+        print("# " + text, file=self.stream, flush=True)
+
+
+def _clean(value: object) -> object:
+    """NaN (a figure that could not be measured) becomes null: the line stays valid JSON."""
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value

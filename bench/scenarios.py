@@ -1,0 +1,372 @@
+"""The scenarios. Each one sets up once (hub, subscriptions), then measures `runs` times; every
+run returns one result dict (the JSON line) and every delivery of it is checked."""
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+import aiohttp
+
+from . import checks
+from .hubproc import HubProcess
+from .payloads import bodies, delivery_headers, submission_headers
+from .procstat import CpuMeter
+from .sinks import SinkProcess
+
+SUBSCRIBE_LEASE = 86400
+FORM_TYPE = "application/x-www-form-urlencoded"
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """How big each scenario is; `quick()` for the default run, `full()` for the issue's sizes."""
+
+    runs: int = 3
+    entries: int = 10                     # <url> entries per notification
+    concurrency: int = 200                # subscriptions in flight (ceiling client and hub workers alike)
+    fanout_subscribers: int = 1000
+    fanout_notifications: int = 20
+    latency_subscribers: int = 100
+    latency_rate: float = 20.0            # notifications per second
+    latency_seconds: float = 10.0
+    ingest_submissions: int = 10000
+    ingest_concurrency: int = 32          # submissions in flight
+    subscribe_count: int = 2000
+    subscribe_concurrency: int = 64
+    scale_subscriptions: int = 100_000
+    scale_topics: int = 10_000
+    scale_hot_subscribers: int = 1000
+    scale_notifications: int = 20
+    peer_subscribers: int = 1000
+    peer_notifications: int = 20
+
+    @classmethod
+    def full(cls) -> Sizes:
+        return cls(runs=5)
+
+    @classmethod
+    def quick(cls) -> Sizes:
+        return cls(runs=3, latency_seconds=5.0, ingest_submissions=3000, subscribe_count=1000,
+                   scale_subscriptions=10_000, scale_topics=1_000, peer_notifications=5)
+
+    @classmethod
+    def smoke(cls) -> Sizes:
+        """The smallest configuration of each scenario (the test suite's)."""
+        return cls(runs=1, concurrency=20, fanout_subscribers=20, fanout_notifications=3,
+                   latency_subscribers=5, latency_rate=10.0, latency_seconds=0.5,
+                   ingest_submissions=40, ingest_concurrency=4, subscribe_count=20,
+                   subscribe_concurrency=8, scale_subscriptions=200, scale_topics=20,
+                   scale_hot_subscribers=20, scale_notifications=2, peer_subscribers=10, peer_notifications=2)
+
+
+@dataclass
+class Bench:
+    """What every scenario shares: sizes, the sinks, an HTTP session, how to start a hub, output."""
+
+    sizes: Sizes
+    sink: SinkProcess
+    session: aiohttp.ClientSession
+    start_hub: Callable[[], HubProcess]
+    emit: Callable[[dict], None]
+    timeout: float = 300.0
+    ceiling_runs: list[dict] = field(default_factory=list)
+    profiler: object | None = None       # bench.profiling.Profiler, when --profile is given
+
+    def ceiling_median(self) -> float:
+        return checks.median_of(self.ceiling_runs, "rate")
+
+    def tag(self) -> str:
+        return uuid.uuid4().hex[:8]
+
+
+# --- helpers -------------------------------------------------------------------------------------
+
+
+async def subscribe_all(bench: Bench, hub: HubProcess, topic: str, callbacks: Sequence[str], *,
+                        concurrency: int) -> float:
+    """Subscribe every callback to `topic` through the hub's WebSub endpoint; wait until the hub
+    counts them all as active (GET /health). Returns seconds from the first request to that."""
+    base = (await hub.health(bench.session))["subscriptions"]
+    pending = iter(callbacks)
+    refused: list[str] = []
+
+    async def one_by_one() -> None:
+        for callback in pending:
+            form = {"hub.mode": "subscribe", "hub.topic": topic, "hub.callback": callback,
+                    "hub.lease_seconds": str(SUBSCRIBE_LEASE)}
+            async with bench.session.post(hub.url, data=form) as response:
+                if response.status != 202:
+                    refused.append(f"{response.status} {await response.text()}")
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one_by_one() for _ in range(min(concurrency, len(callbacks)))))
+    if refused:
+        raise RuntimeError(f"{len(refused)} subscription requests refused, first: {refused[0]}")
+    deadline = time.monotonic() + bench.timeout
+    while True:
+        active = (await hub.health(bench.session))["subscriptions"] - base
+        if active >= len(callbacks):
+            return time.perf_counter() - started
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"only {active} of {len(callbacks)} subscriptions became active "
+                               f"within {bench.timeout:.0f}s; hub log:\n{hub.log_tail()}")
+        await asyncio.sleep(0.01)
+
+
+async def publish(session: aiohttp.ClientSession, hub: HubProcess, topic: str, body: bytes) -> dict:
+    """One ResourceSync submission; the hub's JSON answer (notification_id, sequence)."""
+    async with session.post(hub.url, data=body, headers=submission_headers(topic, hub.url)) as response:
+        if response.status != 200:
+            raise RuntimeError(f"the hub refused a submission: {response.status} {await response.text()}")
+        return await response.json()
+
+
+async def wait_and_check(bench: Bench, expected: dict[str, list[int]], started: float) -> tuple[dict, dict]:
+    """Wait for every expected delivery, then check them all; (snapshot, result fields)."""
+    total = sum(len(v) for v in expected.values())
+    count, complete = await bench.sink.wait_deliveries(bench.session, total, timeout=bench.timeout)
+    if complete:
+        await asyncio.sleep(0.05)  # let a stray duplicate or extra delivery show up in the check
+    snapshot = await bench.sink.records(bench.session)
+    check = checks.check_deliveries(snapshot, expected)
+    elapsed = checks.last_receive_time(snapshot) - started
+    return snapshot, {"deliveries": check.received, "seconds": round(elapsed, 4),
+                      "rate": round(check.received / elapsed, 1) if elapsed > 0 else 0.0,
+                      "complete": complete, "check": check.as_dict()}
+
+
+def hub_cpu(hub: HubProcess, bench: Bench) -> CpuMeter:
+    kids = hub.child_pids()
+    roles = {"hub": [hub.pid] if hub.pid else [], "workers": kids["worker"], "redis": kids["redis"],
+             "sinks": [bench.sink.pid], "bench": [0]}
+    return CpuMeter(roles)
+
+
+# --- ceiling ------------------------------------------------------------------------------------
+
+
+async def ceiling_run(bench: Bench, subscribers: int, notifications: int, run: int) -> dict:
+    """A plain aiohttp client POSTing the fan-out's payloads straight to the same sinks: keep-alive,
+    `concurrency` subscribers at once, each subscriber's notifications one after another."""
+    sizes = bench.sizes
+    tag = bench.tag()
+    topic, hub_url = f"http://bench.example.org/ceiling/{tag}", "http://127.0.0.1:1/"
+    payloads = bodies(notifications, sizes.entries)
+    names = [f"ceil-{tag}-{i}" for i in range(subscribers)]
+    headers = [delivery_headers(topic, hub_url, f"{tag}-{seq}", seq) for seq in range(1, notifications + 1)]
+    await bench.sink.reset(bench.session)
+    connector = aiohttp.TCPConnector(limit=sizes.concurrency + 50)
+    async with aiohttp.ClientSession(connector=connector) as client:
+        queue = iter(names)
+
+        async def deliver_all() -> None:
+            for name in queue:
+                url = bench.sink.url(name)
+                for body, h in zip(payloads, headers):
+                    async with client.post(url, data=body, headers=h) as response:
+                        await response.read()
+                        if response.status != 200:
+                            raise RuntimeError(f"sink answered {response.status}")
+
+        # warm the pool the way a hub's long-lived session is warm
+        await asyncio.gather(*(client.get(f"{bench.sink.base}/_count") for _ in range(sizes.concurrency)))
+        cpu = hub_cpu_for_sink(bench)
+        started = time.time()
+        await asyncio.gather(*(deliver_all() for _ in range(min(sizes.concurrency, subscribers))))
+    expected = {name: list(range(1, notifications + 1)) for name in names}
+    _, result = await wait_and_check(bench, expected, started)
+    result.update(scenario="ceiling", run=run, subscribers=subscribers, notifications=notifications,
+                  cpu=cpu.done())
+    return result
+
+
+def hub_cpu_for_sink(bench: Bench) -> CpuMeter:
+    return CpuMeter({"sinks": [bench.sink.pid], "bench": [0]})
+
+
+async def scenario_ceiling(bench: Bench) -> list[dict]:
+    s = bench.sizes
+    results = []
+    for run in range(1, s.runs + 1):
+        result = await ceiling_run(bench, s.fanout_subscribers, s.fanout_notifications, run)
+        bench.ceiling_runs.append(result)
+        bench.emit(result)
+        results.append(result)
+    return results
+
+
+# --- fan-out ------------------------------------------------------------------------------------
+
+
+async def fanout_run(bench: Bench, hub: HubProcess, topic: str, names: list[str], notifications: int,
+                     run: int, scenario: str = "fanout", ceiling: float | None = None) -> dict:
+    """Publish `notifications` one after another; rate = deliveries / (first publish → last delivery).
+
+    The ratio is to `ceiling` (the ceiling run paired with this one), else to the ceiling median."""
+    payloads = bodies(notifications, bench.sizes.entries)
+    await bench.sink.reset(bench.session)
+    cpu = hub_cpu(hub, bench)
+    if bench.profiler is not None:
+        bench.profiler.start(scenario, hub)
+    started = time.time()
+    seqs = [(await publish(bench.session, hub, topic, body))["sequence"] for body in payloads]
+    published = time.time() - started
+    _, result = await wait_and_check(bench, {name: seqs for name in names}, started)
+    if bench.profiler is not None:
+        bench.profiler.stop()
+    ceiling = ceiling or bench.ceiling_median()
+    result.update(scenario=scenario, run=run, subscribers=len(names), notifications=notifications,
+                  publish_seconds=round(published, 4), cpu=cpu.done(),
+                  ceiling_ratio=round(result["rate"] / ceiling, 3) if ceiling == ceiling else None)
+    return result
+
+
+async def setup_topic(bench: Bench, hub: HubProcess, prefix: str, subscribers: int) -> tuple[str, list[str], float]:
+    tag = bench.tag()
+    topic = f"http://bench.example.org/{prefix}/{tag}"
+    names = [f"{prefix}-{tag}-{i}" for i in range(subscribers)]
+    seconds = await subscribe_all(bench, hub, topic, [bench.sink.url(n) for n in names],
+                                  concurrency=bench.sizes.subscribe_concurrency)
+    # warm-up: one notification to everyone, so connections exist as in a hub that has been running
+    await bench.sink.reset(bench.session)
+    seq = (await publish(bench.session, hub, topic, bodies(1, bench.sizes.entries)[0]))["sequence"]
+    await wait_and_check(bench, {n: [seq] for n in names}, time.time())
+    return topic, names, seconds
+
+
+async def scenario_fanout(bench: Bench, *, with_ceiling: bool = True) -> list[dict]:
+    """1,000 subscribers x 20 notifications (default); the ceiling is measured between the runs."""
+    s = bench.sizes
+    hub = bench.start_hub()
+    try:
+        await hub.wait_ready(bench.session)
+        topic, names, _ = await setup_topic(bench, hub, "fanout", s.fanout_subscribers)
+        results = []
+        for run in range(1, s.runs + 1):
+            paired = None
+            if with_ceiling:  # interleaved, so both see the same background load
+                ceiling = await ceiling_run(bench, s.fanout_subscribers, s.fanout_notifications, run)
+                bench.ceiling_runs.append(ceiling)
+                bench.emit(ceiling)
+                paired = ceiling["rate"]
+            result = await fanout_run(bench, hub, topic, names, s.fanout_notifications, run, ceiling=paired)
+            bench.emit(result)
+            results.append(result)
+        return results
+    finally:
+        hub.stop()
+
+
+# --- latency ------------------------------------------------------------------------------------
+
+
+async def scenario_latency(bench: Bench) -> list[dict]:
+    """100 subscribers; notifications at a steady 20/s for 10 s; publish→delivery percentiles."""
+    s = bench.sizes
+    hub = bench.start_hub()
+    try:
+        await hub.wait_ready(bench.session)
+        topic, names, _ = await setup_topic(bench, hub, "latency", s.latency_subscribers)
+        count = max(1, round(s.latency_rate * s.latency_seconds))
+        payloads = bodies(count, s.entries)
+        results = []
+        for run in range(1, s.runs + 1):
+            await bench.sink.reset(bench.session)
+            cpu = hub_cpu(hub, bench)
+            sent_at: dict[int, float] = {}
+            answered: list[float] = []
+
+            async def publish_at(index: int, when: float) -> None:
+                await asyncio.sleep(max(0.0, when - time.monotonic()))
+                t0 = time.time()
+                answer = await publish(bench.session, hub, topic, payloads[index])
+                answered.append(time.time() - t0)
+                sent_at[answer["sequence"]] = t0
+
+            origin = time.monotonic() + 0.05
+            started = time.time()
+            await asyncio.gather(*(publish_at(i, origin + i / s.latency_rate) for i in range(count)))
+            seqs = sorted(sent_at)
+            snapshot, result = await wait_and_check(bench, {n: seqs for n in names}, started)
+            lat = checks.latencies(snapshot, sent_at)
+            result.update(checks.latency_summary(lat))
+            result.update(scenario="latency", run=run, subscribers=len(names), notifications=count,
+                          rate_per_s=s.latency_rate, publish_p50_ms=checks.latency_summary(answered)["p50_ms"],
+                          cpu=cpu.done())
+            bench.emit(result)
+            results.append(result)
+        return results
+    finally:
+        hub.stop()
+
+
+# --- ingest -------------------------------------------------------------------------------------
+
+
+async def scenario_ingest(bench: Bench) -> list[dict]:
+    """Submissions accepted (200, stored) per second, one subscriber; its deliveries checked too."""
+    s = bench.sizes
+    hub = bench.start_hub()
+    try:
+        await hub.wait_ready(bench.session)
+        payloads = bodies(min(s.ingest_submissions, 200), s.entries)
+        results = []
+        for run in range(1, s.runs + 1):
+            topic, names, _ = await setup_topic(bench, hub, "ingest", 1)
+            await bench.sink.reset(bench.session)
+            cpu = hub_cpu(hub, bench)
+            seqs: list[int] = []
+            counter = itertools.count()
+            connector = aiohttp.TCPConnector(limit=s.ingest_concurrency)
+            async with aiohttp.ClientSession(connector=connector) as client:
+                async def submit() -> None:
+                    while (i := next(counter)) < s.ingest_submissions:
+                        seqs.append((await publish(client, hub, topic, payloads[i % len(payloads)]))["sequence"])
+
+                started = time.time()
+                await asyncio.gather(*(submit() for _ in range(s.ingest_submissions and s.ingest_concurrency)))
+                accepted_in = time.time() - started
+            cpu_ingest = cpu.done()
+            _, delivery = await wait_and_check(bench, {names[0]: sorted(seqs)}, started)
+            result = {"scenario": "ingest", "run": run, "accepted": len(seqs), "seconds": round(accepted_in, 4),
+                      "rate": round(len(seqs) / accepted_in, 1), "concurrency": s.ingest_concurrency,
+                      "delivered_seconds": delivery["seconds"], "delivery_rate": delivery["rate"],
+                      "complete": delivery["complete"], "check": delivery["check"], "cpu": cpu_ingest}
+            bench.emit(result)
+            results.append(result)
+        return results
+    finally:
+        hub.stop()
+
+
+# --- subscribe ----------------------------------------------------------------------------------
+
+
+async def scenario_subscribe(bench: Bench) -> list[dict]:
+    """Verified subscriptions per second: request → verification GET echoed → active."""
+    s = bench.sizes
+    hub = bench.start_hub()
+    try:
+        await hub.wait_ready(bench.session)
+        results = []
+        for run in range(1, s.runs + 1):
+            await bench.sink.reset(bench.session)
+            cpu = hub_cpu(hub, bench)
+            tag = bench.tag()
+            topic = f"http://bench.example.org/subscribe/{tag}"
+            callbacks = [bench.sink.url(f"sub-{tag}-{i}") for i in range(s.subscribe_count)]
+            seconds = await subscribe_all(bench, hub, topic, callbacks, concurrency=s.subscribe_concurrency)
+            verified = (await bench.sink.count(bench.session))["verifications"]
+            result = {"scenario": "subscribe", "run": run, "subscriptions": len(callbacks),
+                      "seconds": round(seconds, 4), "rate": round(len(callbacks) / seconds, 1),
+                      "verifications_seen": verified, "concurrency": s.subscribe_concurrency,
+                      "check": {"ok": verified == len(callbacks)}, "cpu": cpu.done()}
+            bench.emit(result)
+            results.append(result)
+        return results
+    finally:
+        hub.stop()
