@@ -84,7 +84,9 @@ async def run_intake_jobs(ctx: IntakeContext) -> list[Any]:
     outcomes = []
     for job in ctx.queue.get_jobs():
         name = job.func_name.rsplit(".", 1)[-1]
-        if name == "verify_intent":
+        if name == "verify_pending":
+            outcomes.extend(await verification.verify_pending(ctx))
+        elif name == "verify_intent":
             outcomes.append(await verification.verify_intent(ctx, *job.args))
         elif name == "fetch_topic":
             outcomes.append(await fetch.fetch_topic(ctx, *job.args))
@@ -235,6 +237,8 @@ class Sink:
             return [body for p, _, body, _, _ in self.received if p == path]
 
     async def handle(self, request: web.Request) -> web.Response:
+        if request.method == "GET":             # intent verification: echo the challenge
+            return web.Response(text=request.query.get("hub.challenge", ""))
         body = await request.read()
         with self.lock:
             count = sum(1 for p, *_ in self.received if p == request.path)
@@ -255,7 +259,7 @@ def sink() -> Any:
 
     async def serve() -> None:
         app = web.Application()
-        app.router.add_route("POST", "/{tail:.*}", recorder.handle)
+        app.router.add_route("*", "/{tail:.*}", recorder.handle)
         runner = web.AppRunner(app, shutdown_timeout=0.1)
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)

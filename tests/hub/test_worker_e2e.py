@@ -1,0 +1,223 @@
+"""Real workers end to end: an in-process burst HubWorker in the main thread, and `rsnotify
+worker` subprocesses killed with SIGKILL or cut off from a restarted Redis; loopback
+subscribers run in a background thread."""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import redis as redis_lib
+import redis.asyncio as redis_async
+from rq import Queue
+
+from hub import jobs, reconciler, store
+from hub.secrets import encrypt_secret, load_fernet
+from hub.settings import HubSettings
+from hub.worker import HubWorker
+from rsnotify.redis_server import start_redis_server
+from rsnotify.websub import SEQUENCE_HEADER, SIGNATURE_HEADER, verify_signature
+
+TOPIC = "http://source.example.org/feed"
+
+
+def body(n: int) -> bytes:
+    return b"<urlset><url><loc>http://example.com/r%d</loc></url></urlset>" % n
+
+
+def subscribe(settings: HubSettings, callback: str, secret: str | None = None, url: str | None = None) -> str:
+    async def go() -> str:
+        client = redis_async.Redis.from_url(url or settings.redis_url)
+        try:
+            sid, _ = await store.activate_subscription(client, TOPIC, callback, lease_seconds=3600, now=time.time(),
+                                                       secret=encrypt_secret(load_fernet(settings), secret))
+            return sid
+        finally:
+            await client.aclose()
+    return asyncio.run(go())
+
+
+def publish(settings: HubSettings, queue: Queue, bodies: list[bytes], url: str | None = None) -> list[bool]:
+    """Append each body and ensure a fan-out, as the hub's handler does; True per queued job."""
+    async def go() -> list[bool]:
+        client = redis_async.Redis.from_url(url or settings.redis_url)
+        queued = []
+        try:
+            for data in bodies:
+                appended = await store.append_notification(client, TOPIC, data, content_type="application/xml",
+                                                           now=time.time(), max_len=settings.log_max_len)
+                queued.append(await jobs.ensure_fan_out(queue, appended.topic_id, redis=client))
+        finally:
+            await client.aclose()
+        return queued
+    return asyncio.run(go())
+
+
+def sequences(sink, path: str) -> list[int]:
+    with sink.lock:
+        return [int(headers[SEQUENCE_HEADER]) for p, _, _, headers, _ in sink.received if p == path]
+
+
+def assert_in_order_at_least_once(seqs: list[int], count: int) -> None:
+    """Every notification 1..count arrived, first copies in order, and nothing ever skipped ahead."""
+    high = 0
+    firsts = []
+    for seq in seqs:
+        assert seq <= high + 1, f"sequence jumped from {high} to {seq}: {seqs}"
+        if seq == high + 1:
+            firsts.append(seq)
+        high = max(high, seq)
+    assert firsts == list(range(1, count + 1))
+
+
+def wait_for(condition, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def test_burst_worker_delivers_publishes_in_order_and_bursts_queue_few_jobs(fanout_settings, redis, sink) -> None:
+    queue = Queue(fanout_settings.queue_name, connection=redis)
+    subscribe(fanout_settings, sink.url("/a?id=1"))
+    subscribe(fanout_settings, sink.url("/b"), secret="sesame")
+    queued = publish(fanout_settings, queue, [body(n) for n in range(25)])
+    assert sum(queued) == 1 and len(queue) == 1                      # one job for the burst
+
+    HubWorker([queue], connection=redis, settings=fanout_settings).work(burst=True)
+
+    assert sink.bodies("/a") == sink.bodies("/b") == [body(n) for n in range(25)]
+    with sink.lock:
+        signed = [(data, headers) for p, _, data, headers, _ in sink.received if p == "/b"]
+        queries = {q for p, q, *_ in sink.received if p == "/a"}
+    assert all(verify_signature(data, "sesame", headers[SIGNATURE_HEADER]) for data, headers in signed)
+    assert queries == {"id=1"}
+    # the job cleared its flag: the next publish queues the next fan-out
+    assert publish(fanout_settings, queue, [body(25)]) == [True]
+
+
+def test_burst_worker_retries_a_failing_subscriber_alone(fanout_settings, redis, sink) -> None:
+    queue = Queue(fanout_settings.queue_name, connection=redis)
+    sink.behave["/flaky"] = lambda n: 500 if n < 2 else 200
+    subscribe(fanout_settings, sink.url("/flaky"))
+    subscribe(fanout_settings, sink.url("/fine"))
+    publish(fanout_settings, queue, [body(n) for n in range(10)])
+    HubWorker([queue], connection=redis, settings=fanout_settings).work(burst=True)
+    assert sink.bodies("/fine") == [body(n) for n in range(10)]
+    for _ in range(20):                         # due retries become deliver_subscription jobs
+        if len(sink.bodies("/flaky")) >= 12:
+            break
+        time.sleep(0.05)
+        if reconciler.queue_due(queue):
+            HubWorker([queue], connection=redis, settings=fanout_settings).work(burst=True)
+    assert sink.bodies("/flaky") == [body(0)] * 3 + [body(n) for n in range(1, 10)]
+
+
+def test_reconciler_requeues_a_lagging_subscription_whose_claim_expired(fanout_settings, redis, sink) -> None:
+    queue = Queue(fanout_settings.queue_name, connection=redis)
+    sid = subscribe(fanout_settings, sink.url("/orphan"))
+    publish(fanout_settings, queue, [body(n) for n in range(3)])
+    queue.empty()                               # the fan-out job died with its worker
+    redis.delete(store.fanout_queued_key(store.topic_id(TOPIC)))
+    redis.set(store.sub_lock_key(sid), "dead-worker", px=300)
+    settings = fanout_settings.with_values(reconcile_interval=0.1)
+    assert reconciler.reconcile(queue, settings, now=time.time() + 1) == 0     # still claimed
+    time.sleep(0.35)
+    assert reconciler.reconcile(queue, settings, now=time.time() + 1) == 1
+    HubWorker([queue], connection=redis, settings=settings).work(burst=True)
+    assert sink.bodies("/orphan") == [body(n) for n in range(3)]
+    settled: dict[str, str] = {}
+    assert reconciler.reconcile(queue, settings, now=time.time() + 1, settled=settled) == 0
+    assert settled                              # a caught-up topic is not read again
+
+
+def test_log_is_trimmed_by_age(fanout_settings, redis) -> None:
+    queue = Queue(fanout_settings.queue_name, connection=redis)
+    publish(fanout_settings, queue, [body(n) for n in range(3)])
+    key = store.topic_log_key(store.topic_id(TOPIC))
+    reconciler.trim_logs(redis, fanout_settings.with_values(log_max_age=3600), now=time.time())
+    assert redis.xlen(key) == 3
+    reconciler.trim_logs(redis, fanout_settings.with_values(log_max_age=3600), now=time.time() + 7200)
+    assert redis.xlen(key) == 0
+
+
+# --- `rsnotify worker` subprocesses -----------------------------------------------------------
+
+def start_worker(settings: HubSettings, tmp_path: Path, name: str, redis_url: str | None = None) -> subprocess.Popen:
+    env = {**os.environ, **settings.to_env(), "RSNOTIFY_REDIS_URL": redis_url or settings.redis_url,
+           "RSNOTIFY_LOG_LEVEL": "WARNING"}
+    log = open(tmp_path / f"{name}.log", "wb")
+    return subprocess.Popen([sys.executable, "-c", "from rsnotify.cli import main; main()", "worker", "--name", name],
+                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def stop(process: subprocess.Popen) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def test_worker_killed_mid_fan_out_loses_nothing(fanout_settings, redis, sink, tmp_path) -> None:
+    settings = fanout_settings.with_values(lock_ttl=1, reconcile_interval=0.3, retry_base=0.05)
+    queue = Queue(settings.queue_name, connection=redis)
+    paths = ["/k1", "/k2", "/k3"]
+    for path in paths:
+        sink.behave[path] = lambda n: ("hang", 0.01)        # ~10 ms per delivery: a long fan-out
+        subscribe(settings, sink.url(path), secret="k" if path == "/k2" else None)
+    first = start_worker(settings, tmp_path, "first")
+    second = None
+    try:
+        publish(settings, queue, [body(n) for n in range(200)])
+        wait_for(lambda: len(sink.bodies("/k1")) >= 40, 30, "the first deliveries")
+        os.kill(first.pid, signal.SIGKILL)
+        first.wait()
+        delivered_when_killed = len(sink.bodies("/k1"))
+        assert delivered_when_killed < 200
+        second = start_worker(settings, tmp_path, "second")
+        wait_for(lambda: all(len(set(sink.bodies(p))) == 200 for p in paths), 60, "every notification")
+    finally:
+        stop(first)
+        if second is not None:
+            stop(second)
+    for path in paths:
+        assert_in_order_at_least_once(sequences(sink, path), 200)
+
+
+def test_redis_restarted_from_its_aof_mid_stream_loses_nothing(fanout_settings, sink, tmp_path) -> None:
+    server = start_redis_server(tmp_path / "redis", unix_socket=False)
+    port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+    url = server.url
+    settings = fanout_settings.with_values(redis_url=url, lock_ttl=1, reconcile_interval=0.3, retry_base=0.05)
+    connection = redis_lib.Redis.from_url(url)
+    queue = Queue(settings.queue_name, connection=connection)
+    worker = None
+    try:
+        sink.behave["/r1"] = sink.behave["/r2"] = lambda n: ("hang", 0.02)
+        subscribe(settings, sink.url("/r1"), url=url)
+        subscribe(settings, sink.url("/r2"), secret="s", url=url)
+        worker = start_worker(settings, tmp_path, "survivor", redis_url=url)
+        publish(settings, queue, [body(n) for n in range(40)], url=url)
+        wait_for(lambda: len(sink.bodies("/r1")) >= 10, 30, "the first deliveries")
+        assert len(sink.bodies("/r1")) < 40     # mid-stream
+        server.stop()                       # SIGTERM: Redis writes its AOF and exits
+        connection.connection_pool.disconnect()
+        server = start_redis_server(tmp_path / "redis", port=port, unix_socket=False)
+        publish(settings, queue, [body(n) for n in range(40, 80)], url=url)
+        wait_for(lambda: all(len(set(sink.bodies(p))) == 80 for p in ("/r1", "/r2")), 60, "every notification")
+        assert worker.poll() is None, "the worker survived the Redis restart"
+    finally:
+        if worker is not None:
+            stop(worker)
+        connection.close()
+        server.stop()
+    for path in ("/r1", "/r2"):
+        assert_in_order_at_least_once(sequences(sink, path), 80)
