@@ -229,6 +229,12 @@ def new_root(tag: str = URLSET) -> etree._Element:
 _DECLARATION = b'<?xml version="1.0" encoding="UTF-8"?>\n'
 
 
-def serialize(root: etree._Element) -> bytes:
-    """UTF-8 bytes with an XML declaration (written by hand only for its double quotes)."""
+def serialize(root: etree._Element, *, pretty: bool = False) -> bytes:
+    """UTF-8 bytes with an XML declaration (written by hand only for its double quotes).
+
+    `pretty` indents: for documents people edit by hand (Capability Lists, Source
+    Descriptions); notifications stay compact, since they are machine traffic.
+    """
+    if pretty:
+        etree.indent(root, space="  ")
     return _DECLARATION + etree.tostring(root, encoding="UTF-8", xml_declaration=False)

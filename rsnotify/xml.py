@@ -423,7 +423,7 @@ def capability_list_to_xml(capability_list: CapabilityList) -> bytes:
     set_attributes(md, capability_list.extra_md, _CAPABILITY_ONLY)
     for entry in capability_list.entries:
         _write_entry(root, entry)
-    return serialize(root)
+    return serialize(root, pretty=True)
 
 
 def source_description_to_xml(source_description: SourceDescription) -> bytes:
@@ -434,7 +434,7 @@ def source_description_to_xml(source_description: SourceDescription) -> bytes:
     etree.SubElement(root, RS_MD, capability=SOURCE_DESCRIPTION)
     for entry in source_description.entries:
         _write_entry(root, entry)
-    return serialize(root)
+    return serialize(root, pretty=True)
 
 
 def _write_entry(parent: etree._Element, entry: CapabilityEntry) -> None:
