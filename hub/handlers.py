@@ -164,8 +164,8 @@ async def subscription_request(request: web.Request, form: MultiDictProxy[str]) 
     app = request.app
     challenge = secrets.token_urlsafe(CHALLENGE_BYTES)
     intent = make_intent(wanted, app[SETTINGS], app[PUBLISHERS], app[FERNET])
-    await store.store_intent(app[REDIS], challenge, intent, app[SETTINGS].intent_ttl)
-    await jobs.enqueue_verification(app[QUEUE], challenge)
+    if await store.queue_intent(app[REDIS], challenge, intent, app[SETTINGS].intent_ttl):
+        await jobs.enqueue_pending_verifications(app[QUEUE])
     log.info("%s request for %s at %s accepted; verification queued%s", wanted.mode, wanted.callback,
              wanted.topic, f" (will be denied: {intent.reason})" if intent.reason else "")
     return web.Response(status=202, text=f"{wanted.mode} request accepted; the callback will be verified\n")
@@ -329,7 +329,8 @@ async def health(request: web.Request) -> web.Response:
                 (pipe.llen if registry == "queue" else pipe.zcard)(f"rq:{registry}:{queue}")
             pipe.zcard(store.leases_key())
             pipe.scard(store.topics_key())
-            _, members, queued, started, scheduled, failed, subscriptions, topics = await pipe.execute()
+            pipe.llen(store.verify_pending_key())
+            _, members, queued, started, scheduled, failed, subscriptions, topics, pending = await pipe.execute()
         async with redis.pipeline(transaction=False) as pipe:
             for member in members:
                 pipe.exists(member)
@@ -345,6 +346,7 @@ async def health(request: web.Request) -> web.Response:
         "queues": {queue: {"queued": queued, "started": started, "scheduled": scheduled, "failed": failed}},
         "subscriptions": subscriptions,
         "topics": topics,
+        "verifications_pending": pending,
         "hub_url": settings.hub_url,
     }
     return web.json_response(body, status=200 if ready else 503)

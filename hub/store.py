@@ -64,6 +64,14 @@ def fanout_queued_key(tid: str) -> str:     # "a fan-out job for this topic is q
     return f"{PREFIX}fanout:{tid}:queued"
 
 
+def verify_pending_key() -> str:            # list: challenges waiting for a verify_pending job, oldest first
+    return f"{PREFIX}verify:pending"
+
+
+def verify_queued_key() -> str:             # flag: "a verify_pending job is queued" (TTL)
+    return f"{PREFIX}verify:queued"
+
+
 def key_check_key() -> str:                 # a Fernet token proving which secret key this Redis uses
     return f"{PREFIX}keycheck"
 
@@ -204,6 +212,35 @@ async def store_intent(redis: Redis, challenge: str, intent: Intent, ttl: int) -
         pipe.hset(key, mapping=intent.to_hash())
         pipe.expire(key, ttl)
         await pipe.execute()
+
+
+VERIFY_QUEUED_TTL = 60  # s; a lost verify_pending job is replaced by the next request after this
+
+
+async def queue_intent(redis: Redis, challenge: str, intent: Intent, ttl: int) -> bool:
+    """Keep the intent and line its challenge up for verification, in one round trip.
+
+    Returns True when no verify_pending job was queued: the caller must queue one. A burst
+    of requests thus queues one job, which verifies the whole line concurrently.
+    """
+    key = intent_key(challenge)
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.hset(key, mapping=intent.to_hash())
+        pipe.expire(key, ttl)
+        pipe.rpush(verify_pending_key(), challenge)
+        pipe.set(verify_queued_key(), 1, nx=True, ex=VERIFY_QUEUED_TTL)
+        *_, must_queue = await pipe.execute()
+    return bool(must_queue)
+
+
+async def take_pending_challenges(redis: Redis, limit: int) -> list[str]:
+    """Up to `limit` challenges from the head of the line (each is taken once)."""
+    taken = await redis.lpop(verify_pending_key(), limit)
+    return [_text(c) for c in taken or []]
+
+
+async def pending_verifications(redis: Redis) -> int:
+    return int(await redis.llen(verify_pending_key()))
 
 
 async def take_intent(redis: Redis, challenge: str) -> Intent | None:

@@ -6,6 +6,7 @@ guarded ClientSession), fernet and now() (epoch seconds). No RQ here.
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -26,6 +27,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 IDENTITY = {"Accept-Encoding": "identity"}  # the echo is compared byte for byte: no compression
+VERIFY_BATCH = 500          # challenges taken from the line at a time
+VERIFY_CONCURRENCY = 100    # verification GETs in flight at once in one job
+VERIFY_MAX_BATCHES = 100    # a job verifies at most 50,000 requests; the next job goes on
 SWEEP_BATCH = 500
 SWEEP_MAX_BATCHES = 200  # one sweep removes at most 100,000 subscriptions; the next one goes on
 
@@ -115,6 +119,28 @@ async def _apply(ctx: OutboundContext, intent: store.Intent, status: int | None)
     log.info("subscription %s %s: %s for %s (lease %ss)", sid, result, intent.callback, intent.topic,
              intent.lease_seconds if intent.mode == "subscribe" else "-")
     return VerificationOutcome(intent.mode, intent.topic, intent.callback, result, status, subscription_id=sid)
+
+
+async def verify_pending(ctx: OutboundContext) -> list[VerificationOutcome]:
+    """Verify every challenge lined up by the hub (store.queue_intent), VERIFY_CONCURRENCY at once.
+
+    The "job queued" flag is cleared first, so a request lined up while this runs queues the
+    next job and is never left waiting.
+    """
+    await ctx.redis.delete(store.verify_queued_key())
+    outcomes: list[VerificationOutcome] = []
+    gate = asyncio.Semaphore(VERIFY_CONCURRENCY)
+
+    async def one(challenge: str) -> VerificationOutcome:
+        async with gate:
+            return await verify_intent(ctx, challenge)
+
+    for _ in range(VERIFY_MAX_BATCHES):
+        challenges = await store.take_pending_challenges(ctx.redis, VERIFY_BATCH)
+        if not challenges:
+            break
+        outcomes.extend(await asyncio.gather(*(one(c) for c in challenges)))
+    return outcomes
 
 
 async def send_denial(ctx: OutboundContext, intent: store.Intent) -> VerificationOutcome:

@@ -51,7 +51,8 @@ async def test_new_subscription_starts_at_the_log_end(hub_client, intake_ctx, ca
 async def test_challenges_are_random_and_single_use(hub_client, intake_ctx, callback_server, run_jobs):
     await subscribe(hub_client, callback_server.url("/a"))
     await subscribe(hub_client, callback_server.url("/b"))
-    challenges = [job.args[0] for job in intake_ctx.queue.get_jobs()]
+    assert intake_ctx.queue.count == 1  # one job verifies the whole line
+    challenges = [c.decode() for c in await intake_ctx.redis.lrange(store.verify_pending_key(), 0, -1)]
     assert len(set(challenges)) == 2
     await run_jobs(intake_ctx)
     sent = [r.query["hub.challenge"] for r in callback_server.requests]
@@ -206,3 +207,17 @@ async def test_unknown_parameters_are_ignored(hub_client, intake_ctx, callback_s
     assert response.status == 202
     [outcome] = await run_jobs(intake_ctx)
     assert outcome.result == "activated"
+
+
+async def test_a_burst_of_requests_queues_one_verification_job(hub_client, intake_ctx, callback_server, run_jobs):
+    for i in range(30):
+        assert (await subscribe(hub_client, callback_server.url(f"/cb{i}"))).status == 202
+    assert intake_ctx.queue.count == 1
+    outcomes = await run_jobs(intake_ctx)
+    assert sorted(o.result for o in outcomes) == ["activated"] * 30
+    assert await store.count_subscriptions(intake_ctx.redis) == 30
+    assert await store.pending_verifications(intake_ctx.redis) == 0
+    await subscribe(hub_client, callback_server.url("/late"))  # after the job started: a job of its own
+    assert intake_ctx.queue.count == 1
+    [late] = await run_jobs(intake_ctx)
+    assert late.result == "activated"
