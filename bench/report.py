@@ -43,6 +43,8 @@ TARGETS = (
 def summary_line(result: Mapping) -> str:
     """One readable line for a run's result."""
     name = result["scenario"]
+    if "skipped" in result:
+        return f"{name:9} skipped: {result['skipped']}"
     check = result.get("check", {})
     verdict = "check ok" if check.get("ok") else f"CHECK FAILED {_problems(check)}"
     head = f"{name:9} run {result.get('run')}:"
@@ -53,7 +55,9 @@ def summary_line(result: Mapping) -> str:
             extra += (f"; {result['subscriptions']:,} subscriptions over {result['topics']:,} topics, Redis "
                       f"{result['used_memory_mb']:.1f} MB ({result['bytes_per_subscription']} B/subscription)")
         if name == "peer":
-            extra = f"; rsnotify/peer = {result['ratio']:.1f}×" if result.get("ratio") else ""
+            extra = (f"; rsnotify {result['ours_rate']:,.0f}/s = {result['ratio']:.1f}× Flask-WebSub"
+                     if result.get("ratio") else "")
+            extra += "" if result.get("order_kept") else " (order not kept: it promises none)"
         return (f"{head} {result['deliveries']:,} deliveries ({result['subscribers']:,} subscribers × "
                 f"{result['notifications']}) in {result['seconds']:.2f} s = {result['rate']:,.0f}/s{extra}; "
                 f"{verdict}; cpu {_cpu(result)}")

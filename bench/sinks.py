@@ -1,7 +1,8 @@
 """The subscriber sinks: one aiohttp server in a process of its own, serving many callback paths.
 
 `GET /cb/{name}` answers WebSub verifications (echoes hub.challenge); `POST /cb/{name}` records
-a delivery (notification id, sequence, receive time) and answers 200. Control endpoints under
+a delivery (notification id, sequence, receive time) and answers 200; `GET /topic/{name}` is a
+topic for thin pings (its next notification on each fetch). Control endpoints under
 `/_` let the benchmark read and reset what was recorded. Run as `python -m bench.sinks`.
 """
 from __future__ import annotations
@@ -20,7 +21,9 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER
+from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER, build_link_header
+
+from .payloads import notification_body
 
 CALLBACK_PREFIX = "/cb/"
 READY_LINE = "sinks listening on port "
@@ -69,6 +72,18 @@ def build_sink_app() -> web.Application:
         recorder.last_verification = clock()
         return web.Response(text=request.query.get("hub.challenge", ""))
 
+    topics: defaultdict[str, int] = defaultdict(int)
+    topic_body = notification_body(0)
+
+    async def topic(request: web.Request) -> web.Response:
+        """A topic for thin pings (the peer hub fetches it): each GET is the topic's next notification."""
+        name = request.match_info["name"]
+        topics[name] += 1
+        seq = topics[name]
+        links = build_link_header([(str(request.url), "self"), (request.query.get("hub", "http://127.0.0.1/"), "hub")])
+        return web.Response(body=topic_body, content_type="application/xml",
+                            headers={"Link": links, NOTIFICATION_ID_HEADER: f"{name}-{seq}", SEQUENCE_HEADER: str(seq)})
+
     async def count(request: web.Request) -> web.Response:
         return web.json_response({"deliveries": recorder.deliveries, "verifications": recorder.verifications,
                                   "bad_requests": recorder.bad_requests,
@@ -85,6 +100,7 @@ def build_sink_app() -> web.Application:
     app = web.Application()
     app.router.add_post(CALLBACK_PREFIX + "{name:.+}", deliver)
     app.router.add_get(CALLBACK_PREFIX + "{name:.+}", verify)
+    app.router.add_get("/topic/{name}", topic)
     app.router.add_get("/_count", count)
     app.router.add_get("/_records", records)
     app.router.add_post("/_reset", reset)
