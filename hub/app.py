@@ -15,7 +15,7 @@ from aiohttp import web
 from redis.exceptions import RedisError
 from rq import Queue
 
-from . import handlers
+from . import admin, diagnostics, handlers, metrics, status
 from .errors import AuthenticationError, HubError, SettingsError
 from .handlers import CLOCK, FERNET, PUBLISHERS, QUEUE, REDIS, SETTINGS, Publishers
 from .secrets import check_key_matches, load_fernet
@@ -38,8 +38,9 @@ def build_app(settings: HubSettings, *, now: Callable[[], float] = time.time) ->
     paths = {"/", urlsplit(settings.hub_url).path or "/"}
     for path in sorted(paths):  # also serve the public URL's path, for proxies that keep it
         app.router.add_post(path, handlers.hub_endpoint)
-    app.router.add_get("/", handlers.index)
     app.router.add_get("/health", handlers.health)
+    for ops in (status, admin, diagnostics, metrics):  # GET / is the status page (ops, issue 8)
+        ops.add_routes(app)
     return app
 
 

@@ -5,6 +5,7 @@ HubError                      status 400 unless a subclass says otherwise
 ├── UnsupportedMediaError     415  a POST whose Content-Type the hub does not take
 ├── AuthenticationError       401  no or unknown publisher token
 ├── ForbiddenError            403  the token (or the client address) may not publish this topic
+├── NotFoundError             404  no such topic, subscription or dead letter (admin API, diagnostics)
 ├── PayloadTooLargeError      413  the body is larger than --max-body
 └── UnavailableError          503  Redis or the queue cannot be reached right now
 SettingsError                 bad configuration (the CLI turns it into a usage error)
@@ -37,6 +38,10 @@ class AuthenticationError(HubError):
 
 class ForbiddenError(HubError):
     status = 403
+
+
+class NotFoundError(HubError):
+    status = 404
 
 
 class PayloadTooLargeError(HubError):

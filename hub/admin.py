@@ -1,0 +1,346 @@
+"""The admin JSON API under /admin/: inspect topics, subscriptions and dead letters; re-send dead
+letters; pause, resume or remove a subscription (the subscriber is told with hub.mode=denied).
+
+Every route needs `Authorization: Bearer <admin token>` (--admin-token); a hub without one
+answers only loopback clients that did not come through a proxy. Refusals are HubErrors.
+"""
+from __future__ import annotations
+
+import hmac
+import logging
+import secrets
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from . import jobs, reports, store
+from .errors import AuthenticationError, BadRequestError, ForbiddenError, NotFoundError
+from .handlers import CLOCK, QUEUE, REDIS, SETTINGS, _is_loopback
+
+log = logging.getLogger(__name__)
+
+SCAN = web.AppKey("scan", reports.ScanCache)
+PAGE_DEFAULT = 100
+PAGE_MAX = 1000
+PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
+DEFAULT_REMOVAL_REASON = "the hub's operator removed this subscription"
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+# --- authorization --------------------------------------------------------------------------
+
+
+def check_admin(request: web.Request) -> None:
+    """Raise AuthenticationError (401) or ForbiddenError (403) unless `request` may use the admin API."""
+    token = request.app[SETTINGS].admin_token
+    if not token:
+        proxied = [h for h in PROXY_HEADERS if h in request.headers]
+        if not _is_loopback(request.remote) or proxied:
+            seen = f"a request through a proxy ({proxied[0]})" if proxied else f"a request from {request.remote}"
+            raise ForbiddenError(f"this hub has no admin token (--admin-token / RSNOTIFY_ADMIN_TOKEN), so only "
+                                 f"loopback clients not behind a proxy may use it, got {seen}")
+        return
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() != "bearer" or not given.strip():
+        raise AuthenticationError("the admin API needs 'Authorization: Bearer <admin token>', got none")
+    if not hmac.compare_digest(given.strip().encode(), token.encode()):
+        raise AuthenticationError("the bearer token is not this hub's admin token")
+
+
+def admin_only(handler: Handler) -> Handler:
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        check_admin(request)
+        return await handler(request)
+
+    guarded.__name__ = handler.__name__
+    guarded.__doc__ = handler.__doc__
+    return guarded
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _page(request: web.Request) -> tuple[int, int]:
+    """(offset, limit) from the query; BadRequestError naming each bad value."""
+    problems, values = [], {}
+    for name, default, top in (("offset", 0, None), ("limit", PAGE_DEFAULT, PAGE_MAX)):
+        raw = request.query.get(name, str(default))
+        try:
+            value = int(raw)
+        except ValueError:
+            value = -1
+        if value < 0 or (top is not None and not 1 <= value <= top):
+            bounds = f"1-{top}" if top else "0 or more"
+            problems.append(f"{name} must be an integer {bounds}, got {raw!r}")
+        values[name] = value
+    if problems:
+        raise BadRequestError(problems)
+    return values["offset"], values["limit"]
+
+
+def _id(request: web.Request, name: str) -> str:
+    value = request.match_info[name]
+    if not (len(value) == 32 and all(c in "0123456789abcdef" for c in value)):
+        kind = "subscription" if name == "sid" else "topic"
+        raise BadRequestError(f"a {kind} id is 32 lower-case hex digits, got {value!r}")
+    return value
+
+
+def _nid(request: web.Request) -> str:
+    value = request.match_info["nid"]
+    try:
+        store.parse_entry_id(value)
+    except ValueError:
+        raise BadRequestError(f"a notification id looks like 1700000000000-0, got {value!r}") from None
+    return value
+
+
+async def _require_subscription(request: web.Request, sid: str) -> store.Subscription:
+    found = await store.get_subscription(request.app[REDIS], sid)
+    if found is None:
+        raise NotFoundError(f"no subscription {sid} on this hub")
+    return found
+
+
+def _now(request: web.Request) -> float:
+    return float(request.app[CLOCK]())
+
+
+# --- reading --------------------------------------------------------------------------------
+
+
+@admin_only
+async def api_index(request: web.Request) -> web.Response:
+    """GET /admin/: what this API offers."""
+    return web.json_response({"endpoints": [
+        "GET /admin/overview", "GET /admin/topics?offset=&limit=&url=", "GET /admin/topics/{tid}",
+        "GET /admin/topics/{tid}/notifications/{nid}",
+        "GET /admin/subscriptions?offset=&limit=&topic=&callback=&state=&trouble=1",
+        "GET /admin/subscriptions/{sid}", "GET /admin/subscriptions/{sid}/attempts",
+        "GET /admin/subscriptions/{sid}/dead-letters", "GET /admin/subscriptions/{sid}/dead-letters/{nid}",
+        "POST /admin/subscriptions/{sid}/dead-letters/resend",
+        "POST /admin/subscriptions/{sid}/dead-letters/{nid}/resend",
+        "POST /admin/subscriptions/{sid}/pause", "POST /admin/subscriptions/{sid}/resume",
+        "DELETE /admin/subscriptions/{sid}?reason=",
+    ]})
+
+
+@admin_only
+async def get_overview(request: web.Request) -> web.Response:
+    """GET /admin/overview: totals, activity, latency, queues, busiest topics, subscriptions in trouble."""
+    app = request.app
+    return web.json_response(await reports.overview(app[REDIS], app[SETTINGS], _now(request), app[SCAN]))
+
+
+@admin_only
+async def list_topics(request: web.Request) -> web.Response:
+    """GET /admin/topics: topics by id (or the one with ?url=)."""
+    redis = request.app[REDIS]
+    offset, limit = _page(request)
+    if "url" in request.query:
+        tids = [store.topic_id(request.query["url"])]
+        total = 1
+    else:
+        everything = sorted(store._text(t) for t in await redis.smembers(store.topics_key()))
+        tids, total = everything[offset:offset + limit], len(everything)
+    return web.json_response({"total": total, "offset": offset, "topics": await reports.topic_rows(redis, tids)})
+
+
+@admin_only
+async def get_topic(request: web.Request) -> web.Response:
+    """GET /admin/topics/{tid}: the topic, its subscriptions and recent notifications."""
+    tid = _id(request, "tid")
+    detail = await reports.topic_detail(request.app[REDIS], tid, _now(request))
+    if detail is None:
+        raise NotFoundError(f"no topic {tid} on this hub")
+    return web.json_response(detail)
+
+
+@admin_only
+async def get_notification(request: web.Request) -> web.Response:
+    """GET /admin/topics/{tid}/notifications/{nid}: the exact body, with its Content-Type."""
+    tid, nid = _id(request, "tid"), _nid(request)
+    found = await request.app[REDIS].xrange(store.topic_log_key(tid), nid, nid, count=1)
+    if not found:
+        raise NotFoundError(f"no notification {nid} in the log of topic {tid} (never there, or trimmed)")
+    entry = store.LogEntry.from_stream(*found[0])
+    return web.Response(body=entry.body, headers={"Content-Type": entry.content_type})
+
+
+@admin_only
+async def list_subscriptions(request: web.Request) -> web.Response:
+    """GET /admin/subscriptions: by lease end; ?topic= (with ?callback= one), ?state=, ?trouble=1."""
+    redis, now, query = request.app[REDIS], _now(request), request.query
+    offset, limit = _page(request)
+    state = query.get("state")
+    if state not in (None, "active", "paused", "expired"):
+        raise BadRequestError(f"state must be active, paused or expired, got {state!r}")
+    if "topic" in query and "callback" in query:
+        chosen = await reports.summarize(redis, [store.subscription_id(query["topic"], query["callback"])])
+    elif "topic" in query:
+        sids = sorted(store._text(s) for s in await redis.smembers(store.topic_subs_key(store.topic_id(query["topic"]))))
+        chosen = await reports.summarize(redis, sids)
+    elif state or query.get("trouble"):
+        chosen = await request.app[SCAN].get(redis)
+    else:
+        total = await redis.zcard(store.leases_key())
+        sids = [store._text(s) for s in await redis.zrange(store.leases_key(), offset, offset + limit - 1)]
+        rows = await reports.summarize(redis, sids)
+        return web.json_response({"total": total, "offset": offset,
+                                  "subscriptions": [s.to_json(now) for s in rows]})
+    if state:
+        chosen = [s for s in chosen if (s.expires < now) == (state == "expired")
+                  and (state == "expired" or s.state == state)]
+    if query.get("trouble") not in (None, "", "0"):
+        chosen = [s for s in chosen if s.trouble(now)]
+    page = chosen[offset:offset + limit]
+    return web.json_response({"total": len(chosen), "offset": offset, "subscriptions": [s.to_json(now) for s in page]})
+
+
+@admin_only
+async def get_subscription(request: web.Request) -> web.Response:
+    """GET /admin/subscriptions/{sid}: everything about it (never its secret)."""
+    sid = _id(request, "sid")
+    detail = await reports.subscription_detail(request.app[REDIS], sid, _now(request))
+    if detail is None:
+        raise NotFoundError(f"no subscription {sid} on this hub")
+    return web.json_response(detail)
+
+
+@admin_only
+async def get_attempts(request: web.Request) -> web.Response:
+    """GET /admin/subscriptions/{sid}/attempts: the last delivery attempts, newest first."""
+    sid = _id(request, "sid")
+    await _require_subscription(request, sid)
+    attempts = await store.recent_attempts(request.app[REDIS], sid)
+    return web.json_response({"attempts": [
+        {"at": a.at, "notification_id": a.notification_id, "sequence": a.sequence, "status": a.status,
+         "error": a.error, "latency_ms": a.latency_ms, "outcome": a.outcome, "attempt": a.attempt}
+        for a in attempts]})
+
+
+@admin_only
+async def get_dead_letters(request: web.Request) -> web.Response:
+    """GET /admin/subscriptions/{sid}/dead-letters: oldest first."""
+    sid = _id(request, "sid")
+    await _require_subscription(request, sid)
+    letters = await store.list_dead_letters(request.app[REDIS], sid)
+    return web.json_response({"dead_letters": [
+        {"notification_id": d.notification_id, "sequence": d.sequence, "published_ms": d.published_ms,
+         "content_type": d.content_type, "attempts": d.attempts, "status": d.status, "error": d.error,
+         "dead_at": d.dead_at, "resend": d.resend} for d in letters]})
+
+
+@admin_only
+async def get_dead_letter(request: web.Request) -> web.Response:
+    """GET /admin/subscriptions/{sid}/dead-letters/{nid}: the exact body that was not delivered."""
+    sid, nid = _id(request, "sid"), _nid(request)
+    redis = request.app[REDIS]
+    meta = await redis.hget(store.sub_dead_key(sid), nid)
+    body = await store.dead_letter_body(redis, sid, nid)
+    if meta is None or body is None:
+        raise NotFoundError(f"no dead letter {nid} for subscription {sid}")
+    return web.Response(body=body, headers={"Content-Type": store.DeadLetter.from_json(meta).content_type})
+
+
+# --- acting ---------------------------------------------------------------------------------
+
+
+@admin_only
+async def resend_all(request: web.Request) -> web.Response:
+    """POST /admin/subscriptions/{sid}/dead-letters/resend: queue every dead letter again, oldest first."""
+    sid = _id(request, "sid")
+    found = await _require_subscription(request, sid)
+    queued = await store.resend_all_dead_letters(request.app[REDIS], sid, now=_now(request))
+    request.app[SCAN].forget()
+    log.info("admin: %d dead letter(s) of subscription %s (%s) queued for re-sending", queued, sid, found.callback,
+             extra={"action": "resend", "sid": sid})
+    return web.json_response({"sid": sid, "queued": queued})
+
+
+@admin_only
+async def resend_one(request: web.Request) -> web.Response:
+    """POST /admin/subscriptions/{sid}/dead-letters/{nid}/resend: queue one dead letter again."""
+    sid, nid = _id(request, "sid"), _nid(request)
+    found = await _require_subscription(request, sid)
+    redis = request.app[REDIS]
+    meta = await redis.hget(store.sub_dead_key(sid), nid)
+    if meta is None:
+        raise NotFoundError(f"no dead letter {nid} for subscription {sid}")
+    queued = await store.resend_dead_letter(redis, sid, nid, now=_now(request))
+    request.app[SCAN].forget()
+    log.info("admin: dead letter %s of subscription %s (%s) %s", nid, sid, found.callback,
+             "queued for re-sending" if queued else "was already queued", extra={"action": "resend", "sid": sid})
+    return web.json_response({"sid": sid, "notification_id": nid, "queued": queued,
+                              "already_queued": not queued})
+
+
+async def _set_state(request: web.Request, paused: bool) -> web.Response:
+    sid = _id(request, "sid")
+    found = await _require_subscription(request, sid)
+    redis = request.app[REDIS]
+    if paused:
+        changed = await store.pause_subscription(redis, sid)
+    else:
+        changed = await store.resume_subscription(redis, sid, now=_now(request))
+    if not changed:
+        raise NotFoundError(f"no subscription {sid} on this hub")
+    request.app[SCAN].forget()
+    state = "paused" if paused else "active"
+    log.info("admin: subscription %s (%s) %s", sid, found.callback, "paused" if paused else "resumed",
+             extra={"action": "pause" if paused else "resume", "sid": sid})
+    return web.json_response({"sid": sid, "state": state})
+
+
+@admin_only
+async def pause(request: web.Request) -> web.Response:
+    """POST /admin/subscriptions/{sid}/pause: no deliveries until resumed (the cursor stays)."""
+    return await _set_state(request, paused=True)
+
+
+@admin_only
+async def resume(request: web.Request) -> web.Response:
+    """POST /admin/subscriptions/{sid}/resume: deliveries start again now (backoff cleared)."""
+    return await _set_state(request, paused=False)
+
+
+@admin_only
+async def remove(request: web.Request) -> web.Response:
+    """DELETE /admin/subscriptions/{sid}: remove it and tell the subscriber (hub.mode=denied, hub.reason)."""
+    sid = _id(request, "sid")
+    found = await _require_subscription(request, sid)
+    reason = request.query.get("reason", "").strip() or DEFAULT_REMOVAL_REASON
+    if len(reason) > 500:
+        raise BadRequestError(f"reason must be at most 500 characters, got {len(reason)}")
+    app = request.app
+    await store.remove_subscription(app[REDIS], sid)
+    challenge = secrets.token_urlsafe(32)
+    await store.store_intent(app[REDIS], challenge, store.Intent("denied", found.topic, found.callback, reason=reason),
+                             app[SETTINGS].intent_ttl)
+    await jobs.enqueue_verification(app[QUEUE], challenge)
+    app[SCAN].forget()
+    log.info("admin: subscription %s removed (%s for %s); denial queued: %s", sid, found.callback, found.topic,
+             reason, extra={"action": "remove", "sid": sid})
+    return web.json_response({"sid": sid, "removed": True, "denial": "queued", "reason": reason})
+
+
+def add_routes(app: web.Application) -> None:
+    """Register the admin API (and the scan cache it shares with the status page and /metrics)."""
+    app[SCAN] = reports.ScanCache()
+    r = app.router
+    r.add_get("/admin/", api_index)
+    r.add_get("/admin/overview", get_overview)
+    r.add_get("/admin/topics", list_topics)
+    r.add_get("/admin/topics/{tid}", get_topic)
+    r.add_get("/admin/topics/{tid}/notifications/{nid}", get_notification)
+    r.add_get("/admin/subscriptions", list_subscriptions)
+    r.add_get("/admin/subscriptions/{sid}", get_subscription)
+    r.add_delete("/admin/subscriptions/{sid}", remove)
+    r.add_get("/admin/subscriptions/{sid}/attempts", get_attempts)
+    r.add_get("/admin/subscriptions/{sid}/dead-letters", get_dead_letters)
+    r.add_post("/admin/subscriptions/{sid}/dead-letters/resend", resend_all)
+    r.add_get("/admin/subscriptions/{sid}/dead-letters/{nid}", get_dead_letter)
+    r.add_post("/admin/subscriptions/{sid}/dead-letters/{nid}/resend", resend_one)
+    r.add_post("/admin/subscriptions/{sid}/pause", pause)
+    r.add_post("/admin/subscriptions/{sid}/resume", resume)

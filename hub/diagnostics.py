@@ -1,0 +1,180 @@
+"""Subscriber diagnostics: a subscriber reads its own subscription's status and recent delivery
+attempts without admin rights, once it proves it holds the callback, in one of two ways.
+
+1. A signed request (subscriptions with a secret): `GET /diagnostics/{sid}` with
+   `X-RSNotify-Timestamp: <epoch seconds>` and
+   `X-Hub-Signature: sha256=<hex HMAC of "{sid}\\n{timestamp}" keyed with the subscription's secret>`
+   (any algorithm X-Hub-Signature allows); the timestamp must be within SIGNATURE_WINDOW of the
+   hub's clock. sid = first 32 hex digits of sha256(topic + "\\n" + callback).
+2. A link sent to the callback (any subscription): `POST /diagnostics` with the form fields
+   hub.topic and hub.callback. The hub always answers 202 (it does not say whether the
+   subscription exists); when it does and no link went to that callback within LINK_INTERVAL,
+   the hub GETs the callback with hub.mode=diagnostics, hub.topic and
+   hub.diagnostics=<hub URL>diagnostics/{sid}?token=<token>. The token works for TOKEN_TTL,
+   in the query or as `Authorization: Bearer <token>`. Only verified callbacks are contacted,
+   through the same outbound guard as deliveries, so this cannot aim the hub at other URLs.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import logging
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+from rsnotify.errors import WireError
+from rsnotify.websub import SIGNATURE_HEADER, check_url, verify_signature
+
+from . import reports, store
+from .errors import AuthenticationError, BadRequestError, NotFoundError, SettingsError
+from .handlers import CLOCK, FERNET, REDIS, SETTINGS, _read_form
+from .netguard import describe_refusal, make_session, read_limited
+from .secrets import decrypt_secret
+from .verification import callback_url
+
+log = logging.getLogger(__name__)
+
+TIMESTAMP_HEADER = "X-RSNotify-Timestamp"
+SIGNATURE_WINDOW = 300      # s a signed request's timestamp may differ from the hub's clock
+TOKEN_TTL = 86_400          # s a diagnostics token works
+LINK_INTERVAL = 60          # s between two links sent to one callback
+ATTEMPTS_SHOWN = 20
+TOKEN_BYTES = 32
+
+SESSION = web.AppKey("diagnostics_session", aiohttp.ClientSession)
+TASKS = web.AppKey("diagnostics_tasks", set)
+
+
+def signing_text(sid: str, timestamp: str) -> bytes:
+    """What a subscriber signs to read its diagnostics: "{sid}\\n{timestamp}"."""
+    return f"{sid}\n{timestamp}".encode()
+
+
+def token_digest(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# --- reading one's own subscription ---------------------------------------------------------
+
+
+async def get_diagnostics(request: web.Request) -> web.Response:
+    """GET /diagnostics/{sid}: the subscription's status, for whoever proves it holds the callback."""
+    app = request.app
+    sid = request.match_info["sid"]
+    if not (len(sid) == 32 and all(c in "0123456789abcdef" for c in sid)):
+        raise BadRequestError(f"a subscription id is 32 lower-case hex digits, got {sid!r}")
+    await check_holder(request, sid)
+    now = float(app[CLOCK]())
+    detail = await reports.subscription_detail(app[REDIS], sid, now)
+    if detail is None:
+        raise NotFoundError(f"no subscription {sid} on this hub (it ended, or never was)")
+    detail["attempts_recent"] = detail["attempts_recent"][:ATTEMPTS_SHOWN]
+    log.info("diagnostics of subscription %s read by its subscriber", sid, extra={"sid": sid})
+    return web.json_response(detail)
+
+
+async def check_holder(request: web.Request, sid: str) -> None:
+    """Raise AuthenticationError unless the request carries a valid token or signature for `sid`."""
+    app = request.app
+    scheme, _, bearer = request.headers.get("Authorization", "").partition(" ")
+    token = request.query.get("token") or (bearer.strip() if scheme.lower() == "bearer" else "")
+    if token:
+        stored = await app[REDIS].get(store.diagnostics_token_key(sid))
+        if stored is None or not hmac.compare_digest(store._text(stored), token_digest(token)):
+            raise AuthenticationError("the diagnostics token is not valid for this subscription (tokens work "
+                                      f"for {TOKEN_TTL // 3600} h; ask for a new link with POST /diagnostics)")
+        return
+    timestamp, signature = request.headers.get(TIMESTAMP_HEADER), request.headers.get(SIGNATURE_HEADER)
+    if not (timestamp and signature):
+        raise AuthenticationError(
+            f"prove you hold the callback: sign \"{{sid}}\\n{{timestamp}}\" with the subscription's secret "
+            f"({SIGNATURE_HEADER} and {TIMESTAMP_HEADER} headers), or use the token of a link from "
+            "POST /diagnostics (hub.topic, hub.callback); got neither")
+    try:
+        age = abs(float(app[CLOCK]()) - int(timestamp))
+    except ValueError:
+        raise AuthenticationError(f"{TIMESTAMP_HEADER} must be epoch seconds, got {timestamp!r}") from None
+    if age > SIGNATURE_WINDOW:
+        raise AuthenticationError(f"{TIMESTAMP_HEADER} must be within {SIGNATURE_WINDOW} s of the hub's clock, "
+                                  f"got one {int(age)} s away")
+    stored_secret = await app[REDIS].hget(store.sub_key(sid), "secret")
+    try:
+        secret = decrypt_secret(app[FERNET], stored_secret) if stored_secret else None
+    except SettingsError:
+        secret = None
+    if not secret or not verify_signature(signing_text(sid, timestamp), secret, signature):
+        raise AuthenticationError(f"the {SIGNATURE_HEADER} is not a valid signature of \"{{sid}}\\n{{timestamp}}\" "
+                                  "with this subscription's secret (a subscription without a secret uses "
+                                  "a link from POST /diagnostics instead)")
+
+
+# --- sending a link to the callback ---------------------------------------------------------
+
+
+async def request_link(request: web.Request) -> web.Response:
+    """POST /diagnostics (hub.topic, hub.callback): send a diagnostics link to that callback; 202."""
+    form = await _read_form(request)
+    problems, values = [], {}
+    for name in ("hub.topic", "hub.callback"):
+        try:
+            values[name] = check_url(name, form.get(name))
+        except WireError as exc:
+            problems.extend(exc.problems)
+    if problems:
+        raise BadRequestError(problems)
+    app = request.app
+    sid = store.subscription_id(values["hub.topic"], values["hub.callback"])
+    subscription = await store.get_subscription(app[REDIS], sid)
+    if subscription is not None and await app[REDIS].set(store.diagnostics_sent_key(sid), 1, nx=True,
+                                                         ex=LINK_INTERVAL):
+        token = secrets.token_urlsafe(TOKEN_BYTES)
+        await app[REDIS].set(store.diagnostics_token_key(sid), token_digest(token), ex=TOKEN_TTL)
+        link = f"{app[SETTINGS].hub_url}diagnostics/{sid}?token={token}"
+        task = asyncio.get_running_loop().create_task(send_link(app, subscription, link))
+        app[TASKS].add(task)
+        task.add_done_callback(app[TASKS].discard)
+    return web.Response(status=202, text="if that subscription exists, its callback gets a GET with "
+                                         "hub.mode=diagnostics and a hub.diagnostics link within a few seconds "
+                                         f"(at most one per {LINK_INTERVAL} s)\n")
+
+
+async def send_link(app: web.Application, subscription: store.Subscription, link: str) -> None:
+    """GET the callback with the link (its answer is ignored); bounded in time, never redirected."""
+    settings = app[SETTINGS]
+    url = callback_url(subscription.callback, {"hub.mode": "diagnostics", "hub.topic": subscription.topic,
+                                               "hub.diagnostics": link})
+    timeout = aiohttp.ClientTimeout(total=settings.fetch_timeout, sock_connect=settings.connect_timeout)
+    try:
+        async with app[SESSION].get(url, allow_redirects=False, timeout=timeout) as response:
+            await read_limited(response, 1024)
+            log.info("diagnostics link sent to %s for subscription %s: callback answered %s",
+                     subscription.callback, subscription.sid, response.status, extra={"sid": subscription.sid})
+    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        why = describe_refusal(exc) or f"{type(exc).__name__} {exc}".strip()
+        log.warning("diagnostics link for subscription %s not delivered to %s: %s", subscription.sid,
+                    subscription.callback, why, extra={"sid": subscription.sid})
+
+
+async def _outbound(app: web.Application) -> AsyncIterator[None]:
+    app[SESSION] = make_session(app[SETTINGS], limit=20)
+    app[TASKS] = set()
+    try:
+        yield
+    finally:
+        pending: set[Any] = set(app[TASKS])
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=5)
+        await app[SESSION].close()
+
+
+def add_routes(app: web.Application) -> None:
+    app.cleanup_ctx.append(_outbound)
+    app.router.add_post("/diagnostics", request_link)
+    app.router.add_get("/diagnostics/{sid}", get_diagnostics)

@@ -1,0 +1,355 @@
+"""Read-only views of the hub's Redis state for operators: totals, topics, subscriptions, and why a
+subscription is in trouble. The admin API, the status page, /metrics and subscriber diagnostics
+all read through here. Reads only, in a few pipelined round trips; no HTTP.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from . import store
+from .settings import HubSettings
+
+SCAN_LIMIT = 20_000         # subscriptions looked at for totals and trouble (the lease zset's first ones)
+SCAN_CHUNK = 500            # subscriptions read per pipeline
+SCAN_CACHE_SECONDS = 2.0    # a scan is shared by the requests of this process for this long
+STALLED_AFTER = 300         # s without an attempt while notifications wait: "stalled"
+LEASE_WARN_MAX = 86_400     # "lease ends soon": within a tenth of the lease, at most a day
+ACTIVITY_MINUTES = 60
+TROUBLE_SHOWN = 100
+BUSIEST_SHOWN = 10
+RECENT_NOTIFICATIONS = 20
+
+SUMMARY_FIELDS = ("topic", "callback", "tid", "state", "expires", "lease_seconds", "created", "cursor",
+                  "cursor_seq", "attempts", "next_attempt", "last_status", "last_error", "last_attempt_at",
+                  "last_latency_ms", "last_outcome", "delivered", "gaps", "last_gap", "resend")
+
+_text, _int = store._text, store._int
+
+
+def _float(value: bytes | str | None) -> float:
+    text = _text(value)
+    return float(text) if text else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SubscriptionSummary:
+    """What an operator (or the subscriber itself) needs to know about one subscription."""
+
+    sid: str
+    topic: str
+    callback: str
+    tid: str
+    state: str                # active | paused
+    expires: int              # epoch s
+    lease_seconds: int
+    created: int
+    attempts: int             # failed attempts of the notification now being retried (0: none)
+    next_attempt: float       # epoch s of the next retry (0: none)
+    last_status: str          # HTTP status of the last attempt; "" for no answer (or no attempt yet)
+    last_error: str
+    last_attempt_at: int
+    last_latency_ms: float
+    last_outcome: str         # delivered | retry | gone | dead | "" (no attempt yet)
+    delivered: int            # notifications confirmed with a 2xx
+    gaps: int                 # notifications that left the log before they could be delivered
+    last_gap: str
+    resend: int               # dead letters queued for re-sending
+    backlog: int              # notifications published but not confirmed yet
+    dead_letters: int
+
+    def trouble(self, now: float) -> list[str]:
+        """Why this subscription needs a look, one reason each (empty: it is fine)."""
+        reasons = []
+        if self.expires < now:
+            reasons.append("lease ended; it receives nothing until the subscriber renews")
+        elif self.expires - now < min(LEASE_WARN_MAX, max(self.lease_seconds, 1) / 10):
+            reasons.append(f"lease ends in {_duration(self.expires - now)}")
+        if self.state == "paused":
+            reasons.append("paused by an operator")
+        if self.attempts > 0:
+            last = f"HTTP {self.last_status}" if self.last_status else (self.last_error or "no answer")
+            reasons.append(f"retrying: {self.attempts} failed attempt(s), last {last}")
+        if self.dead_letters:
+            reasons.append(f"{self.dead_letters} dead letter(s)")
+        if (self.state == "active" and self.attempts == 0 and self.backlog > 0
+                and now - max(self.last_attempt_at, self.created) > STALLED_AFTER):
+            reasons.append(f"stalled: {self.backlog} notification(s) waiting and no attempt for "
+                           f"{_duration(now - max(self.last_attempt_at, self.created))} (are workers running?)")
+        return reasons
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        data = asdict(self)
+        data["expires_in"] = int(self.expires - now)
+        data["trouble"] = self.trouble(now)
+        return data
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
+# --- subscriptions ------------------------------------------------------------------------
+
+
+async def summarize(redis: Redis, sids: Iterable[str]) -> list[SubscriptionSummary]:
+    """Summaries of the given subscriptions (unknown ones are left out), in the order given."""
+    wanted = list(sids)
+    rows: list[tuple[str, list[Any], int]] = []
+    for start in range(0, len(wanted), SCAN_CHUNK):
+        chunk = wanted[start:start + SCAN_CHUNK]
+        async with redis.pipeline(transaction=False) as pipe:
+            for sid in chunk:
+                pipe.hmget(store.sub_key(sid), *SUMMARY_FIELDS)
+                pipe.hlen(store.sub_dead_key(sid))
+            answers = await pipe.execute()
+        for i, sid in enumerate(chunk):
+            values, dead = answers[2 * i], answers[2 * i + 1]
+            if values[1] is not None:                       # the callback: the hash exists
+                rows.append((sid, values, int(dead)))
+    tids = sorted({_text(values[2]) for _, values, _ in rows})
+    seqs = dict(zip(tids, await redis.mget([store.topic_seq_key(t) for t in tids]))) if tids else {}
+    summaries = []
+    for sid, values, dead in rows:
+        v = dict(zip(SUMMARY_FIELDS, values))
+        tid = _text(v["tid"])
+        if v["cursor_seq"] is not None:
+            backlog = max(0, _int(seqs.get(tid)) - _int(v["cursor_seq"]))
+        else:   # a subscription from before cursor_seq existed: count from its cursor
+            backlog = await store.subscription_backlog(redis, sid)
+        summaries.append(SubscriptionSummary(
+            sid=sid, topic=_text(v["topic"]), callback=_text(v["callback"]), tid=tid,
+            state=_text(v["state"], "active"), expires=_int(v["expires"]), lease_seconds=_int(v["lease_seconds"]),
+            created=_int(v["created"]), attempts=_int(v["attempts"]), next_attempt=_float(v["next_attempt"]),
+            last_status=_text(v["last_status"]), last_error=_text(v["last_error"]),
+            last_attempt_at=_int(v["last_attempt_at"]), last_latency_ms=_float(v["last_latency_ms"]),
+            last_outcome=_text(v["last_outcome"]), delivered=_int(v["delivered"]), gaps=_int(v["gaps"]),
+            last_gap=_text(v["last_gap"]), resend=_int(v["resend"]), backlog=backlog, dead_letters=dead))
+    return summaries
+
+
+class ScanCache:
+    """The last scan of the hub's subscriptions, shared for SCAN_CACHE_SECONDS by the requests of
+    one web process (the app holds one), so a busy status page costs Redis little."""
+
+    def __init__(self, max_age: float = SCAN_CACHE_SECONDS) -> None:
+        self.max_age = max_age
+        self._at = 0.0
+        self._summaries: list[SubscriptionSummary] | None = None
+        self._lock = asyncio.Lock()
+
+    async def get(self, redis: Redis, *, limit: int = SCAN_LIMIT) -> list[SubscriptionSummary]:
+        async with self._lock:
+            if self._summaries is None or time.monotonic() - self._at > self.max_age:
+                self._summaries = await scan_subscriptions(redis, limit=limit)
+                self._at = time.monotonic()
+            return self._summaries
+
+    def forget(self) -> None:
+        """Drop the scan (after an admin action, so the next view shows its effect)."""
+        self._summaries = None
+
+
+async def scan_subscriptions(redis: Redis, *, limit: int = SCAN_LIMIT) -> list[SubscriptionSummary]:
+    """Summaries of the hub's subscriptions: the first `limit` by lease end."""
+    sids = [_text(s) for s in await redis.zrange(store.leases_key(), 0, limit - 1)]
+    return await summarize(redis, sids)
+
+
+async def subscription_detail(redis: Redis, sid: str, now: float) -> dict[str, Any] | None:
+    """Everything about one subscription, for its page: summary, lease, cursor, attempts, dead letters."""
+    found = await summarize(redis, [sid])
+    if not found:
+        return None
+    summary = found[0]
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hmget(store.sub_key(sid), "secret", "cursor")
+        pipe.exists(store.sub_lock_key(sid))
+        secret, cursor = (await pipe.execute())[0]
+    attempts = await store.recent_attempts(redis, sid)
+    letters = await store.list_dead_letters(redis, sid)
+    data = summary.to_json(now)
+    data.update(
+        has_secret=bool(secret), cursor=_text(cursor, "0-0"),
+        attempts_recent=[{"at": a.at, "notification_id": a.notification_id, "sequence": a.sequence,
+                          "status": a.status, "error": a.error, "latency_ms": a.latency_ms,
+                          "outcome": a.outcome, "attempt": a.attempt} for a in attempts],
+        dead_letters_list=[{"notification_id": d.notification_id, "sequence": d.sequence,
+                            "published_ms": d.published_ms, "content_type": d.content_type,
+                            "attempts": d.attempts, "status": d.status, "error": d.error,
+                            "dead_at": d.dead_at, "resend": d.resend} for d in letters],
+    )
+    return data
+
+
+# --- topics -------------------------------------------------------------------------------
+
+
+async def topic_rows(redis: Redis, tids: list[str]) -> list[dict[str, Any]]:
+    """One line per topic: url, published (its sequence), log length, subscriptions, last publish."""
+    async with redis.pipeline(transaction=False) as pipe:
+        for tid in tids:
+            pipe.hmget(store.topic_key(tid), "url", "created")
+            pipe.get(store.topic_seq_key(tid))
+            pipe.xlen(store.topic_log_key(tid))
+            pipe.scard(store.topic_subs_key(tid))
+            pipe.xrevrange(store.topic_log_key(tid), "+", "-", count=1)
+        answers = await pipe.execute()
+    rows = []
+    for i, tid in enumerate(tids):
+        (url, created), seq, length, subs, last = answers[5 * i:5 * i + 5]
+        if url is None:
+            continue
+        last_ms = _int(last[0][1].get(b"at")) if last else 0
+        rows.append({"tid": tid, "url": _text(url), "created": _int(created), "published": _int(seq),
+                     "log_length": int(length), "subscriptions": int(subs), "last_published_ms": last_ms})
+    return rows
+
+
+async def topic_detail(redis: Redis, tid: str, now: float) -> dict[str, Any] | None:
+    """One topic: its line, its subscriptions, and its most recent notifications (no bodies)."""
+    rows = await topic_rows(redis, [tid])
+    if not rows:
+        return None
+    data = rows[0]
+    sids = sorted(_text(s) for s in await redis.smembers(store.topic_subs_key(tid)))
+    data["subscriptions_list"] = [s.to_json(now) for s in await summarize(redis, sids[:1000])]
+    recent = await redis.xrevrange(store.topic_log_key(tid), "+", "-", count=RECENT_NOTIFICATIONS)
+    data["recent_notifications"] = [
+        {"notification_id": _text(entry_id), "sequence": _int(f.get(b"seq")), "published_ms": _int(f.get(b"at")),
+         "content_type": _text(f.get(b"ctype")), "resourcesync": _text(f.get(b"rs")),
+         "bytes": len(f.get(b"body", b""))} for entry_id, f in recent]
+    return data
+
+
+# --- the whole hub ------------------------------------------------------------------------
+
+
+async def activity(redis: Redis, now: float) -> tuple[list[int], dict[str, int]]:
+    """Publishes per minute over the last hour (oldest first) and per topic id over that hour
+    (the busiest topics of each minute, so counts of quiet topics may be left out)."""
+    minute = int(now) // 60
+    minutes = list(range(minute - ACTIVITY_MINUTES + 1, minute + 1))
+    async with redis.pipeline(transaction=False) as pipe:
+        for m in minutes:
+            pipe.zscore(store.activity_key(m), "*")
+            pipe.zrevrange(store.activity_key(m), 0, 4 * BUSIEST_SHOWN, withscores=True)
+        answers = await pipe.execute()
+    per_minute = [int(answers[2 * i] or 0) for i in range(len(minutes))]
+    per_topic: dict[str, int] = {}
+    for i in range(len(minutes)):
+        for member, score in answers[2 * i + 1]:
+            tid = _text(member)
+            if tid != "*":
+                per_topic[tid] = per_topic.get(tid, 0) + int(score)
+    return per_minute, per_topic
+
+
+def rq_keys(queue: str) -> dict[str, str]:
+    """RQ's own keys for a queue's depth (it names them; we only read them)."""
+    return {"queued": f"rq:queue:{queue}", "started": f"rq:wip:{queue}",
+            "scheduled": f"rq:scheduled:{queue}", "failed": f"rq:failed:{queue}"}
+
+
+async def queue_depths(redis: Redis, settings: HubSettings, now: float) -> dict[str, Any]:
+    """RQ queue depths, retries waiting (due zset), and live workers."""
+    keys = rq_keys(settings.queue_name)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.llen(keys["queued"])
+        for name in ("started", "scheduled", "failed"):
+            pipe.zcard(keys[name])
+        pipe.zcard(store.due_key())
+        pipe.zcount(store.due_key(), "-inf", now)
+        pipe.smembers("rq:workers")
+        queued, started, scheduled, failed, due, due_now, members = await pipe.execute()
+    workers = 0
+    if members:
+        async with redis.pipeline(transaction=False) as pipe:
+            for member in members:
+                pipe.exists(member)
+            workers = sum(await pipe.execute())
+    return {"queue": settings.queue_name, "queued": queued, "started": started, "scheduled": scheduled,
+            "failed": failed, "waiting_retries": due, "due_now": due_now, "workers": workers}
+
+
+def histogram(stats: dict[str, float], name: str) -> dict[str, Any]:
+    """A latency histogram from the stats hash: cumulative buckets, sum, count, and estimates."""
+    bounds = [*store.LATENCY_BUCKETS, float("inf")]
+    counts, running = [], 0.0
+    for bound in bounds:
+        label = "+Inf" if bound == float("inf") else repr(bound)
+        running += stats.get(f"{name}:le:{label}", 0.0)
+        counts.append(running)
+    total = stats.get(f"{name}:count", running)
+    return {"buckets": list(zip(bounds, counts)), "sum": stats.get(f"{name}:sum", 0.0), "count": total,
+            "p50": _quantile(bounds, counts, 0.5), "p95": _quantile(bounds, counts, 0.95)}
+
+
+def _quantile(bounds: list[float], cumulative: list[float], q: float) -> float | None:
+    """The bucket bound under which a fraction `q` of observations fall (None without any)."""
+    if not cumulative or cumulative[-1] == 0:
+        return None
+    target = q * cumulative[-1]
+    for bound, count in zip(bounds, cumulative):
+        if count >= target:
+            return None if bound == float("inf") else bound
+    return None
+
+
+def prefixed(stats: dict[str, float], prefix: str) -> dict[str, int]:
+    return {k[len(prefix):]: int(v) for k, v in stats.items() if k.startswith(prefix)}
+
+
+async def overview(redis: Redis, settings: HubSettings, now: float, scan: ScanCache | None = None,
+                   ) -> dict[str, Any]:
+    """The status page's front: totals, activity, latency, queues, busiest topics, trouble."""
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.scard(store.topics_key())
+        pipe.zcard(store.leases_key())
+        pipe.hgetall(store.stats_key())
+        topics, subscriptions, raw_stats = await pipe.execute()
+    stats = {_text(k): float(v) for k, v in raw_stats.items()}
+    per_minute, per_topic = await activity(redis, now)
+    summaries = await (scan.get(redis) if scan is not None else scan_subscriptions(redis))
+    troubled = [(s, s.trouble(now)) for s in summaries]
+    troubled = [(s, why) for s, why in troubled if why]
+    troubled.sort(key=lambda t: (-t[0].dead_letters, -t[0].attempts, t[0].expires))
+    busiest_tids = sorted(per_topic, key=lambda t: -per_topic[t])[:BUSIEST_SHOWN]
+    busiest = await topic_rows(redis, busiest_tids)
+    for row in busiest:
+        row["last_hour"] = per_topic[row["tid"]]
+    states = {"active": 0, "paused": 0, "expired": 0}
+    for s in summaries:
+        states["expired" if s.expires < now else s.state if s.state in states else "active"] += 1
+    return {
+        "hub_url": settings.hub_url,
+        "now": now,
+        "topics": topics,
+        "subscriptions": subscriptions,
+        "subscriptions_by_state": states,
+        "subscriptions_scanned": len(summaries),
+        "backlog": sum(s.backlog for s in summaries),
+        "dead_letters": sum(s.dead_letters for s in summaries),
+        "published": int(stats.get("publishes", 0)),
+        "published_bytes": int(stats.get("publish_bytes", 0)),
+        "published_last_hour": sum(per_minute),
+        "published_per_minute": per_minute,
+        "deliveries": prefixed(stats, "outcome:"),
+        "status_classes": prefixed(stats, "status:"),
+        "verifications": prefixed(stats, "verification:"),
+        "delivery_seconds": histogram(stats, "delivery_seconds"),
+        "publish_to_delivery_seconds": histogram(stats, "publish_to_delivery_seconds"),
+        "queues": await queue_depths(redis, settings, now),
+        "busiest_topics": busiest,
+        "trouble": [dict(s.to_json(now), trouble=why) for s, why in troubled[:TROUBLE_SHOWN]],
+        "trouble_count": len(troubled),
+    }

@@ -1,0 +1,296 @@
+// rsnotify status page: plain JavaScript, no build step. Reads the admin API (/admin/...) and
+// draws the view the path names: / (the hub), /topics/{tid}, /subscriptions/{sid}.
+"use strict";
+
+const POLL_MS = 2000;
+const CHART_POINTS = 150;          // 5 minutes of 2-second points
+const TOKEN_KEY = "rsnotify-admin-token";
+const main = document.getElementById("main");
+const samples = [];                // {t, delivered, failed, sum, count} from successive polls
+let timer = null;
+
+// --- small helpers ---------------------------------------------------------------------------
+
+function esc(value) {
+  return String(value ?? "").replace(/[&<>"']/g, (c) => ({"&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;"}[c]));
+}
+function num(n) { return Number(n || 0).toLocaleString("en-US"); }
+function time(epochSeconds) {
+  if (!epochSeconds) return "—";
+  return new Date(epochSeconds * 1000).toISOString().replace("T", " ").replace(/\.\d+Z$/, " UTC");
+}
+function ms(seconds) { return seconds == null ? "—" : (seconds * 1000).toFixed(seconds < 0.1 ? 1 : 0) + " ms"; }
+function duration(seconds) {
+  const s = Math.max(0, Math.floor(seconds));
+  if (s >= 86400) return Math.floor(s / 86400) + " d";
+  if (s >= 3600) return Math.floor(s / 3600) + " h";
+  if (s >= 60) return Math.floor(s / 60) + " min";
+  return s + " s";
+}
+function card(id, label, value, cls) {
+  return `<div class="card"><div class="n ${cls || ""}" id="${id}" data-value="${esc(value)}">${num(value)}</div>` +
+         `<div class="l">${esc(label)}</div></div>`;
+}
+function table(headers, rows, id) {
+  const head = headers.map((h) => `<th class="${h.startsWith("#") ? "num" : ""}">${esc(h.replace(/^#/, ""))}</th>`).join("");
+  const body = rows.length ? rows.join("") : `<tr><td colspan="${headers.length}" class="muted">none</td></tr>`;
+  return `<table id="${id}"><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
+}
+function statusText(sub) {
+  if (sub.last_outcome === "") return '<span class="muted">no attempt yet</span>';
+  const status = sub.last_status ? "HTTP " + sub.last_status : (sub.last_error || "no answer");
+  const cls = sub.last_outcome === "delivered" ? "ok" : "bad";
+  return `<span class="${cls}">${esc(status)}</span>`;
+}
+
+// --- the admin API -----------------------------------------------------------------------------
+
+class AuthNeeded extends Error {}
+
+async function api(path, options = {}) {
+  const headers = {};
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  if (token) headers["Authorization"] = "Bearer " + token;
+  const response = await fetch(path, {...options, headers});
+  if (response.status === 401) throw new AuthNeeded(await response.text());
+  if (!response.ok) throw new Error(`${options.method || "GET"} ${path}: ${response.status} ${await response.text()}`);
+  return response.json();
+}
+
+function askToken(message) {
+  clearInterval(timer);
+  main.innerHTML = "";
+  const form = document.getElementById("token-form");
+  form.hidden = false;
+  document.getElementById("token-error").textContent = sessionStorage.getItem(TOKEN_KEY) ? message : "";
+  form.onsubmit = (event) => {
+    event.preventDefault();
+    sessionStorage.setItem(TOKEN_KEY, document.getElementById("token-input").value.trim());
+    form.hidden = true;
+    start();
+  };
+}
+
+function showError(error) {
+  const box = document.getElementById("error");
+  box.hidden = !error;
+  box.textContent = error ? String(error.message || error) : "";
+}
+
+async function refresh(render) {
+  try {
+    await render();
+    showError(null);
+    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+  } catch (error) {
+    if (error instanceof AuthNeeded) askToken(error.message); else showError(error);
+  }
+}
+
+// --- the hub: / --------------------------------------------------------------------------------
+
+async function renderOverview() {
+  const o = await api("/admin/overview");
+  document.getElementById("hub-url").textContent = o.hub_url;
+  const d = o.deliveries, q = o.queues;
+  samples.push({t: Date.now() / 1000, delivered: d.delivered || 0, failed: (d.retry || 0) + (d.dead || 0),
+                sum: o.publish_to_delivery_seconds.sum, count: o.publish_to_delivery_seconds.count});
+  if (samples.length > CHART_POINTS + 1) samples.shift();
+  const states = o.subscriptions_by_state;
+  const busiest = o.busiest_topics.map((t) =>
+    `<tr><td class="url"><a href="/topics/${esc(t.tid)}">${esc(t.url)}</a></td><td class="num">${num(t.last_hour)}</td>` +
+    `<td class="num">${num(t.published)}</td><td class="num">${num(t.subscriptions)}</td></tr>`);
+  const trouble = o.trouble.map((s) =>
+    `<tr><td class="url"><a href="/subscriptions/${esc(s.sid)}">${esc(s.callback)}</a><div class="muted">${esc(s.topic)}</div></td>` +
+    `<td>${s.trouble.map((r) => `<div class="warn">${esc(r)}</div>`).join("")}</td><td>${statusText(s)}</td>` +
+    `<td class="num">${num(s.backlog)}</td><td class="num">${num(s.dead_letters)}</td></tr>`);
+  const lat = o.publish_to_delivery_seconds, post = o.delivery_seconds;
+  main.innerHTML = `
+    <div class="cards">
+      ${card("m-topics", "topics", o.topics)}
+      ${card("m-subscriptions", "active subscriptions", states.active)}
+      ${card("m-paused", "paused", states.paused, states.paused ? "warn" : "")}
+      ${card("m-published-hour", "notifications, last hour", o.published_last_hour)}
+      ${card("m-published", "notifications, total", o.published)}
+      ${card("m-delivered", "delivered", d.delivered || 0, "ok")}
+      ${card("m-retry", "failed attempts (retried)", d.retry || 0, d.retry ? "warn" : "")}
+      ${card("m-dead", "dead letters made", d.dead || 0, d.dead ? "bad" : "")}
+      ${card("m-gone", "ended by 410 Gone", d.gone || 0)}
+      ${card("m-backlog", "backlog", o.backlog, o.backlog ? "warn" : "")}
+      ${card("m-trouble", "subscriptions in trouble", o.trouble_count, o.trouble_count ? "bad" : "ok")}
+      ${card("m-workers", "workers", q.workers, q.workers ? "" : "bad")}
+      ${card("m-queued", "jobs queued", q.queued)}
+      ${card("m-retries-waiting", "retries waiting", q.waiting_retries)}
+    </div>
+    <h2>Deliveries per second and publish→delivery latency (live)</h2>
+    <div class="charts">
+      <div><canvas id="live" width="800" height="180"></canvas>
+        <div class="legend muted"><span class="ok">■ delivered/s</span><span class="bad">■ failed/s</span>
+        <span style="color:#1d4ed8">— avg publish→delivery (ms, right axis)</span></div></div>
+      <div><canvas id="minutes" width="400" height="180"></canvas>
+        <div class="legend muted">notifications per minute, last hour</div></div>
+    </div>
+    <p class="muted">publish→delivery: p50 ≤ <span id="m-p50">${ms(lat.p50)}</span>, p95 ≤ ${ms(lat.p95)}
+      · one POST: p50 ≤ ${ms(post.p50)}, p95 ≤ ${ms(post.p95)}
+      · verifications: ${Object.entries(o.verifications).map(([k, v]) => esc(k) + " " + num(v)).join(", ") || "none"}</p>
+    <h2>Busiest topics (last hour)</h2>
+    ${table(["topic", "#last hour", "#published", "#subscriptions"], busiest, "busiest")}
+    <h2>Subscriptions in trouble (${num(o.trouble_count)})</h2>
+    ${table(["callback / topic", "why", "last status", "#backlog", "#dead letters"], trouble, "trouble")}
+    <p class="muted">${num(o.subscriptions_scanned)} of ${num(o.subscriptions)} subscriptions looked at.</p>`;
+  drawLive(document.getElementById("live"));
+  drawBars(document.getElementById("minutes"), o.published_per_minute);
+}
+
+function drawLive(canvas) {
+  const ctx = canvas.getContext("2d"), w = canvas.width, h = canvas.height, pad = 30;
+  ctx.clearRect(0, 0, w, h);
+  const points = [];
+  for (let i = 1; i < samples.length; i++) {
+    const a = samples[i - 1], b = samples[i], dt = Math.max(0.001, b.t - a.t);
+    const n = b.count - a.count;
+    points.push({ok: Math.max(0, b.delivered - a.delivered) / dt, bad: Math.max(0, b.failed - a.failed) / dt,
+                 lat: n > 0 ? (b.sum - a.sum) / n * 1000 : null});
+  }
+  const top = Math.max(1, ...points.map((p) => Math.max(p.ok, p.bad)));
+  const latTop = Math.max(1, ...points.map((p) => p.lat || 0));
+  const x = (i) => pad + (w - 2 * pad) * (i / Math.max(1, CHART_POINTS - 1));
+  const line = (values, scale, color) => {
+    ctx.strokeStyle = color; ctx.lineWidth = 2; ctx.beginPath();
+    let started = false;
+    values.forEach((v, i) => {
+      if (v == null) { started = false; return; }
+      const y = h - pad - (h - 2 * pad) * (v / scale);
+      if (started) ctx.lineTo(x(i), y); else { ctx.moveTo(x(i), y); started = true; }
+    });
+    ctx.stroke();
+  };
+  ctx.fillStyle = "#6b7280"; ctx.font = "11px sans-serif";
+  ctx.fillText(top.toFixed(top < 10 ? 1 : 0) + "/s", 2, pad - 6);
+  ctx.fillText(latTop.toFixed(0) + " ms", w - pad - 20, pad - 6);
+  ctx.strokeStyle = "#e5e7eb"; ctx.beginPath(); ctx.moveTo(pad, h - pad); ctx.lineTo(w - pad, h - pad); ctx.stroke();
+  if (!points.length) { ctx.fillText("collecting… (one point every " + POLL_MS / 1000 + " s)", pad + 4, h / 2); return; }
+  line(points.map((p) => p.ok), top, "#067647");
+  line(points.map((p) => p.bad), top, "#b42318");
+  line(points.map((p) => p.lat), latTop, "#1d4ed8");
+}
+
+function drawBars(canvas, values) {
+  const ctx = canvas.getContext("2d"), w = canvas.width, h = canvas.height, pad = 20;
+  ctx.clearRect(0, 0, w, h);
+  const top = Math.max(1, ...values), bw = (w - 2 * pad) / values.length;
+  ctx.fillStyle = "#1d4ed8";
+  values.forEach((v, i) => {
+    const bh = (h - 2 * pad) * (v / top);
+    ctx.fillRect(pad + i * bw, h - pad - bh, Math.max(1, bw - 1), bh);
+  });
+  ctx.fillStyle = "#6b7280"; ctx.font = "11px sans-serif";
+  ctx.fillText(String(top), 2, pad - 6);
+  ctx.fillText("-60 min", pad, h - 4); ctx.fillText("now", w - pad - 18, h - 4);
+}
+
+// --- one topic: /topics/{tid} --------------------------------------------------------------------
+
+async function renderTopic(tid) {
+  const t = await api("/admin/topics/" + encodeURIComponent(tid));
+  const now = Date.now() / 1000;
+  const subs = t.subscriptions_list.map((s) =>
+    `<tr><td class="url"><a href="/subscriptions/${esc(s.sid)}">${esc(s.callback)}</a></td><td>${esc(s.state)}</td>` +
+    `<td class="num">${num(s.backlog)}</td><td class="num">${num(s.delivered)}</td><td>${statusText(s)}</td>` +
+    `<td>${s.trouble.map((r) => `<div class="warn">${esc(r)}</div>`).join("")}</td></tr>`);
+  const recent = t.recent_notifications.map((n) =>
+    `<tr><td class="num">${num(n.sequence)}</td><td>${esc(n.notification_id)}</td><td>${time(n.published_ms / 1000)}</td>` +
+    `<td>${esc(n.content_type)}</td><td class="num">${num(n.bytes)}</td></tr>`);
+  main.innerHTML = `
+    <h1>${esc(t.url)}</h1>
+    <div class="cards">
+      ${card("t-published", "notifications published", t.published)}
+      ${card("t-log", "kept in the log", t.log_length)}
+      ${card("t-subscriptions", "subscriptions", t.subscriptions)}
+    </div>
+    <p class="muted">topic id ${esc(t.tid)} · known since ${time(t.created)} · last publish ${
+      t.last_published_ms ? duration(now - t.last_published_ms / 1000) + " ago" : "never"}</p>
+    <h2>Subscriptions</h2>
+    ${table(["callback", "state", "#backlog", "#delivered", "last status", "trouble"], subs, "subscriptions")}
+    <h2>Recent notifications</h2>
+    ${table(["#seq", "notification id", "published", "content type", "#bytes"], recent, "recent")}`;
+}
+
+// --- one subscription: /subscriptions/{sid} -----------------------------------------------------
+
+async function renderSubscription(sid) {
+  const s = await api("/admin/subscriptions/" + encodeURIComponent(sid));
+  const kv = [
+    ["callback", esc(s.callback)], ["topic", `<a href="/topics/${esc(s.tid)}">${esc(s.topic)}</a>`],
+    ["state", `<span id="s-state" class="${s.state === "active" ? "ok" : "warn"}">${esc(s.state)}</span>`],
+    ["lease", `ends ${time(s.expires)} (${s.expires_in >= 0 ? "in " + duration(s.expires_in) : "ended"}), ` +
+              `${duration(s.lease_seconds)} granted`],
+    ["signed deliveries", s.has_secret ? "yes (secret set)" : "no secret"],
+    ["backlog", `<span id="s-backlog">${num(s.backlog)}</span> notification(s) not confirmed yet`],
+    ["delivered", `<span id="s-delivered">${num(s.delivered)}</span>`],
+    ["last attempt", s.last_attempt_at ? `${time(s.last_attempt_at)}: ${statusText(s)} ${esc(s.last_outcome)}, ` +
+        `${Number(s.last_latency_ms).toFixed(1)} ms ${s.last_error ? "— " + esc(s.last_error) : ""}` : "none yet"],
+    ["retrying", s.attempts ? `<span class="warn">${s.attempts} failed attempt(s); next ${time(s.next_attempt)}</span>` : "no"],
+    ["missed (left the log)", s.gaps ? `<span class="bad">${num(s.gaps)} (last ${esc(s.last_gap)})</span>` : "none"],
+    ["cursor", esc(s.cursor)],
+    ["trouble", s.trouble.length ? s.trouble.map((r) => `<div class="warn">${esc(r)}</div>`).join("") : '<span class="ok">none</span>'],
+  ].map(([k, v]) => `<tr><th>${esc(k)}</th><td>${v}</td></tr>`);
+  const attempts = s.attempts_recent.map((a) =>
+    `<tr><td>${time(a.at)}</td><td class="num">${num(a.sequence)}</td><td>${esc(a.notification_id)}</td>` +
+    `<td class="${a.outcome === "delivered" ? "ok" : "bad"}">${esc(a.outcome)}</td>` +
+    `<td>${a.status == null ? "—" : esc(a.status)}</td><td class="num">${Number(a.latency_ms).toFixed(1)} ms</td>` +
+    `<td>${esc(a.error)}</td></tr>`);
+  const dead = s.dead_letters_list.map((d) =>
+    `<tr><td class="num">${num(d.sequence)}</td><td>${esc(d.notification_id)}</td><td>${num(d.attempts)}</td>` +
+    `<td>${d.status == null ? "—" : esc(d.status)} ${esc(d.error)}</td><td>${time(d.dead_at)}</td>` +
+    `<td>${d.resend ? "queued" : `<button data-resend="${esc(d.notification_id)}">Re-send</button>`}</td></tr>`);
+  main.innerHTML = `
+    <h1>${esc(s.callback)}</h1>
+    <div class="actions">
+      ${s.state === "paused" ? '<button id="resume">Resume</button>' : '<button id="pause">Pause</button>'}
+      <button id="resend-all" ${s.dead_letters ? "" : "disabled"}>Re-send all dead letters (${num(s.dead_letters)})</button>
+      <button id="remove">Remove (tells the subscriber)</button>
+    </div>
+    <h2>Subscription ${esc(s.sid)}</h2>
+    <table class="kv">${kv.join("")}</table>
+    <h2>Last delivery attempts</h2>
+    ${table(["time", "#seq", "notification id", "outcome", "status", "#latency", "error"], attempts, "attempts")}
+    <h2>Dead letters (${num(s.dead_letters)})</h2>
+    ${table(["#seq", "notification id", "attempts", "last answer", "dead since", ""], dead, "dead-letters")}`;
+  const act = (method, path) => refresh(async () => { await api(path, {method}); await renderSubscription(sid); });
+  const base = "/admin/subscriptions/" + encodeURIComponent(sid);
+  const on = (id, handler) => { const el = document.getElementById(id); if (el) el.onclick = handler; };
+  on("pause", () => act("POST", base + "/pause"));
+  on("resume", () => act("POST", base + "/resume"));
+  on("resend-all", () => act("POST", base + "/dead-letters/resend"));
+  on("remove", () => {
+    const reason = prompt("Remove this subscription? The subscriber gets hub.mode=denied with this reason:",
+                          "the hub's operator removed this subscription");
+    if (reason === null) return;
+    refresh(async () => {
+      await api(base + "?reason=" + encodeURIComponent(reason), {method: "DELETE"});
+      clearInterval(timer);
+      main.innerHTML = `<p>Subscription removed; the subscriber is being told. <a href="/topics/${esc(s.tid)}">Back to the topic</a></p>`;
+    });
+  });
+  main.querySelectorAll("button[data-resend]").forEach((button) => {
+    button.onclick = () => act("POST", base + "/dead-letters/" + encodeURIComponent(button.dataset.resend) + "/resend");
+  });
+}
+
+// --- routing -------------------------------------------------------------------------------------
+
+function start() {
+  const path = location.pathname;
+  let render;
+  let match;
+  if ((match = path.match(/^\/topics\/([0-9a-f]{32})$/))) render = () => renderTopic(match[1]);
+  else if ((match = path.match(/^\/subscriptions\/([0-9a-f]{32})$/))) render = () => renderSubscription(match[1]);
+  else render = renderOverview;
+  clearInterval(timer);
+  refresh(render);
+  // the subscription page holds buttons: refresh it less often so a click is not raced
+  timer = setInterval(() => refresh(render), path.startsWith("/subscriptions/") ? 3 * POLL_MS : POLL_MS);
+}
+
+start();

@@ -1,0 +1,189 @@
+"""Ops fixtures: a real hub app on loopback, a real worker context on the test's loop that runs
+the queued jobs through the same cores the RQ jobs call, and a recording loopback subscriber."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+import pytest
+import redis as redis_lib
+from aiohttp import web
+from cryptography.fernet import Fernet
+from rq import Queue
+
+from hub import delivery, fetch, metrics, store, verification, worker
+from hub.app import build_app
+from hub.settings import HubSettings
+
+TOPIC = "http://source.example.org/changes/rs"
+BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
+        b' xmlns:rs="http://www.openarchives.org/rs/terms/">\n  <rs:md capability="change-notification" from="2013-01-03T00:00:00Z" until="2013-01-03T00:10:00Z"/>\n'
+        b'  <url><loc>http://example.com/res1</loc><rs:md change="updated" datetime="2013-01-03T00:08:52Z"/></url>\n</urlset>\n')
+
+
+def body(n: int) -> bytes:
+    return BODY.replace(b"res1", b"res%d" % n)
+
+
+@dataclass
+class OpsClock:
+    """Real time until a test moves it on (leases ending soon, signature windows)."""
+
+    offset: float = 0.0
+
+    def __call__(self) -> float:
+        return time.time() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+
+@dataclass
+class Subscriber:
+    """A loopback subscriber: echoes challenges, records everything, answers POSTs with
+    `status[path]` (default 200)."""
+
+    base: str = ""
+    posts: list[tuple[str, bytes, dict[str, str]]] = field(default_factory=list)
+    gets: list[tuple[str, dict[str, str]]] = field(default_factory=list)
+    status: dict[str, int] = field(default_factory=dict)
+
+    def url(self, path: str) -> str:
+        return self.base + path
+
+    def bodies(self, path: str) -> list[bytes]:
+        return [b for p, b, _ in self.posts if p == path]
+
+    async def handle(self, request: web.Request) -> web.Response:
+        if request.method == "GET":
+            self.gets.append((request.path, dict(request.query)))
+            return web.Response(text=request.query.get("hub.challenge", ""))
+        self.posts.append((request.path, await request.read(), dict(request.headers)))
+        return web.Response(status=self.status.get(request.path, 200))
+
+
+@dataclass
+class OpsHub:
+    """The hub app served on loopback plus a worker context; `drain()` runs what is queued."""
+
+    url: str
+    settings: HubSettings
+    ctx: Any
+    queue: Queue
+    http: aiohttp.ClientSession
+    clock: OpsClock
+
+    @property
+    def redis(self) -> Any:
+        return self.ctx.redis
+
+    async def subscribe(self, callback: str, topic: str = TOPIC, **extra: str) -> str:
+        form = {"hub.mode": "subscribe", "hub.topic": topic, "hub.callback": callback, **extra}
+        async with self.http.post(self.url, data=form) as response:
+            assert response.status == 202, await response.text()
+        await self.drain()
+        return store.subscription_id(topic, callback)
+
+    async def publish(self, data: bytes = BODY, topic: str = TOPIC) -> dict[str, Any]:
+        headers = {"Content-Type": "application/xml",
+                   "Link": f'<{topic}>; rel="self", <{self.settings.hub_url}>; rel="hub"'}
+        async with self.http.post(self.url, data=data, headers=headers) as response:
+            assert response.status == 200, await response.text()
+            return await response.json()
+
+    async def admin(self, method: str, path: str, *, token: str | None = None, expect: int = 200) -> Any:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        async with self.http.request(method, self.url.rstrip("/") + path, headers=headers) as response:
+            text = await response.text()
+            assert response.status == expect, f"{method} {path}: {response.status} {text}"
+            return await response.json() if response.content_type == "application/json" else text
+
+    async def drain(self, rounds: int = 50) -> None:
+        """Run the queued jobs (as the RQ job functions would) and the due retries, until none is left."""
+        for _ in range(rounds):
+            jobs = self.queue.get_jobs()
+            first = await self.redis.zrange(store.due_key(), 0, 0, withscores=True)
+            if first and not jobs and first[0][1] > self.clock():
+                self.clock.advance(first[0][1] - self.clock())     # retries are due: move time on
+            due = await store.pop_due(self.redis, self.clock())
+            if not jobs and not due:
+                return
+            for job in jobs:
+                self.queue.remove(job)
+                name = job.func_name.rsplit(".", 1)[-1]
+                if name == "verify_intent":
+                    outcome = await verification.verify_intent(self.ctx, *job.args)
+                    await metrics.count_verification(self.redis, outcome.result)
+                elif name == "verify_pending":
+                    for outcome in await verification.verify_pending(self.ctx):
+                        await metrics.count_verification(self.redis, outcome.result)
+                elif name == "fan_out":
+                    await delivery.fan_out(self.ctx, *job.args)
+                elif name == "deliver_subscription":
+                    await delivery.deliver_subscription(self.ctx, *job.args)
+                elif name == "fetch_topic":
+                    await fetch.fetch_topic(self.ctx, *job.args)
+            for sid in due:
+                await delivery.deliver_subscription(self.ctx, sid)
+        raise AssertionError(f"jobs still queued after {rounds} rounds")
+
+    async def counted(self, field_name: str, expected: float, timeout: float = 5.0) -> None:
+        """Wait until the workers' batched counters show `expected` (they flush every 0.2 s)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = float(await self.redis.hget(store.stats_key(), field_name) or 0)
+            if value >= expected or time.monotonic() > deadline:
+                assert value == expected, f"{field_name}: {value}, expected {expected}"
+                return
+            await asyncio.sleep(0.05)
+
+
+@pytest.fixture
+def ops_clock() -> OpsClock:
+    return OpsClock()
+
+
+@pytest.fixture
+def ops_settings(redis_url: str, tmp_path) -> HubSettings:
+    return HubSettings(redis_url=redis_url, data_dir=str(tmp_path / "data"), workers=0,
+                       secret_key=Fernet.generate_key().decode(), retry_base=0.01, retry_cap=0.02,
+                       max_attempts=3, delivery_timeout=2.0, connect_timeout=1.0, fetch_timeout=2.0,
+                       lease_min=60)
+
+
+async def start_hub(aiohttp_server: Callable[..., Any], settings: HubSettings, clock: OpsClock,
+                    ) -> AsyncIterator[OpsHub]:
+    server = await aiohttp_server(build_app(settings, now=clock), host="127.0.0.1", port=settings.port)
+    connection = redis_lib.Redis.from_url(settings.redis_url)
+    queue = Queue(settings.queue_name, connection=connection)
+    ctx = await worker.open_context(settings, queue=queue, clock=clock)
+    http = aiohttp.ClientSession()
+    try:
+        yield OpsHub(str(server.make_url("/")), settings, ctx, queue, http, clock)
+    finally:
+        await http.close()
+        await worker.close_context(ctx)
+        connection.close()
+
+
+@pytest.fixture
+async def ops_hub(aiohttp_server, ops_settings: HubSettings, ops_clock: OpsClock, unused_tcp_port: int,
+                  ) -> AsyncIterator[OpsHub]:
+    """A hub without an admin token (loopback may use /admin/)."""
+    settings = ops_settings.with_values(port=unused_tcp_port)   # so hub_url is the served URL
+    async for hub in start_hub(aiohttp_server, settings, ops_clock):
+        yield hub
+
+
+@pytest.fixture
+async def subscriber(aiohttp_server) -> Subscriber:
+    recorder = Subscriber()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", recorder.handle)
+    server = await aiohttp_server(app, host="127.0.0.1")
+    recorder.base = str(server.make_url("")).rstrip("/")
+    return recorder
