@@ -131,6 +131,13 @@ class OpsHub:
                 await delivery.deliver_subscription(self.ctx, sid)
         raise AssertionError(f"jobs still queued after {rounds} rounds")
 
+    async def eventually(self, check: Callable[[], bool], timeout: float = 5.0) -> None:
+        """Wait until `check()` holds (work the web process does in the background)."""
+        deadline = time.monotonic() + timeout
+        while not check():
+            assert time.monotonic() < deadline, "timed out"
+            await asyncio.sleep(0.02)
+
     async def counted(self, field_name: str, expected: float, timeout: float = 5.0) -> None:
         """Wait until the workers' batched counters show `expected` (they flush every 0.2 s)."""
         deadline = time.monotonic() + timeout
