@@ -144,7 +144,9 @@ def run_hub(settings: HubSettings, *, log_level: str = "INFO", announce: Callabl
     data = settings.data_path
     settings = settings.with_values(data_dir=str(data))  # absolute, for the child workers
     redis_server: RedisServer | None = None
-    with data_dir_lock(data):
+    # only an embedded Redis's data needs one owner; web processes on a shared Redis may share a data dir
+    lock = data_dir_lock(data) if settings.is_embedded else contextlib.nullcontext()
+    with lock:
         load_fernet(settings)  # creates DATA/secret.key before any worker looks for it
         try:
             if settings.is_embedded:

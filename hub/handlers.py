@@ -45,6 +45,7 @@ CLOCK = web.AppKey("clock", object)          # () -> epoch seconds
 FORM_TYPE = "application/x-www-form-urlencoded"
 XML_TYPE = "application/xml"
 MAX_PING_TOPICS = 100
+PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Real-IP")  # a local proxy relays remote clients
 PARSE_INLINE_BYTES = 256 * 1024  # larger documents are parsed in a thread, so the loop stays free
 CHALLENGE_BYTES = 32
 
@@ -81,6 +82,9 @@ class Publishers:
             if not _is_loopback(request.remote):
                 raise ForbiddenError(f"only loopback clients may publish to a hub without publisher tokens, "
                                      f"got a request from {request.remote}")
+            if any(name in request.headers for name in PROXY_HEADERS):
+                raise ForbiddenError("a request relayed by a proxy needs a publisher token "
+                                     "(configure --publish-token): only local clients may publish without one")
             return
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():

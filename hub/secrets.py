@@ -5,6 +5,7 @@ Plain secrets exist only in memory, briefly: never logged, never stored, never i
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 from cryptography.fernet import Fernet, InvalidToken
@@ -29,10 +30,21 @@ def load_fernet(settings: HubSettings, *, create: bool = True) -> Fernet:
         raise SettingsError(f"no secret key: give --secret-key (RSNOTIFY_SECRET_KEY) or create {path}")
     path.parent.mkdir(parents=True, exist_ok=True)
     key = Fernet.generate_key()
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:  # another process of this hub created it a moment ago
+        return _fernet(_read_new_key(path), str(path))
     with os.fdopen(fd, "wb") as handle:
         handle.write(key + b"\n")
     return Fernet(key)
+
+
+def _read_new_key(path: Path, wait: float = 2.0) -> bytes:
+    """The key another process is writing right now (it may still be empty for an instant)."""
+    deadline = time.monotonic() + wait
+    while not (key := path.read_bytes().strip()) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    return key
 
 
 def _fernet(key: bytes, source: str) -> Fernet:

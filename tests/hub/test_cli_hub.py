@@ -272,3 +272,36 @@ def test_shared_redis_mode_uses_the_given_url(redis_url, tmp_path):
     finally:
         assert hub_process.stop() == 0
     assert not (tmp_path / "d" / "redis.sock").exists()
+
+
+def test_web_processes_on_a_shared_redis_share_a_data_dir_and_key(redis_url, tmp_path):
+    shared = ("--workers", "0", "--redis-url", redis_url, "--data-dir", str(tmp_path / "d"))
+    first, second = HubProcess(*shared), HubProcess(*shared)
+    try:
+        assert submit(first)[0] == 200
+        status, body = submit(second)
+        assert status == 200 and b'"sequence": 2' in body
+    finally:
+        assert first.stop() == 0 and second.stop() == 0
+
+
+def test_a_different_secret_key_on_the_same_redis_is_refused_at_start(redis_url, tmp_path):
+    import asyncio
+
+    import redis.asyncio as redis_async
+    from cryptography.fernet import Fernet
+
+    from hub.secrets import check_key_matches
+
+    async def record_first_key() -> None:
+        client = redis_async.Redis.from_url(redis_url)
+        await check_key_matches(client, Fernet(Fernet.generate_key()))
+        await client.aclose()
+
+    asyncio.run(record_first_key())
+    args = ["--redis-url", redis_url, "--workers", "0", "--port", "0", "--data-dir", str(tmp_path)]
+    other = CliRunner().invoke(hub, [*args, "--secret-key", Fernet.generate_key().decode()])
+    assert other.exit_code == 1 and "encrypted with a different secret key" in other.output
+    bad = CliRunner().invoke(hub, [*args, "--secret-key", "not-a-key"])
+    assert bad.exit_code == 1 and "is not a Fernet key" in bad.output
+    assert "not-a-key" not in bad.output

@@ -370,3 +370,21 @@ async def test_health_is_503_when_redis_is_gone(aiohttp_client, hub_settings, cl
     assert response.status == 503 and body["redis"] is False and body["status"] == "unavailable"
     submission = await submit(client)
     assert submission.status == 503 and submission.headers["Retry-After"] == "5"
+
+
+async def test_a_local_proxy_does_not_make_remote_clients_loopback(hub_client, intake_ctx):
+    for header in ("X-Forwarded-For", "Forwarded", "X-Real-IP"):
+        response = await submit(hub_client, headers={header: "203.0.113.9"})
+        assert response.status == 403, header
+        assert "relayed by a proxy needs a publisher token" in await response.text()
+    assert await nothing_stored(intake_ctx.redis)
+
+
+async def test_the_public_urls_path_is_served_too(aiohttp_client, hub_settings, intake_ctx, clock):
+    settings = hub_settings.with_values(public_url="http://hub.example.org/websub/")
+    client = await aiohttp_client(build_app(settings, now=clock))
+    response = await client.post("/websub/", data=NOTIFICATION, headers={
+        "Content-Type": "application/xml", "Link": links("http://hub.example.org/websub/")})
+    assert response.status == 200
+    assert (await client.post("/", data=NOTIFICATION, headers={
+        "Content-Type": "application/xml", "Link": links("http://hub.example.org/websub/")})).status == 200
