@@ -47,8 +47,9 @@ def build_app(settings: HubSettings, *, now: Callable[[], float] = time.time) ->
 async def _resources(app: web.Application) -> AsyncIterator[None]:
     """Redis clients (asyncio for handlers, synchronous for RQ), the Fernet key checked against Redis."""
     settings = app[SETTINGS]
-    client = redis_async.Redis.from_url(settings.redis_url, max_connections=256)
-    connection = redis_sync.Redis.from_url(settings.redis_url)
+    url = str(settings.redis_url)  # build_app made sure there is one
+    client = redis_async.Redis.from_url(url, max_connections=256)
+    connection = redis_sync.Redis.from_url(url)
     try:
         fernet = load_fernet(settings)
         await check_key_matches(client, fernet)

@@ -15,7 +15,7 @@ from .settings import HubSettings, env_name, parse_token
 
 # option names that differ from the field name (singular, because they repeat)
 OPTION_NAMES = {"publish_tokens": "publish-token", "allow_networks": "allow-network"}
-WORKER_SKIPS = {"workers"}  # meaningless for a worker process (host and port still make the hub URL)
+WORKER_SKIPS = frozenset({"workers"})  # meaningless for a worker process (host and port still make the hub URL)
 LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
 
 
@@ -26,7 +26,7 @@ def _token(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) 
         raise click.BadParameter(str(exc)) from None
 
 
-def settings_options(skip: set[str] = frozenset()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+def settings_options(skip: frozenset[str] = frozenset()) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Decorator adding one option per HubSettings field (help from the field's metadata)."""
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -54,7 +54,8 @@ def settings_options(skip: set[str] = frozenset()) -> Callable[[Callable[..., An
 def build_settings(values: dict[str, Any]) -> HubSettings:
     """HubSettings from the options' values; bad combinations become a usage error."""
     known = {f.name for f in fields(HubSettings)}
-    chosen = {k: (tuple(v) if isinstance(v, (list, tuple)) else v) for k, v in values.items() if k in known}
+    chosen: dict[str, Any] = {k: (tuple(v) if isinstance(v, (list, tuple)) else v)
+                              for k, v in values.items() if k in known}
     try:
         return HubSettings(**chosen)
     except SettingsError as exc:
@@ -62,7 +63,8 @@ def build_settings(values: dict[str, Any]) -> HubSettings:
 
 
 def configure_logging(level: str, log_format: str = "text") -> None:
-    from .logs import configure_logging as configure  # text or JSON lines (--log-format)
+    # text or JSON lines (--log-format), from hub/logs.py
+    from .logs import configure_logging as configure
 
     configure(level, log_format)
 

@@ -11,22 +11,35 @@ import ipaddress
 import json
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from aiohttp import web
+from cryptography.fernet import Fernet
 from multidict import MultiDictProxy
+from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from rq import Queue
 
 from rsnotify.errors import DocumentParseError, ValidationError, WireError
 from rsnotify.websub import (
-    NOTIFICATION_ID_HEADER, SubscriptionRequest, check_url, links_by_rel, normalize_url,
-    parse_link_header, parse_subscription_form,
+    NOTIFICATION_ID_HEADER,
+    SubscriptionRequest,
+    check_url,
+    links_by_rel,
+    normalize_url,
+    parse_link_header,
+    parse_subscription_form,
 )
 from rsnotify.xml import parse_notification
 
 from . import jobs, store
 from .errors import (
-    AuthenticationError, BadRequestError, ForbiddenError, PayloadTooLargeError, UnsupportedMediaError,
+    AuthenticationError,
+    BadRequestError,
+    ForbiddenError,
+    PayloadTooLargeError,
+    UnsupportedMediaError,
 )
 from .secrets import encrypt_secret
 from .settings import HubSettings
@@ -36,11 +49,10 @@ log = logging.getLogger(__name__)
 
 # app keys: what build_app puts in the application, read by the handlers
 SETTINGS = web.AppKey("settings", HubSettings)
-REDIS = web.AppKey("redis", object)          # redis.asyncio.Redis
-QUEUE = web.AppKey("queue", object)          # rq.Queue (its own synchronous connection)
-FERNET = web.AppKey("fernet", object)        # cryptography.fernet.Fernet
-PUBLISHERS = web.AppKey("publishers", object)  # Publishers
-CLOCK = web.AppKey("clock", object)          # () -> epoch seconds
+REDIS = web.AppKey("redis", Redis)                           # asyncio client, bytes replies
+QUEUE = web.AppKey("queue", Queue)                           # rq.Queue on its own synchronous connection
+FERNET = web.AppKey("fernet", Fernet)                        # encrypts subscription secrets
+CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")  # () -> epoch seconds
 
 FORM_TYPE = "application/x-www-form-urlencoded"
 XML_TYPE = "application/xml"
@@ -103,6 +115,9 @@ class Publishers:
             if hmac.compare_digest(known.encode(), token.encode()):
                 found = prefixes
         return found
+
+
+PUBLISHERS = web.AppKey("publishers", Publishers)            # tokens and their topic prefixes
 
 
 def _is_loopback(remote: str | None) -> bool:
@@ -175,7 +190,8 @@ async def subscription_request(request: web.Request, form: MultiDictProxy[str]) 
     return web.Response(status=202, text=f"{wanted.mode} request accepted; the callback will be verified\n")
 
 
-def make_intent(wanted: SubscriptionRequest, settings: HubSettings, publishers: Publishers, fernet) -> store.Intent:
+def make_intent(wanted: SubscriptionRequest, settings: HubSettings, publishers: Publishers,
+                fernet: Fernet) -> store.Intent:
     """The intent to verify, or a denial when this hub does not serve the topic."""
     if not publishers.serves(wanted.topic):
         return store.Intent("denied", wanted.topic, wanted.callback,

@@ -80,7 +80,7 @@ async def check_key_matches(redis: Redis, fernet: Fernet) -> None:
     await redis.set(key, fernet.encrypt(_KEY_CHECK_PLAINTEXT), nx=True)
     token = await redis.get(key)
     try:
-        fernet.decrypt(token)
+        fernet.decrypt(token or b"")
     except (InvalidToken, TypeError):
         raise SettingsError("this Redis holds secrets encrypted with a different secret key: give the hub's "
                             "key with --secret-key / RSNOTIFY_SECRET_KEY (or use the same --data-dir)") from None

@@ -11,6 +11,7 @@ import json
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError
@@ -107,13 +108,13 @@ def subscription_id(topic: str, callback: str) -> str:
 # --- values -------------------------------------------------------------------------------
 
 
-def _text(value: bytes | str | None, default: str = "") -> str:
+def _text(value: Any, default: str = "") -> str:
     if value is None:
         return default
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def _int(value: bytes | str | None, default: int = 0) -> int:
+def _int(value: Any, default: int = 0) -> int:
     text = _text(value)
     return int(text) if text else default
 
@@ -133,12 +134,12 @@ class Intent:
     secret: str = field(default="", repr=False)
     reason: str = ""
 
-    def to_hash(self) -> dict[str, str]:
+    def to_hash(self) -> dict[Any, Any]:  # redis-py types its mapping invariantly
         return {"mode": self.mode, "topic": self.topic, "callback": self.callback,
                 "lease": str(self.lease_seconds), "secret": self.secret, "reason": self.reason}
 
     @classmethod
-    def from_hash(cls, raw: Mapping[bytes, bytes]) -> Intent:
+    def from_hash(cls, raw: Mapping[Any, Any]) -> Intent:
         return cls(mode=_text(raw.get(b"mode")), topic=_text(raw.get(b"topic")),
                    callback=_text(raw.get(b"callback")), lease_seconds=_int(raw.get(b"lease")),
                    secret=_text(raw.get(b"secret")), reason=_text(raw.get(b"reason")))
@@ -176,7 +177,7 @@ class Subscription:
         return self.expires < now
 
     @classmethod
-    def from_hash(cls, sid: str, raw: Mapping[bytes, bytes]) -> Subscription:
+    def from_hash(cls, sid: str, raw: Mapping[Any, Any]) -> Subscription:
         return cls(
             sid=sid, topic=_text(raw.get(b"topic")), callback=_text(raw.get(b"callback")),
             tid=_text(raw.get(b"tid")), secret=_text(raw.get(b"secret")),
@@ -195,7 +196,7 @@ class _Script:
         self.source = source
         self.sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
 
-    async def __call__(self, redis: Redis, keys: list[str], args: list[object]) -> object:
+    async def __call__(self, redis: Redis, keys: list[str], args: list[Any]) -> Any:
         try:
             return await redis.evalsha(self.sha, len(keys), *keys, *args)
         except NoScriptError:
@@ -322,7 +323,7 @@ async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | 
     Returns False when nothing was removed. Safe to call twice.
     """
     keys = [sub_key(sid), leases_key(), due_key(), *delivery_keys(sid)]
-    args: list[object] = [sid, f"{PREFIX}topic:", ":subs"]
+    args: list[Any] = [sid, f"{PREFIX}topic:", ":subs"]
     if if_expired_at is not None:
         args.append(int(if_expired_at))
     return bool(await _REMOVE(redis, keys, args))
