@@ -328,11 +328,7 @@ async def thin_ping(request: web.Request, form: MultiDictProxy[str]) -> web.Resp
     return web.Response(status=202, text=f"publish accepted; fetching {len(topics)} topic(s)\n")
 
 
-# --- GET / and /health --------------------------------------------------------------------
-
-
-async def index(request: web.Request) -> web.Response:
-    return web.Response(text=f"rsnotify hub at {request.app[SETTINGS].hub_url}\n")
+# --- /health ------------------------------------------------------------------------------
 
 
 async def health(request: web.Request) -> web.Response:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections import Counter
 from collections.abc import Iterable
 
 from redis.asyncio import Redis
@@ -39,9 +40,28 @@ def deliver_subscription(sid: str) -> None:
 
 def verify_intent(challenge: str) -> None:
     """Verify (or deny) the subscription request stored under `challenge` (hub.verification)."""
+    from . import metrics, verification
+    ctx = worker.context()
+    outcome = ctx.run(verification.verify_intent(ctx, challenge))
+    ctx.run(metrics.count_verification(ctx.redis, outcome.result))   # /metrics: rsnotify_verifications_total
+
+
+def verify_pending() -> None:
+    """Verify every subscription request lined up by the web process (hub.verification), concurrently."""
     from . import verification
     ctx = worker.context()
-    ctx.run(verification.verify_intent(ctx, challenge))
+    outcomes = ctx.run(verification.verify_pending(ctx))
+    counts = Counter(outcome.result for outcome in outcomes)
+    if counts:  # /metrics: rsnotify_verifications_total, one HINCRBY per kind of outcome
+        ctx.run(_count_verifications(ctx, counts))
+
+
+async def _count_verifications(ctx: worker.WorkerContext, counts: Counter[str]) -> None:
+    from . import metrics
+    async with ctx.redis.pipeline(transaction=False) as pipe:
+        for result, count in counts.items():
+            pipe.hincrby(store.stats_key(), metrics.verification_field(result), count)
+        await pipe.execute()
 
 
 def fetch_topic(topic_url: str) -> None:
@@ -128,6 +148,11 @@ async def ensure_fan_out(queue: Queue, topic_id: str, *, redis: Redis | None = N
 async def enqueue_verification(queue: Queue, challenge: str) -> None:
     """Queue the verification of the intent stored under `challenge`."""
     await asyncio.to_thread(queue.enqueue, verify_intent, challenge, **_options("verify intent"))
+
+
+async def enqueue_pending_verifications(queue: Queue) -> None:
+    """Queue a verify_pending job (the caller saw store.queue_intent ask for one)."""
+    await asyncio.to_thread(queue.enqueue, verify_pending, **_options("verify pending intents"))
 
 
 async def enqueue_fetch(queue: Queue, topic_url: str) -> None:
