@@ -103,7 +103,8 @@ async def _run(chosen: list[str], sizes: Sizes, output: Output, *, workers: int,
                                   extra_args=hub_args)
 
             bench = Bench(sizes, sink, session, start_hub, output.emit, timeout=timeout,
-                          profiler=Profiler(Path(profile_dir)) if profile_dir else None)
+                          profiler=Profiler(Path(profile_dir)) if profile_dir else None,
+                          ceiling_processes=max(1, workers))
             needs_ceiling = any(s in chosen for s in ("ceiling", "scale", "ingest")) and "fanout" not in chosen
             for name in chosen:
                 if name == "ceiling":

@@ -98,7 +98,7 @@ def targets_table(results: Mapping[str, Sequence[Mapping]]) -> list[str]:
     ceiling = med.get("ceiling", {}).get("rate", math.nan)
     lines = ["| target | goal | measured (median) | met |", "| --- | --- | --- | --- |"]
     if not math.isnan(ceiling):
-        lines.append(f"| ceiling (plain aiohttp client → sinks) | — | {ceiling:,.0f} deliveries/s | — |")
+        lines.append(f"| ceiling (plain aiohttp clients → sinks) | — | {ceiling:,.0f} deliveries/s | — |")
     for target in TARGETS:
         figures = med.get(target.scenario)
         if not figures or target.key not in figures:

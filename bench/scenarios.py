@@ -13,7 +13,8 @@ import aiohttp
 
 from . import checks
 from .hubproc import HubProcess
-from .payloads import bodies, delivery_headers, submission_headers
+from .ceiling import run_clients
+from .payloads import bodies, submission_headers
 from .procstat import CpuMeter
 from .sinks import SinkProcess
 
@@ -27,7 +28,9 @@ class Sizes:
 
     runs: int = 3
     entries: int = 10                     # <url> entries per notification
-    concurrency: int = 200                # subscriptions in flight (ceiling client and hub workers alike)
+    # in flight per ceiling client process: the fastest of 25, 50, 100 and 200 on the 2-core machine
+    # (more connections cost the client and the sinks more CPU per request)
+    ceiling_concurrency: int = 25
     fanout_subscribers: int = 1000
     fanout_notifications: int = 20
     latency_subscribers: int = 100
@@ -56,7 +59,7 @@ class Sizes:
     @classmethod
     def smoke(cls) -> Sizes:
         """The smallest configuration of each scenario (the test suite's)."""
-        return cls(runs=1, concurrency=20, fanout_subscribers=20, fanout_notifications=3,
+        return cls(runs=1, ceiling_concurrency=5, fanout_subscribers=20, fanout_notifications=3,
                    latency_subscribers=5, latency_rate=10.0, latency_seconds=0.5,
                    ingest_submissions=40, ingest_concurrency=4, subscribe_count=20,
                    subscribe_concurrency=8, scale_subscriptions=200, scale_topics=20,
@@ -75,6 +78,7 @@ class Bench:
     timeout: float = 300.0
     ceiling_runs: list[dict] = field(default_factory=list)
     profiler: object | None = None       # bench.profiling.Profiler, when --profile is given
+    ceiling_processes: int = 2           # client processes of the ceiling (as many as the hub's workers)
 
     def ceiling_median(self) -> float:
         return checks.median_of(self.ceiling_runs, "rate")
@@ -128,15 +132,31 @@ async def publish(session: aiohttp.ClientSession, hub: HubProcess, topic: str, b
 async def wait_and_check(bench: Bench, expected: dict[str, list[int]], started: float) -> tuple[dict, dict]:
     """Wait for every expected delivery, then check them all; (snapshot, result fields)."""
     total = sum(len(v) for v in expected.values())
+    deadline = time.monotonic() + bench.timeout
     count, complete = await bench.sink.wait_deliveries(bench.session, total, timeout=bench.timeout)
     if complete:
         await asyncio.sleep(0.05)  # let a stray duplicate or extra delivery show up in the check
     snapshot = await bench.sink.records(bench.session)
     check = checks.check_deliveries(snapshot, expected)
+    while complete and check.missing:  # duplicates made the count: wait for the missing ones
+        count, complete = await bench.sink.wait_deliveries(bench.session, count + 1,
+                                                           timeout=max(0.0, deadline - time.monotonic()))
+        snapshot = await bench.sink.records(bench.session)
+        check = checks.check_deliveries(snapshot, expected)
     elapsed = checks.last_receive_time(snapshot) - started
     return snapshot, {"deliveries": check.received, "seconds": round(elapsed, 4),
                       "rate": round(check.received / elapsed, 1) if elapsed > 0 else 0.0,
                       "complete": complete, "check": check.as_dict()}
+
+
+def profile_start(bench: Bench, scenario: str, hub: HubProcess) -> None:
+    if bench.profiler is not None:
+        bench.profiler.start(scenario, hub)
+
+
+def profile_stop(bench: Bench) -> None:
+    if bench.profiler is not None:
+        bench.profiler.stop()
 
 
 def hub_cpu(hub: HubProcess, bench: Bench) -> CpuMeter:
@@ -150,42 +170,23 @@ def hub_cpu(hub: HubProcess, bench: Bench) -> CpuMeter:
 
 
 async def ceiling_run(bench: Bench, subscribers: int, notifications: int, run: int) -> dict:
-    """A plain aiohttp client POSTing the fan-out's payloads straight to the same sinks: keep-alive,
-    `concurrency` subscribers at once, each subscriber's notifications one after another."""
+    """Plain aiohttp clients POSTing the fan-out's payloads straight to the same sinks (bench.ceiling)."""
     sizes = bench.sizes
     tag = bench.tag()
-    topic, hub_url = f"http://bench.example.org/ceiling/{tag}", "http://127.0.0.1:1/"
-    payloads = bodies(notifications, sizes.entries)
     names = [f"ceil-{tag}-{i}" for i in range(subscribers)]
-    headers = [delivery_headers(topic, hub_url, f"{tag}-{seq}", seq) for seq in range(1, notifications + 1)]
     await bench.sink.reset(bench.session)
-    connector = aiohttp.TCPConnector(limit=sizes.concurrency + 50)
-    async with aiohttp.ClientSession(connector=connector) as client:
-        queue = iter(names)
-
-        async def deliver_all() -> None:
-            for name in queue:
-                url = bench.sink.url(name)
-                for body, h in zip(payloads, headers):
-                    async with client.post(url, data=body, headers=h) as response:
-                        await response.read()
-                        if response.status != 200:
-                            raise RuntimeError(f"sink answered {response.status}")
-
-        # warm the pool the way a hub's long-lived session is warm
-        await asyncio.gather(*(client.get(f"{bench.sink.base}/_count") for _ in range(sizes.concurrency)))
-        cpu = hub_cpu_for_sink(bench)
-        started = time.time()
-        await asyncio.gather(*(deliver_all() for _ in range(min(sizes.concurrency, subscribers))))
+    cpu = hub_cpu_for_sink(bench)
+    started, client_cpu = await run_clients(bench.sink.base, names, notifications, sizes.entries, sizes.ceiling_concurrency,
+                                            bench.ceiling_processes, f"http://bench.example.org/ceiling/{tag}", tag)
     expected = {name: list(range(1, notifications + 1)) for name in names}
     _, result = await wait_and_check(bench, expected, started)
     result.update(scenario="ceiling", run=run, subscribers=subscribers, notifications=notifications,
-                  cpu=cpu.done())
+                  processes=bench.ceiling_processes, cpu={**cpu.done(), "clients": round(client_cpu, 2)})
     return result
 
 
 def hub_cpu_for_sink(bench: Bench) -> CpuMeter:
-    return CpuMeter({"sinks": [bench.sink.pid], "bench": [0]})
+    return CpuMeter({"sinks": [bench.sink.pid]})
 
 
 async def scenario_ceiling(bench: Bench) -> list[dict]:
@@ -210,14 +211,12 @@ async def fanout_run(bench: Bench, hub: HubProcess, topic: str, names: list[str]
     payloads = bodies(notifications, bench.sizes.entries)
     await bench.sink.reset(bench.session)
     cpu = hub_cpu(hub, bench)
-    if bench.profiler is not None:
-        bench.profiler.start(scenario, hub)
+    profile_start(bench, scenario, hub)
     started = time.time()
     seqs = [(await publish(bench.session, hub, topic, body))["sequence"] for body in payloads]
     published = time.time() - started
     _, result = await wait_and_check(bench, {name: seqs for name in names}, started)
-    if bench.profiler is not None:
-        bench.profiler.stop()
+    profile_stop(bench)
     ceiling = ceiling or bench.ceiling_median()
     result.update(scenario=scenario, run=run, subscribers=len(names), notifications=notifications,
                   publish_seconds=round(published, 4), cpu=cpu.done(),
@@ -287,11 +286,13 @@ async def scenario_latency(bench: Bench) -> list[dict]:
                 answered.append(time.time() - t0)
                 sent_at[answer["sequence"]] = t0
 
+            profile_start(bench, "latency", hub)
             origin = time.monotonic() + 0.05
             started = time.time()
             await asyncio.gather(*(publish_at(i, origin + i / s.latency_rate) for i in range(count)))
             seqs = sorted(sent_at)
             snapshot, result = await wait_and_check(bench, {n: seqs for n in names}, started)
+            profile_stop(bench)
             lat = checks.latencies(snapshot, sent_at)
             result.update(checks.latency_summary(lat))
             result.update(scenario="latency", run=run, subscribers=len(names), notifications=count,
@@ -327,9 +328,11 @@ async def scenario_ingest(bench: Bench) -> list[dict]:
                     while (i := next(counter)) < s.ingest_submissions:
                         seqs.append((await publish(client, hub, topic, payloads[i % len(payloads)]))["sequence"])
 
+                profile_start(bench, "ingest", hub)
                 started = time.time()
                 await asyncio.gather(*(submit() for _ in range(s.ingest_submissions and s.ingest_concurrency)))
                 accepted_in = time.time() - started
+                profile_stop(bench)
             cpu_ingest = cpu.done()
             _, delivery = await wait_and_check(bench, {names[0]: sorted(seqs)}, started)
             result = {"scenario": "ingest", "run": run, "accepted": len(seqs), "seconds": round(accepted_in, 4),
@@ -359,7 +362,9 @@ async def scenario_subscribe(bench: Bench) -> list[dict]:
             tag = bench.tag()
             topic = f"http://bench.example.org/subscribe/{tag}"
             callbacks = [bench.sink.url(f"sub-{tag}-{i}") for i in range(s.subscribe_count)]
+            profile_start(bench, "subscribe", hub)
             seconds = await subscribe_all(bench, hub, topic, callbacks, concurrency=s.subscribe_concurrency)
+            profile_stop(bench)
             verified = (await bench.sink.count(bench.session))["verifications"]
             result = {"scenario": "subscribe", "run": run, "subscriptions": len(callbacks),
                       "seconds": round(seconds, 4), "rate": round(len(callbacks) / seconds, 1),
