@@ -193,7 +193,8 @@ async def _subscribe_channel(subscriber: Subscriber, settings: SubscriberSetting
     for hub in channel.hubs:  # one hub is enough; try the next when one refuses
         try:
             return await subscriber.subscribe(channel.topic, hub, secret=settings.use_secret,
-                                              discovered_from=channel.url)
+                                              discovered_from=channel.discovered_from,
+                                              discovery=channel.discovery)
         except SubscriberError as exc:
             problems.append(str(exc))
     raise SubscriberError("; ".join(problems))

@@ -25,10 +25,17 @@ from rsnotify.websub import (
     check_lease_seconds,
     check_secret,
     check_url,
+    normalize_url,
 )
 
 from .core import CallbackCore, DenialHandler, NotificationHandler, utc_now
-from .errors import SubscriberError, SubscriptionDeniedError, SubscriptionError
+from .discovery import discover_capability_list, discover_topic
+from .errors import (
+    DiscoveryError,
+    SubscriberError,
+    SubscriptionDeniedError,
+    SubscriptionError,
+)
 from .settings import SubscriberSettings
 from .store import (
     ACTIVE,
@@ -138,11 +145,14 @@ class Subscriber:
         *,
         wait: bool = True,
         discovered_from: str | None = None,
+        discovery: str | None = None,
     ) -> Subscription:
         """Subscribe a new callback URL to `topic` at `hub`; with `wait`, until the hub verifies.
 
         `secret=True` makes a random secret, a string is used as given, False/None asks for
-        unsigned deliveries. Raises SubscriptionError when the hub refuses or does not
+        unsigned deliveries. With `discovered_from` (a topic URL with discovery="topic", or a
+        Capability List URL with discovery="capability-list"), each renewal discovers again
+        and follows the channel when its topic or hub changed (WebSub §6.1). Raises SubscriptionError when the hub refuses or does not
         verify within the verification timeout, SubscriptionDeniedError when it denies.
         """
         base = self._callback_base()
@@ -159,6 +169,7 @@ class Subscriber:
             id=subscription_id, topic=topic, hub=hub, callback=f"{base}/{subscription_id}",
             secret=chosen_secret, requested_lease_seconds=lease_seconds, status=PENDING,
             pending_mode="subscribe", created_at=now, intent_sent_at=now, discovered_from=discovered_from,
+            discovery=discovery if discovered_from else None, advertised_hub=hub,
         )
         waiter = self.core.expect(subscription.id, "subscribe")
         try:
@@ -235,8 +246,45 @@ class Subscriber:
                 subscription = subscription.evolve(status=EXPIRED)
                 await self.store.put(subscription)
             if subscription.renew_at is None or now >= subscription.renew_at:
-                renewed.append(await self.renew(subscription))
+                moved = await self._follow_move(subscription)
+                renewed.append(moved or await self.renew(subscription))
         return renewed
+
+    async def _follow_move(self, subscription: Subscription) -> Subscription | None:
+        """Discover again (WebSub §6.1); when the channel moved, subscribe there and leave here.
+
+        Returns the new subscription, or None when nothing moved or discovery failed (then the
+        old subscription is simply renewed).
+        """
+        if not subscription.discovered_from or not subscription.discovery:
+            return None
+        try:
+            if subscription.discovery == "topic":
+                channels = [await discover_topic(self.session, subscription.discovered_from)]
+            else:
+                channels = await discover_capability_list(self.session, subscription.discovered_from)
+        except DiscoveryError as exc:
+            log.warning("renewing %s without rediscovery: %s", subscription.topic, exc)
+            return None
+        same = [c for c in channels if normalize_url(c.topic) == normalize_url(subscription.topic)]
+        channel = same[0] if same else channels[0] if len(channels) == 1 else None
+        if channel is None or (same and subscription.advertised_hub in channel.hubs):
+            return None
+        log.info("channel %s at %s moved to %s at %s", subscription.topic, subscription.advertised_hub,
+                 channel.topic, channel.hubs[0])
+        try:
+            moved = await self.subscribe(
+                channel.topic, channel.hubs[0], subscription.requested_lease_seconds,
+                secret=subscription.has_secret, wait=False, discovered_from=subscription.discovered_from,
+                discovery=subscription.discovery)
+        except SubscriptionError as exc:
+            log.warning("could not follow %s to %s: %s", subscription.topic, channel.topic, exc)
+            return None
+        try:
+            await self.unsubscribe(subscription, wait=False)
+        except SubscriptionError as exc:
+            log.warning("could not leave the old subscription %s: %s", subscription.id, exc)
+        return moved
 
     async def renew(self, subscription: Subscription, *, wait: bool = False) -> Subscription:
         """Send a renewal now; the hub's verification then sets the new lease.

@@ -47,6 +47,8 @@ class DiscoveredTopic:
     found_in: str                        # link-header, html, atom, rss or capability-list
     url: str                             # the URL that was fetched (after redirects)
     capability_list: str | None = None   # the Capability List that advertised it, if any
+    discovered_from: str | None = None   # where to discover it again when renewing
+    discovery: str | None = None         # how: "topic" or "capability-list"
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,7 @@ async def discover_topic(session: aiohttp.ClientSession, url: str) -> Discovered
             f"({fetched.content_type or 'no Content-Type'}) has no hub link in an HTML <head>, Atom or RSS feed"
         )
     return DiscoveredTopic(topic=selfs[0] if selfs else fetched.url, hubs=tuple(dict.fromkeys(hubs)),
-                           found_in=found_in, url=fetched.url)
+                           found_in=found_in, url=fetched.url, discovered_from=url, discovery="topic")
 
 
 def _body_links(fetched: _Fetched) -> tuple[str, list[tuple[str, str]]]:
@@ -201,6 +203,7 @@ async def discover_capability_list(session: aiohttp.ClientSession, url: str) -> 
         channels.append(DiscoveredTopic(
             topic=urljoin(fetched.url, loc), hubs=tuple(urljoin(fetched.url, h) for h in hubs),
             found_in="capability-list", url=fetched.url, capability_list=fetched.url,
+            discovered_from=fetched.url, discovery="capability-list",
         ))
     if not channels:
         raise DiscoveryError(

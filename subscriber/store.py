@@ -53,6 +53,8 @@ class Subscription:
     ended_at: datetime | None = None
     denial_reason: str | None = None
     discovered_from: str | None = None        # the URL discovery started from, if any
+    discovery: str | None = None              # how: "topic" (WebSub) or "capability-list"
+    advertised_hub: str | None = None         # the hub as discovered, before any 307/308
     last_sequence: int | None = None          # highest notification sequence seen
     last_until: datetime | None = None        # `until` of the last change notification seen
     recent_ids: tuple[str, ...] = ()          # notification ids seen lately, oldest first

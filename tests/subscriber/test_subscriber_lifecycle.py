@@ -7,7 +7,10 @@ import stat
 from datetime import timedelta
 
 import pytest
+from aiohttp import web
 
+from rsnotify.websub import build_link_header
+from subscriber.discovery import discover_topic
 from subscriber.errors import SubscriberError, SubscriptionError
 from subscriber.settings import SubscriberSettings
 from subscriber.store import ACTIVE, EXPIRED, FAILED, UNSUBSCRIBED, JsonFileStore
@@ -186,3 +189,37 @@ async def test_corrupt_state_file_is_reported_clearly(tmp_path):
     path.write_text("{not json")
     with pytest.raises(SubscriberError, match="unreadable"):
         await JsonFileStore(path).all()
+
+
+async def test_renewal_discovers_again_and_follows_a_moved_topic(fake_hub, make_subscriber, aiohttp_server):
+    advertised = {"self": "http://example.com/old-topic"}
+
+    async def topic(request):
+        return web.Response(content_type="application/xml", headers={
+            "Link": build_link_header([(advertised["self"], "self"), (fake_hub.url, "hub")])})
+
+    app = web.Application()
+    app.router.add_get("/topic", topic)
+    topic_url = str((await aiohttp_server(app)).make_url("/topic"))
+    clock = Clock()
+    subscriber = await make_subscriber(now=clock)
+    found = await discover_topic(subscriber.session, topic_url)
+    old = await subscriber.subscribe(found.topic, found.hubs[0], discovered_from=found.discovered_from,
+                                     discovery=found.discovery)
+    assert old.topic == "http://example.com/old-topic"
+
+    clock.now = old.renew_at  # nothing moved: a plain renewal of the same callback
+    [same] = await subscriber.renew_due()
+    await fake_hub.settle()
+    assert same.id == old.id and fake_hub.requests[-1]["hub.callback"] == old.callback
+
+    advertised["self"] = "http://example.com/new-topic"  # the publisher moved the topic (§6.1)
+    clock.now = (await subscriber.store.get(old.id)).renew_at
+    [moved] = await subscriber.renew_due()
+    await fake_hub.settle()
+    assert moved.topic == "http://example.com/new-topic" and moved.callback != old.callback
+    by_mode = {form["hub.mode"]: form for form in fake_hub.requests[-2:]}
+    assert by_mode["subscribe"]["hub.topic"] == "http://example.com/new-topic"
+    assert by_mode["unsubscribe"]["hub.callback"] == old.callback
+    states = {s.topic: s.status for s in await subscriber.subscriptions()}
+    assert states == {"http://example.com/old-topic": UNSUBSCRIBED, "http://example.com/new-topic": ACTIVE}

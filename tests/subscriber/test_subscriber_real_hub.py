@@ -34,16 +34,20 @@ async def _drain_to(stream: asyncio.StreamReader, lines: list[str]) -> None:
         lines.append(line.decode())
 
 
+HUB_LOG: list[str] = []  # the running hub's stderr, shown when a test fails
+
+
 @pytest.fixture
 async def hub(redis_url: str, tmp_path: Path) -> AsyncIterator[str]:
     """`rsnotify hub` with one worker on a shared test Redis; yields its URL once /health says 200."""
     port = free_port()
     process = await asyncio.create_subprocess_exec(
         str(BIN / "rsnotify"), "hub", "--redis-url", redis_url, "--port", str(port), "--workers", "1",
-        "--data-dir", str(tmp_path / "hub-data"), stdout=asyncio.subprocess.DEVNULL,
+        "--data-dir", str(tmp_path / "hub-data"), "--log-level", "info", stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
     )
-    output: list[str] = []
+    output = HUB_LOG
+    output.clear()
     reader = asyncio.create_task(_drain_to(process.stderr, output))
     url = f"http://127.0.0.1:{port}/"
     try:
@@ -99,6 +103,19 @@ async def source(aiohttp_server, hub: str) -> str:
     return base
 
 
+async def wait_hub_log(text: str) -> None:
+    while not any(text in line for line in HUB_LOG):
+        await asyncio.sleep(0.02)
+
+
+async def next_line(cli: asyncio.subprocess.Process, status: list[str]) -> dict:
+    try:
+        return json.loads(await asyncio.wait_for(cli.stdout.readline(), 30))
+    except TimeoutError:
+        raise AssertionError("no notification within 30 s\nsubscriber:\n" + "".join(status)
+                             + "\nhub:\n" + "".join(HUB_LOG[-80:])) from None
+
+
 async def test_submission_reaches_rsnotify_subscribe_through_the_real_hub(hub: str, source: str, tmp_path: Path):
     cli = await asyncio.create_subprocess_exec(
         str(BIN / "rsnotify"), "subscribe", "--source", source + "/", "--listen", "127.0.0.1:0",
@@ -115,6 +132,9 @@ async def test_submission_reaches_rsnotify_subscribe_through_the_real_hub(hub: s
 
     try:
         await asyncio.wait_for(wait_status("subscribed to"), 30)
+        # The hub activates the subscription (and sets its cursor at the log's end) only after
+        # it has read our echo, so a submission in between would be before the cursor.
+        await asyncio.wait_for(wait_hub_log("activated"), 30)
         topic = source + "/changes"
         async with aiohttp.ClientSession() as session:
             for n in range(2):
@@ -123,7 +143,7 @@ async def test_submission_reaches_rsnotify_subscribe_through_the_real_hub(hub: s
                         "Content-Type": "application/xml",
                         "Link": build_link_header([(topic, "self"), (hub, "hub")])}) as response:
                     assert response.status == 200, await response.text()
-        lines = [json.loads(await asyncio.wait_for(cli.stdout.readline(), 30)) for _ in range(2)]
+        lines = [await next_line(cli, status) for _ in range(2)]
         assert [line["topic"] for line in lines] == [topic, topic]
         assert all(line["hub"] == hub for line in lines)
         assert [line["changes"][0]["loc"] for line in lines] == ["http://example.com/res0", "http://example.com/res1"]
@@ -139,7 +159,7 @@ async def test_submission_reaches_rsnotify_subscribe_through_the_real_hub(hub: s
             stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path)
         out, err = await asyncio.wait_for(publish.communicate(), 30)
         assert publish.returncode == 0, (out + err).decode()
-        line = json.loads(await asyncio.wait_for(cli.stdout.readline(), 30))
+        line = await next_line(cli, status)
         assert line["sequence"] == lines[1]["sequence"] + 1
         assert [(c["loc"], c["change"]) for c in line["changes"]] == [
             ("http://example.com/res9", "updated"), ("http://example.com/res0", "deleted")]
