@@ -51,7 +51,7 @@ def add_callback_routes(app: web.Application, core: CallbackCore, path: str = "/
     """Serve callbacks at `{path}/{subscription_id}` in `app` (GET, HEAD and POST)."""
     handler = callback_handler(core)
     route = f"{path.rstrip('/')}/{SUBSCRIPTION_ID_PATTERN}"
-    app.router.add_get(route, handler)  # add_get also answers HEAD
+    app.router.add_get(route, handler)  # HEAD comes here too; the core answers it 405
     app.router.add_post(route, handler)
 
 

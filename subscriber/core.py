@@ -182,7 +182,7 @@ class CallbackCore:
         """The answer to one callback request. S-17: the method tells the cases apart."""
         if not SUBSCRIPTION_ID.fullmatch(request.subscription_id):
             return CallbackResponse(404, "no subscription at this callback URL")
-        if request.method in ("GET", "HEAD"):
+        if request.method == "GET":
             return await self._verify(request)
         if request.method == "POST":
             return await self._receive(request)

@@ -96,10 +96,15 @@ class WSGICallbackApp:
         if method == "POST":
             limit = self.core.max_body_bytes
             length_text = environ.get("CONTENT_LENGTH") or ""
-            length = int(length_text) if length_text.isdigit() else 0
-            if length > limit:
-                return _respond(start_response, too_large(limit))
-            body = environ["wsgi.input"].read(length) if length else b""
+            if length_text.isdigit():
+                length = int(length_text)
+                if length > limit:
+                    return _respond(start_response, too_large(limit))
+                body = environ["wsgi.input"].read(length) if length else b""
+            elif environ.get("wsgi.input_terminated"):  # chunked, and the server says reading to EOF is safe
+                body = environ["wsgi.input"].read(limit + 1)
+                if len(body) > limit:
+                    return _respond(start_response, too_large(limit))
         path = environ.get("PATH_INFO", "")
         request = CallbackRequest(
             method=method,

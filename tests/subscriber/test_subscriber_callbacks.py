@@ -208,6 +208,18 @@ async def test_plain_function_handler_runs_too(fake_hub, make_subscriber):
     assert seen == [7]
 
 
+async def test_head_and_other_methods_change_nothing(fake_hub, make_subscriber):
+    subscriber = await make_subscriber()
+    subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
+    await subscriber.store.put(subscription.evolve(pending_mode="unsubscribe"))
+    query = {"hub.mode": "unsubscribe", "hub.topic": TOPIC, "hub.challenge": "c"}
+    async with fake_hub.session.head(subscription.callback, params=query) as response:
+        assert response.status == 405
+    async with fake_hub.session.put(subscription.callback, data=b"x") as response:
+        assert response.status == 405
+    assert (await subscriber.store.get(subscription.id)).status == "active"
+
+
 async def test_delivery_after_unsubscribe_gets_410(fake_hub, make_subscriber):
     subscriber = await make_subscriber()
     subscription = await subscriber.subscribe(TOPIC, fake_hub.url)

@@ -163,3 +163,35 @@ def test_busy_listen_port_is_reported(tmp_path):
             "subscribe", "--hub", "http://127.0.0.1:9/hub", "--topic", TOPIC, "--listen", f"127.0.0.1:{port}",
             "--state-file", str(tmp_path / "s.json")])
     assert result.exit_code == 1 and f"cannot listen on 127.0.0.1:{port}" in result.output
+
+
+async def test_restart_after_a_crash_resumes_the_same_subscription(fake_hub, tmp_path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    args = ("--hub", fake_hub.url, "--topic", TOPIC, "--listen", f"127.0.0.1:{port}",
+            "--state-file", str(tmp_path / "state.json"))
+
+    async def run() -> Process:
+        return Process(await asyncio.create_subprocess_exec(
+            RSNOTIFY, "subscribe", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            cwd=tmp_path))
+
+    first = await run()
+    await first.wait_for_status("subscribed to")
+    first.process.kill()  # a crash: no unsubscribe
+    await first.process.wait()
+    await fake_hub.settle()
+    [callback] = fake_hub.subscriptions
+
+    second = await run()
+    try:
+        await second.wait_for_status("resuming the subscription")
+        await second.wait_for_status("subscribed to")
+        await fake_hub.settle()
+        assert [form["hub.callback"] for form in fake_hub.requests] == [callback, callback]
+        secret = fake_hub.subscriptions[callback].secret
+        status, _ = await fake_hub.deliver(callback, make_notification(), secret=secret, sequence=1)
+        assert status == 200 and (await second.json_line())["sequence"] == 1
+    finally:
+        assert await second.interrupt() == 0, "".join(second.stderr)
