@@ -10,6 +10,7 @@ import hmac
 import logging
 import secrets
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from aiohttp import web
 
@@ -161,7 +162,7 @@ async def get_topic(request: web.Request) -> web.Response:
 async def get_notification(request: web.Request) -> web.Response:
     """GET /admin/topics/{tid}/notifications/{nid}: the exact body, with its Content-Type."""
     tid, nid = _id(request, "tid"), _nid(request)
-    found = await request.app[REDIS].xrange(store.topic_log_key(tid), nid, nid, count=1)
+    found: list[Any] = await request.app[REDIS].xrange(store.topic_log_key(tid), nid, nid, count=1) or []
     if not found:
         raise NotFoundError(f"no notification {nid} in the log of topic {tid} (never there, or trimmed)")
     entry = store.LogEntry.from_stream(*found[0])

@@ -22,7 +22,7 @@ import hmac
 import logging
 import secrets
 from collections.abc import AsyncIterator
-from typing import Any
+from dataclasses import dataclass, field
 
 import aiohttp
 from aiohttp import web
@@ -46,8 +46,17 @@ LINK_INTERVAL = 60          # s between two links sent to one callback
 ATTEMPTS_SHOWN = 20
 TOKEN_BYTES = 32
 
-SESSION = web.AppKey("diagnostics_session", aiohttp.ClientSession)
-TASKS = web.AppKey("diagnostics_tasks", set)
+
+
+@dataclass
+class Outbound:
+    """The web process's guarded session for diagnostics links, and the sends in flight."""
+
+    session: aiohttp.ClientSession
+    tasks: set[asyncio.Task[None]] = field(default_factory=set)
+
+
+OUTBOUND = web.AppKey("diagnostics_outbound", Outbound)
 
 
 def signing_text(sid: str, timestamp: str) -> bytes:
@@ -136,8 +145,8 @@ async def request_link(request: web.Request) -> web.Response:
         await app[REDIS].set(store.diagnostics_token_key(sid), token_digest(token), ex=TOKEN_TTL)
         link = f"{app[SETTINGS].hub_url}diagnostics/{sid}?token={token}"
         task = asyncio.get_running_loop().create_task(send_link(app, subscription, link))
-        app[TASKS].add(task)
-        task.add_done_callback(app[TASKS].discard)
+        app[OUTBOUND].tasks.add(task)
+        task.add_done_callback(app[OUTBOUND].tasks.discard)
     return web.Response(status=202, text="if that subscription exists, its callback gets a GET with "
                                          "hub.mode=diagnostics and a hub.diagnostics link within a few seconds "
                                          f"(at most one per {LINK_INTERVAL} s)\n")
@@ -150,7 +159,7 @@ async def send_link(app: web.Application, subscription: store.Subscription, link
                                                "hub.diagnostics": link})
     timeout = aiohttp.ClientTimeout(total=settings.fetch_timeout, sock_connect=settings.connect_timeout)
     try:
-        async with app[SESSION].get(url, allow_redirects=False, timeout=timeout) as response:
+        async with app[OUTBOUND].session.get(url, allow_redirects=False, timeout=timeout) as response:
             await read_limited(response, 1024)
             log.info("diagnostics link sent to %s for subscription %s: callback answered %s",
                      subscription.callback, subscription.sid, response.status, extra={"sid": subscription.sid})
@@ -161,17 +170,16 @@ async def send_link(app: web.Application, subscription: store.Subscription, link
 
 
 async def _outbound(app: web.Application) -> AsyncIterator[None]:
-    app[SESSION] = make_session(app[SETTINGS], limit=20)
-    app[TASKS] = set()
+    outbound = app[OUTBOUND] = Outbound(make_session(app[SETTINGS], limit=20))
     try:
         yield
     finally:
-        pending: set[Any] = set(app[TASKS])
+        pending = set(outbound.tasks)
         for task in pending:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=5)
-        await app[SESSION].close()
+        await outbound.session.close()
 
 
 def add_routes(app: web.Application) -> None:

@@ -144,8 +144,7 @@ class HubCollector(Collector):
 
 def _histogram(stats: dict[str, float], field: str, name: str, documentation: str) -> HistogramMetricFamily:
     data = reports.histogram(stats, field)
-    buckets = [("+Inf" if bound == float("inf") else repr(bound), count) for bound, count in data["buckets"]]
-    return HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=data["sum"])
+    return HistogramMetricFamily(name, documentation, buckets=data["buckets"], sum_value=data["sum"])
 
 
 async def render(redis: Redis, settings: HubSettings, now: float, scan: reports.ScanCache | None = None) -> bytes:

@@ -223,7 +223,7 @@ async def topic_detail(redis: Redis, tid: str, now: float) -> dict[str, Any] | N
     data = rows[0]
     sids = sorted(_text(s) for s in await redis.smembers(store.topic_subs_key(tid)))
     data["subscriptions_list"] = [s.to_json(now) for s in await summarize(redis, sids[:1000])]
-    recent = await redis.xrevrange(store.topic_log_key(tid), "+", "-", count=RECENT_NOTIFICATIONS)
+    recent: list[Any] = await redis.xrevrange(store.topic_log_key(tid), "+", "-", count=RECENT_NOTIFICATIONS) or []
     data["recent_notifications"] = [
         {"notification_id": _text(entry_id), "sequence": _int(f.get(b"seq")), "published_ms": _int(f.get(b"at")),
          "content_type": _text(f.get(b"ctype")), "resourcesync": _text(f.get(b"rs")),
@@ -290,7 +290,8 @@ def histogram(stats: dict[str, float], name: str) -> dict[str, Any]:
         running += stats.get(f"{name}:le:{label}", 0.0)
         counts.append(running)
     total = stats.get(f"{name}:count", running)
-    return {"buckets": list(zip(bounds, counts)), "sum": stats.get(f"{name}:sum", 0.0), "count": total,
+    labels = ["+Inf" if b == float("inf") else repr(b) for b in bounds]   # JSON has no Infinity
+    return {"buckets": list(zip(labels, counts)), "sum": stats.get(f"{name}:sum", 0.0), "count": total,
             "p50": _quantile(bounds, counts, 0.5), "p95": _quantile(bounds, counts, 0.95)}
 
 

@@ -242,7 +242,7 @@ async function renderSubscription(sid) {
     `<td>${esc(a.error)}</td></tr>`);
   const dead = s.dead_letters_list.map((d) =>
     `<tr><td class="num">${num(d.sequence)}</td><td>${esc(d.notification_id)}</td><td>${num(d.attempts)}</td>` +
-    `<td>${d.status == null ? "—" : esc(d.status)} ${esc(d.error)}</td><td>${time(d.dead_at)}</td>` +
+    `<td>${d.status == null ? esc(d.error) : "HTTP " + esc(d.status)}</td><td>${time(d.dead_at)}</td>` +
     `<td>${d.resend ? "queued" : `<button data-resend="${esc(d.notification_id)}">Re-send</button>`}</td></tr>`);
   main.innerHTML = `
     <h1>${esc(s.callback)}</h1>

@@ -2,6 +2,10 @@
 real loopback subscriber: what an operator sees after real traffic, and what each action does."""
 from __future__ import annotations
 
+import json
+
+import pytest
+
 from hub import store
 from hub.settings import HubSettings
 
@@ -30,7 +34,7 @@ async def test_status_pages_are_served_as_html(ops_hub) -> None:
 
 
 async def test_overview_counts_real_traffic(ops_hub, subscriber) -> None:
-    good, bad = await traffic(ops_hub, subscriber)
+    _, bad = await traffic(ops_hub, subscriber)
     await ops_hub.counted("outcome:dead", 3)     # max_attempts=3: three tries each, then dead letters
     o = await ops_hub.admin("GET", "/admin/overview")
     assert o["topics"] == 1 and o["subscriptions"] == 2
@@ -47,6 +51,10 @@ async def test_overview_counts_real_traffic(ops_hub, subscriber) -> None:
     assert trouble["sid"] == bad and trouble["callback"] == subscriber.url("/bad")
     assert trouble["last_status"] == "500" and "3 dead letter(s)" in trouble["trouble"]
     assert o["queues"]["queued"] == 0
+    raw = await ops_hub.admin("GET", "/admin/overview")
+    async with ops_hub.http.get(ops_hub.url + "admin/overview") as response:   # strict JSON, as browsers parse it
+        json.loads(await response.text(), parse_constant=lambda c: pytest.fail(f"{c} is not JSON"))
+    assert raw["publish_to_delivery_seconds"]["buckets"][-1] == ["+Inf", 3]
 
 
 async def test_subscription_and_topic_detail(ops_hub, subscriber) -> None:

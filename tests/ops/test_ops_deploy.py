@@ -77,13 +77,13 @@ def test_dockerfile() -> None:
     instructions = [line for line in text.replace("\\\n", " ").splitlines() if line and not line.startswith("#")]
     cmd = [i for i in instructions if i.startswith("CMD ")][-1]
     assert check_command(json.loads(cmd[4:])) == "hub"
-    expose = re.search(r"^EXPOSE (\d+)", text, flags=re.M).group(1)
+    expose = re.search(r"^EXPOSE (\d+)", text, flags=re.MULTILINE).group(1)
     env = dict(re.findall(r"(RSNOTIFY_[A-Z_]+)=(\S+)", text))
     check_env(set(env), "hub", "Dockerfile")
     assert expose == env.get("RSNOTIFY_PORT", DEFAULT_PORT)
-    health = [i for i in instructions if i.startswith("HEALTHCHECK")][0]
+    health = next(i for i in instructions if i.startswith("HEALTHCHECK"))
     assert f"127.0.0.1:{expose}/health" in health and "/health" in routes()
-    assert re.search(r"^USER (?!root)\S+", text, flags=re.M), "the image must not run as root"
+    assert re.search(r"^USER (?!root)\S+", text, flags=re.MULTILINE), "the image must not run as root"
 
 
 def test_compose() -> None:

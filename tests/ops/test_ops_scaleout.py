@@ -88,9 +88,9 @@ class Processes:
         self.started: list[subprocess.Popen] = []
 
     def start(self, args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen:
-        handle = open(log, "w")
-        process = subprocess.Popen(RSNOTIFY + args, env=env, stdout=handle, stderr=subprocess.STDOUT,
-                                   stdin=subprocess.DEVNULL)
+        with open(log, "w") as handle:      # the child keeps its own copy of the descriptor
+            process = subprocess.Popen(RSNOTIFY + args, env=env, stdout=handle, stderr=subprocess.STDOUT,
+                                       stdin=subprocess.DEVNULL)
         self.started.append(process)
         return process
 
