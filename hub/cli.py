@@ -4,6 +4,11 @@ Precedence: flag, then environment variable, then the settings default.
 """
 from __future__ import annotations
 
+import logging
+import os
+import signal
+import threading
+import time
 from collections.abc import Callable
 from dataclasses import MISSING, fields
 from typing import Any
@@ -103,8 +108,10 @@ def hub(log_level: str, **values: Any) -> None:
 @click.option("--name", default=None, help="Worker name [default: generated].")
 @click.option("--log-level", type=LOG_LEVELS, default="INFO", show_default=True, envvar="RSNOTIFY_LOG_LEVEL",
               show_envvar=True, help="Logging threshold.")
+@click.option("--parent-pid", type=int, default=None, hidden=True,
+              help="Stop when this process (the embedded hub that started us) is gone.")
 def worker(burst: bool, queues: tuple[str, ...], concurrency: int | None, name: str | None, log_level: str,
-           **values: Any) -> None:
+           parent_pid: int | None, **values: Any) -> None:
     """Run a hub worker: verifications, thin-ping fetches, lease sweeps and fan-out deliveries."""
     from .worker import run_worker
 
@@ -112,12 +119,31 @@ def worker(burst: bool, queues: tuple[str, ...], concurrency: int | None, name: 
     if settings.redis_url is None:
         raise click.UsageError("a worker needs --redis-url (RSNOTIFY_REDIS_URL): the hub's Redis")
     configure_logging(log_level, settings.log_format)
+    if parent_pid is not None:
+        watch_parent(parent_pid)
     try:
         run_worker(settings, burst=burst, queues=tuple(queues), concurrency=concurrency, name=name)
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
     except _redis_errors() as exc:
         raise click.ClickException(f"cannot use Redis at {settings.redis_url}: {exc}") from None
+
+
+ORPHAN_STOP_TIMEOUT = 30.0  # s an orphaned worker gets to finish its job before it kills itself
+
+
+def watch_parent(parent_pid: int, interval: float = 1.0) -> None:
+    """Stop this worker (SIGTERM to itself: RQ's warm stop) once the hub that started it is gone,
+    so a hub killed with SIGKILL leaves no worker behind; SIGKILL itself if that hangs."""
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(interval)
+        logging.getLogger(__name__).warning("the hub (pid %s) is gone; this worker stops", parent_pid)
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(ORPHAN_STOP_TIMEOUT)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="parent-watch", daemon=True).start()
 
 
 def _redis_errors() -> tuple[type[BaseException], ...]:

@@ -32,7 +32,7 @@ from .settings import HubSettings
 
 log = logging.getLogger(__name__)
 
-WORKER_STOP_TIMEOUT = 20.0      # seconds a worker gets to finish its job after SIGTERM
+WORKER_STOP_TIMEOUT = 8.0       # seconds a worker gets to finish its job after SIGTERM (docker stop waits 10)
 SUPERVISE_INTERVAL = 1.0        # seconds between checks of the child processes
 MAX_WORKER_RESTARTS = 20        # restarts of crashed workers before the hub gives up on them
 LOCK_FILE = "hub.lock"
@@ -62,7 +62,8 @@ class Children:
         env.update(self.settings.to_env())
         env["RSNOTIFY_LOG_LEVEL"] = self.log_level
         # a session of their own: Ctrl-C reaches only the hub, which stops them in order
-        return subprocess.Popen(WORKER_COMMAND, env=env, stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen([*WORKER_COMMAND, "--parent-pid", str(os.getpid())], env=env,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
 
     def replace_dead(self) -> None:
         """Start a new worker for each one that died on its own (bounded)."""

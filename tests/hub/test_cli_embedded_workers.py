@@ -191,3 +191,33 @@ def test_worker_command_serves_the_queue_in_burst_mode(redis_url, redis, tmp_pat
     assert done.returncode == 0, done.stdout + done.stderr
     assert subscriber.verifications[0]["hub.challenge"] == "a-challenge-for-the-worker"
     assert redis.hget(store.sub_key(store.subscription_id(TOPIC, subscriber.url)), "lease_seconds") == b"600"
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"main()\x00worker" in cmdline:
+                found.append(int(entry.name))
+    return found
+
+
+def test_workers_do_not_outlive_a_killed_hub(tmp_path):
+    from hub.embedded import stop_stale_redis
+
+    data_dir = tmp_path / "data"
+    process, _ = start_hub(data_dir)
+    [worker_pid] = _children(process.pid)
+    process.kill()  # SIGKILL: the hub cannot stop its workers itself
+    process.wait()
+    try:
+        wait_until(lambda: not Path(f"/proc/{worker_pid}").exists() or
+                   (Path(f"/proc/{worker_pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"),
+                   timeout=15, what="the orphaned worker to stop")
+    finally:
+        stop_stale_redis(data_dir.resolve())  # the embedded Redis the killed hub left behind
