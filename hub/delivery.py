@@ -38,6 +38,9 @@ READ_BATCH = 100          # entries read at once for a subscription behind that 
 FRESH = 0.002             # s: an empty log read this recent is trusted (the release re-checks anyway)
 RUN_SLICE = 5.0           # s a subscription keeps a slot before yielding it to others (then re-queued)
 CHECKPOINT_EVERY = 0.2    # s between cursor/attempt writes of running subscriptions
+FOLLOW_LEASE = 3.0        # s a follower's hold on a topic lasts unless renewed (a dead worker's ends)
+MAX_FOLLOWED = 100        # topics one worker follows at once (each holds a Redis connection)
+TOPIC_URLS = 10_000       # topic URLs cached per process
 SECRET_CACHE = 10_000     # decrypted secrets kept per process
 
 
@@ -132,10 +135,13 @@ class Deliveries:
     """This process's delivery machinery: claims (with their lock renewal), concurrency slots,
     ordered checkpoints, counters, and the decrypted-secret cache. One per worker context."""
 
-    def __init__(self, ctx: WorkerContext, concurrency: int) -> None:
+    def __init__(self, ctx: WorkerContext, concurrency: int, *, follow_seconds: float = 0.0) -> None:
         self.ctx = ctx
         self.slots = asyncio.Semaphore(concurrency)
+        self.follow_seconds = follow_seconds      # 0: never follow a topic (burst workers, tests)
+        self.following: set[str] = set()
         self.runs: dict[str, SubRun] = {}
+        self._topic_urls: dict[str, str] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stopping = False
         self._prefix = uuid.uuid4().hex[:12]
@@ -201,9 +207,19 @@ class Deliveries:
         if values["callback"] is None:          # removed meanwhile
             await self.ctx.batch.execute("DEL", store.sub_lock_key(sid))
             return None
-        return self._run_from(sid, token, values)
+        return self.run_from(sid, token, values)
 
-    def _run_from(self, sid: str, token: str, v: dict[str, bytes | None]) -> SubRun:
+    async def topic_url(self, tid: str) -> str:
+        url = self._topic_urls.get(tid)
+        if url is None:
+            url = store._text(await self.ctx.batch.execute("HGET", store.topic_key(tid), "url"))
+            if len(self._topic_urls) >= TOPIC_URLS:
+                self._topic_urls.clear()
+            self._topic_urls[tid] = url
+        return url
+
+    def run_from(self, sid: str, token: str, v: dict[str, bytes | None]) -> SubRun:
+        """The run of a claim, from the claimed subscription's DELIVERY_FIELDS."""
         text = store._text
         callback = text(v["callback"])
         cursor = text(v["cursor"], "0-0")
@@ -333,6 +349,17 @@ class TopicLog:
     def item(self, entry: store.LogEntry) -> Item:
         return Item(entry, notification_headers(entry, self.topic, self.hub_url))
 
+    @property
+    def is_primed(self) -> bool:
+        return self.start_key is not None
+
+    def feed(self, after: str, entries: list[store.LogEntry]) -> None:
+        """Extend the window with entries just read after `after` (XREAD), when no entry can lie
+        between the window's end and them; otherwise the next `after` call reads them itself."""
+        if not self.is_primed or store.parse_entry_id(after) > self.end_key:
+            return
+        self._append(entries)
+
     async def prime(self, after: str) -> None:
         self.start_key = store.parse_entry_id(after)
         self.end_id, self.end_key = after, self.start_key
@@ -358,20 +385,24 @@ class TopicLog:
     async def _read_more(self) -> None:
         self._refresh = asyncio.get_running_loop().create_future()
         try:
-            entries = await self._xrange(self.end_id, WINDOW)
-            for entry in entries:
-                self.items.append(self.item(entry))
-                self.keys.append(store.parse_entry_id(entry.notification_id))
-            if entries:
-                self.end_id, self.end_key = entries[-1].notification_id, self.keys[-1]
-            if len(self.items) > 2 * WINDOW:
-                drop = len(self.items) - WINDOW
-                self.start_key = self.keys[drop - 1]
-                del self.items[:drop], self.keys[:drop]
+            self._append(await self._xrange(self.end_id, WINDOW))
             self._refreshed_at = time.monotonic()
         finally:
             self._refresh.set_result(None)
             self._refresh = None
+
+    def _append(self, entries: list[store.LogEntry]) -> None:
+        # a read and a feed can overlap: keep each entry once, in log order
+        for entry in entries:
+            key = store.parse_entry_id(entry.notification_id)
+            if key > self.end_key:
+                self.items.append(self.item(entry))
+                self.keys.append(key)
+                self.end_id, self.end_key = entry.notification_id, key
+        if len(self.items) > 2 * WINDOW:
+            drop = len(self.items) - WINDOW
+            self.start_key = self.keys[drop - 1]
+            del self.items[:drop], self.keys[:drop]
 
     async def _xrange(self, after: str, count: int) -> list[store.LogEntry]:
         raw = await self.ctx.batch.execute("XRANGE", store.topic_log_key(self.tid), f"({after}", "+",
@@ -392,79 +423,137 @@ async def fan_out(ctx: WorkerContext, topic_id: str) -> FanOutReport:
 
     Subscriptions run concurrently (bounded by the worker's slots); each one's entries go one
     after another. A subscription another run owns is left to that run, which looks at the log
-    again when it lets go, so no publish is missed.
+    again when it lets go, so no publish is missed. Afterwards the worker follows the topic for
+    a while (see `_follow`), so the next publishes need no job at all.
     """
-    d, batch = ctx.deliveries, ctx.batch
+    d = ctx.deliveries
     report = FanOutReport(topic_id)
-    # Clearing the "queued" flag first: a publish after this point queues a new fan-out.
-    batch.execute("DEL", store.fanout_queued_key(topic_id))
-    sids_f = batch.execute("SMEMBERS", store.topic_subs_key(topic_id))
-    last_f = batch.execute("XREVRANGE", store.topic_log_key(topic_id), "+", "-", "COUNT", 1)
-    url_f = batch.execute("HGET", store.topic_key(topic_id), "url")
-    sids, last, url = [store._text(s) for s in await sids_f], await last_f, await url_f
-    report.subscriptions = len(sids)
-    if not sids or not last:
-        return report
-    last_key = store.parse_entry_id(store._text(last[0][0]))
-    now = ctx.now()
-    states = await asyncio.gather(*(batch.execute("HMGET", store.sub_key(s), "state", "expires", "cursor",
-                                                  "retry_at", "resend") for s in sids))
-    candidates: list[tuple[str, str]] = []
-    for sid, (state, expires, cursor, next_attempt, resend) in zip(sids, states):
-        if cursor is None or store._text(state, "active") != "active" or store._int(expires) < now:
-            continue
-        if float(store._text(next_attempt) or 0) > now:
-            continue                        # backing off: due_key() wakes it
-        cursor_text = store._text(cursor)
-        if store.parse_entry_id(cursor_text) < last_key or store._int(resend) > 0:
-            candidates.append((sid, cursor_text))
-    if not candidates:
-        return report
-    topic_log = TopicLog(ctx, topic_id, store._text(url))
-    await topic_log.prime(min(candidates, key=lambda c: store.parse_entry_id(c[1]))[1])
-    await _serve_all(ctx, [sid for sid, _ in candidates], topic_log, report)
+    # Clearing the flag first: a publish after this point queues (or wakes) the next fan-out.
+    ctx.batch.execute("DEL", store.fanout_queued_key(topic_id))
+    topic_log = TopicLog(ctx, topic_id, await d.topic_url(topic_id))
+    last_id, tasks = await _dispatch(ctx, topic_log, report)
+    if d.follow_seconds > 0 and last_id is not None:
+        d.spawn(_follow(ctx, topic_log, last_id or "0-0"))
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
     return report
+
+
+async def _dispatch(ctx: WorkerContext, topic_log: TopicLog, report: FanOutReport,
+                    ) -> tuple[str | None, list[asyncio.Task[Any]]]:
+    """Claim every lagging subscription of the topic (as slots allow) and start its run.
+    Returns the log's last id (None when the topic has no log) and the runs started."""
+    d, tid = ctx.deliveries, topic_log.tid
+    keys = [store.topic_subs_key(tid), store.topic_log_key(tid)]
+    ttl_ms = int(ctx.settings.lock_ttl * 1000)
+    tasks: list[asyncio.Task[Any]] = []
+    last_id: str | None = None
+    more = 1
+    while more and not d.stopping:
+        await d.slots.acquire()
+        free = 1
+        while not d.slots.locked():
+            await d.slots.acquire()         # free slots are taken at once, without waiting
+            free += 1
+        prefix = d.new_token() + ":"
+        answer = await ctx.batch.script(store.CLAIM_LAGGING_SCRIPT, keys,
+                                        [prefix, ttl_ms, repr(ctx.now()), free, f"{store.PREFIX}sub:"])
+        last_id, flat, more = store._text(answer[0]), answer[1], answer[2]
+        report.busy += int(answer[3])
+        runs = [d.run_from(store._text(sid), prefix + store._text(sid), dict(zip(store.DELIVERY_FIELDS, fields)))
+                for sid, fields in zip(flat[::2], flat[1::2])]
+        for _ in range(free - len(runs)):
+            d.slots.release()
+        if runs and not topic_log.is_primed:
+            await topic_log.prime(min((r.cursor for r in runs), key=store.parse_entry_id))
+        report.served += len(runs)
+        tasks.extend(d.spawn(_serve(ctx, run, topic_log, report)) for run in runs)
+        if not last_id:
+            return None, tasks
+    return last_id, tasks
+
+
+async def _follow(ctx: WorkerContext, topic_log: TopicLog, last_id: str) -> None:
+    """Keep serving a busy topic without jobs: block on its log (XREAD) and dispatch each new
+    entry at once, for as long as entries keep coming (follow_seconds of quiet ends it).
+
+    While following, this worker holds the topic's "queued" flag (with a short TTL it renews),
+    so publishes queue no job; if it dies, the flag expires and publishes queue jobs again, and
+    the reconciler delivers what arrived meanwhile. A fan-out job that starts for the topic
+    clears the flag, and the follower then steps back.
+    """
+    d, tid = ctx.deliveries, topic_log.tid
+    if tid in d.following or len(d.following) >= MAX_FOLLOWED:
+        return
+    flag, token = store.fanout_queued_key(tid), d.new_token()
+    lease_ms = int(FOLLOW_LEASE * 1000)
+    if not await ctx.redis.set(flag, token, nx=True, px=lease_ms):
+        return                              # a fan-out job is queued: it takes over
+    d.following.add(tid)
+    owned = True
+    try:
+        quiet_until = time.monotonic() + d.follow_seconds
+        while not d.stopping:
+            wait = quiet_until - time.monotonic()
+            if wait <= 0:
+                break
+            block_ms = max(1, int(min(wait, FOLLOW_LEASE / 3) * 1000))
+            answer = await ctx.redis.xread({store.topic_log_key(tid): last_id}, count=WINDOW, block=block_ms)
+            kept = await ctx.batch.script(store.RENEW_SCRIPT, [flag], [lease_ms, token])
+            if not kept[0]:
+                owned = False               # a fan-out job cleared the flag: it is in charge now
+                return
+            if answer:
+                entries = [store.LogEntry.from_stream(i, dict(_pairs(f))) for i, f in answer[0][1]]
+                topic_log.feed(last_id, entries)
+                last_id = entries[-1].notification_id
+                quiet_until = time.monotonic() + d.follow_seconds
+                await _dispatch(ctx, topic_log, FanOutReport(tid))
+    except RedisError as exc:
+        log.error("stopped following topic %s: Redis failed: %s", tid, exc)
+    finally:
+        d.following.discard(tid)
+        if owned:
+            await _stop_following(ctx, tid, flag, token, last_id)
+
+
+async def _stop_following(ctx: WorkerContext, tid: str, flag: str, token: str, last_id: str) -> None:
+    # Let go of the flag, then look once more: an entry that came after our last read but
+    # before the release queued no job, so queue one for it now.
+    try:
+        released = await ctx.batch.script(store.RELEASE_SCRIPT, [flag], [token])
+        last = await ctx.batch.execute("XREVRANGE", store.topic_log_key(tid), "+", "-", "COUNT", 1)
+        if released and last and store.parse_entry_id(store._text(last[0][0])) > store.parse_entry_id(last_id) \
+                and ctx.queue is not None:
+            from . import jobs
+            await jobs.ensure_fan_out(ctx.queue, tid, redis=ctx.redis)
+    except RedisError as exc:
+        log.error("could not hand topic %s back: %s (the reconciler will)", tid, exc)
 
 
 async def deliver_subscription(ctx: WorkerContext, sid: str) -> FanOutReport:
     """Serve one subscription (a due retry, a re-send, a resume, or a reconciled lag)."""
-    batch = ctx.batch
-    batch.execute("DEL", store.sub_queued_key(sid))
-    tid = store._text(await batch.execute("HGET", store.sub_key(sid), "tid"))
+    d = ctx.deliveries
+    ctx.batch.execute("DEL", store.sub_queued_key(sid))
+    tid = store._text(await ctx.batch.execute("HGET", store.sub_key(sid), "tid"))
     report = FanOutReport(tid)
     if not tid:
         return report
     report.subscriptions = 1
-    url = store._text(await batch.execute("HGET", store.topic_key(tid), "url"))
-    await _serve_all(ctx, [sid], TopicLog(ctx, tid, url), report)
+    topic_log = TopicLog(ctx, tid, await d.topic_url(tid))
+    await d.slots.acquire()
+    try:
+        run = await d.claim(sid)
+    except BaseException:
+        d.slots.release()
+        raise
+    if run is None:
+        d.slots.release()
+        report.busy = 1
+        return report
+    report.served = 1
+    await d.spawn(_serve(ctx, run, topic_log, report))
     return report
-
-
-async def _serve_all(ctx: WorkerContext, sids: list[str], topic_log: TopicLog, report: FanOutReport) -> None:
-    d = ctx.deliveries
-    tasks: list[asyncio.Task[Any]] = []
-    position = 0
-    while position < len(sids) and not d.stopping:
-        await d.slots.acquire()
-        size = 1
-        while position + size < len(sids) and not d.slots.locked():
-            await d.slots.acquire()         # free slots are taken at once, without waiting
-            size += 1
-        batch = sids[position:position + size]
-        position += size
-        runs = await asyncio.gather(*(d.claim(sid) for sid in batch), return_exceptions=True)
-        for sid, run in zip(batch, runs):
-            if isinstance(run, BaseException):
-                d.slots.release()
-                log.error("could not claim subscription %s: %s", sid, run)
-            elif run is None:
-                d.slots.release()
-                report.busy += 1
-            else:
-                report.served += 1
-                tasks.append(d.spawn(_serve(ctx, run, topic_log, report)))
-    if tasks:
-        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: FanOutReport) -> None:
@@ -475,7 +564,8 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
     try:
         while True:
             verdict = await _work(ctx, run, topic_log)
-            d.runs.pop(run.sid, None)
+            if d.runs.get(run.sid) is run:
+                del d.runs[run.sid]
             if verdict == "gone":
                 return
             now = ctx.now()
@@ -502,7 +592,8 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
         # our claim expires by itself; the reconciler hands the subscription to a worker again
         log.error("delivery to %s (subscription %s) stopped: Redis failed: %s", run.callback, run.sid, exc)
     finally:
-        d.runs.pop(run.sid, None)
+        if d.runs.get(run.sid) is run:
+            del d.runs[run.sid]
         d.slots.release()
         report.add(run)
 

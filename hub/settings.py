@@ -75,6 +75,8 @@ class HubSettings:
     lock_ttl: int = _opt(60, "Lifetime of a worker's claim on a subscription (seconds).")
     reconcile_interval: float = _opt(5.0, "How often workers look for lagging subscriptions (seconds).")
     sweep_interval: float = _opt(60.0, "How often workers remove expired subscriptions (seconds).")
+    follow_seconds: float = _opt(5.0, "How long a worker keeps watching a topic's log after a fan-out, "
+                                      "delivering new notifications without a queued job (seconds; 0: never).")
     queue_name: str = _opt("rsnotify", "RQ queue name.")
     # -- operations (hub/admin.py, hub/logs.py)
     admin_token: str | None = _opt(

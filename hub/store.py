@@ -620,6 +620,48 @@ end
 return 1
 """)
 
+# KEYS: topic subs, log ; ARGV: token prefix, ttl_ms, now, limit, sub key prefix
+# One pass over a topic's subscriptions, in Redis: claim (up to `limit`) every active one that
+# lags the log and is not backing off, and return its DELIVERY_FIELDS. Each claim's token is
+# the prefix + sid. Returns {log's last id, {sid, fields, sid, fields...}, more (1 = limit hit),
+# busy (lagging ones another run owns)}.
+CLAIM_LAGGING_SCRIPT = _Script("""
+local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
+if #last == 0 then return {'', {}, 0, 0} end
+local last_id = last[1][1]
+local lms, lseq = string.match(last_id, '(%d+)-(%d+)')
+lms, lseq = tonumber(lms), tonumber(lseq)
+local now, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
+local out, claimed, more, busy = {}, 0, 0, 0
+for _, sid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  local key = ARGV[5] .. sid
+  local f = redis.call('HMGET', key, 'topic', 'callback', 'tid', 'secret', 'state', 'expires', 'cursor',
+                       'cursor_seq', 'attempts', 'retry_at', 'resend')
+  if f[2] and (f[5] or 'active') == 'active' and tonumber(f[6] or '0') >= now
+     and tonumber(f[10] or '0') <= now then
+    local cms, cseq = string.match(f[7] or '0-0', '(%d+)-(%d+)')
+    cms, cseq = tonumber(cms), tonumber(cseq)
+    if cms < lms or (cms == lms and cseq < lseq) or tonumber(f[11] or '0') > 0 then
+      if claimed >= limit then more = 1; break end
+      if redis.call('SET', key .. ':lock', ARGV[1] .. sid, 'NX', 'PX', ARGV[2]) then
+        claimed = claimed + 1
+        out[#out + 1] = sid
+        out[#out + 1] = f
+      else
+        busy = busy + 1
+      end
+    end
+  end
+end
+return {last_id, out, more, busy}
+""")
+
+# KEYS: key ; ARGV: token. Delete the key only while it still holds our token.
+RELEASE_SCRIPT = _Script("""
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+""")
+
 # KEYS: due ; ARGV: now, limit. Take the subscriptions whose next attempt is due.
 _POP_DUE = _Script("""
 local sids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])

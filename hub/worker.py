@@ -164,8 +164,12 @@ class WorkerContext:
 
 
 async def open_context(settings: HubSettings, *, redis_url: str | None = None, queue: Queue | None = None,
-                       clock: Callable[[], float] = time.time) -> WorkerContext:
-    """Build a worker context on the running loop (close it with close_context)."""
+                       clock: Callable[[], float] = time.time, follow_seconds: float = 0.0) -> WorkerContext:
+    """Build a worker context on the running loop (close it with close_context).
+
+    With `follow_seconds`, a fan-out keeps following its topic's log that long after the last
+    entry (see hub.delivery._follow); 0 for none.
+    """
     url = redis_url or settings.redis_url
     if url is None:
         raise SettingsError("a worker needs a Redis URL: give --redis-url (RSNOTIFY_REDIS_URL)")
@@ -182,7 +186,7 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
         cookie_jar=aiohttp.DummyCookieJar(), trust_env=False, auto_decompress=False,
         headers={"User-Agent": USER_AGENT})
     ctx = WorkerContext(settings, redis, session, fernet, queue, RedisBatcher(redis), clock)
-    ctx.deliveries = Deliveries(ctx, settings.delivery_concurrency)
+    ctx.deliveries = Deliveries(ctx, settings.delivery_concurrency, follow_seconds=follow_seconds)
     ctx.deliveries.start()
     return ctx
 
@@ -247,7 +251,9 @@ class HubWorker(SimpleWorker):
         queue = Queue(self.settings.queue_name, connection=self.connection)
         url = self.settings.redis_url or _url_of(self.connection)
         try:
-            self.ctx = self._loop_thread.run(open_context(self.settings, redis_url=url, queue=queue, clock=self.clock))
+            follow = 0.0 if self._burst else self.settings.follow_seconds  # a burst worker ends with its queue
+            self.ctx = self._loop_thread.run(open_context(self.settings, redis_url=url, queue=queue, clock=self.clock,
+                                                          follow_seconds=follow))
         except BaseException:
             self._loop_thread.stop()
             self._loop_thread = None

@@ -355,3 +355,33 @@ def test_retry_delay_grows_exponentially_with_jitter_up_to_the_cap() -> None:
     assert delivery.retry_delay(40, 2.0, 3600.0, rand=1.0) == 3600.0
     total = sum(delivery.retry_delay(n, 2.0, 3600.0, rand=0.5) for n in range(1, 40))
     assert 0.7 * 86400 < total < 1.5 * 86400        # the defaults give up after about a day
+
+
+async def test_a_worker_follows_a_busy_topic_so_publishes_need_no_job(fanout_settings, clock, callback_server, redis) -> None:
+    from rq import Queue
+
+    from hub import jobs, worker
+    queue = Queue(fanout_settings.queue_name, connection=redis)
+    ctx = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
+    tid = store.topic_id(TOPIC)
+    try:
+        await store.activate_subscription(ctx.redis, TOPIC, callback_server.url("/followed"), secret="",
+                                          lease_seconds=600, now=clock())
+        await store.append_notification(ctx.redis, TOPIC, body(0), content_type="application/xml",
+                                        now=clock(), max_len=100)
+        await delivery.fan_out(ctx, tid)
+        while tid not in ctx.deliveries.following:
+            await asyncio.sleep(0.005)
+        for n in range(1, 4):
+            await store.append_notification(ctx.redis, TOPIC, body(n), content_type="application/xml",
+                                            now=clock(), max_len=100)
+            assert not await jobs.ensure_fan_out(queue, tid, redis=ctx.redis)   # the follower has it
+        while len(callback_server.seen("/followed")) < 4:
+            await asyncio.sleep(0.01)
+        assert [r.body for r in callback_server.seen("/followed")] == [body(n) for n in range(4)]
+        assert len(queue) == 0
+        while tid in ctx.deliveries.following:             # quiet for follow_seconds: it lets go
+            await asyncio.sleep(0.05)
+        assert await jobs.ensure_fan_out(queue, tid, redis=ctx.redis)        # jobs again
+    finally:
+        await worker.close_context(ctx)
