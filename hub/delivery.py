@@ -12,8 +12,6 @@ import logging
 import math
 import random
 import time
-import uuid
-from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -22,11 +20,16 @@ import aiohttp
 from redis.exceptions import RedisError
 from yarl import URL
 
-from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER, SIGNATURE_HEADER, build_link_header, sign
+from rsnotify.websub import (
+    NOTIFICATION_ID_HEADER,
+    SEQUENCE_HEADER,
+    SIGNATURE_HEADER,
+    build_link_header,
+    sign,
+)
 
 from . import store
 from .netguard import describe_refusal
-from .secrets import decrypt_secret
 
 if TYPE_CHECKING:
     from .worker import WorkerContext
@@ -37,11 +40,8 @@ WINDOW = 512              # log entries a fan-out keeps in memory for its topic
 READ_BATCH = 100          # entries read at once for a subscription behind that window
 FRESH = 0.002             # s: an empty log read this recent is trusted (the release re-checks anyway)
 RUN_SLICE = 5.0           # s a subscription keeps a slot before yielding it to others (then re-queued)
-CHECKPOINT_EVERY = 0.2    # s between cursor/attempt writes of running subscriptions
 FOLLOW_LEASE = 3.0        # s a follower's hold on a topic lasts unless renewed (a dead worker's ends)
 MAX_FOLLOWED = 100        # topics one worker follows at once (each holds a Redis connection)
-TOPIC_URLS = 10_000       # topic URLs cached per process
-SECRET_CACHE = 10_000     # decrypted secrets kept per process
 
 
 def retry_delay(failures: int, base: float, cap: float, rand: float | None = None) -> float:
@@ -57,11 +57,8 @@ class Item:
 
     entry: store.LogEntry
     headers: dict[str, str]       # everything but the signature, built once per notification
+    key: tuple[int, int]          # the entry id, comparable
     is_resend: bool = False
-
-    @property
-    def key(self) -> tuple[int, int]:
-        return store.parse_entry_id(self.entry.notification_id)
 
 
 def notification_headers(entry: store.LogEntry, topic: str, hub_url: str) -> dict[str, str]:
@@ -131,202 +128,7 @@ class SubRun:
         return self.state == "active" and self.expires >= now and self.next_attempt <= now and not self.stop
 
 
-class Deliveries:
-    """This process's delivery machinery: claims (with their lock renewal), concurrency slots,
-    ordered checkpoints, counters, and the decrypted-secret cache. One per worker context."""
-
-    def __init__(self, ctx: WorkerContext, concurrency: int, *, follow_seconds: float = 0.0) -> None:
-        self.ctx = ctx
-        self.slots = asyncio.Semaphore(concurrency)
-        self.follow_seconds = follow_seconds      # 0: never follow a topic (burst workers, tests)
-        self.following: set[str] = set()
-        self.runs: dict[str, SubRun] = {}
-        self._topic_urls: dict[str, str] = {}
-        self.tasks: set[asyncio.Task[Any]] = set()
-        self.stopping = False
-        self._prefix = uuid.uuid4().hex[:12]
-        self._claims = 0
-        self._secrets: dict[str, str] = {}
-        self._stats: defaultdict[str, float] = defaultdict(float)
-        self._keeper: asyncio.Task[None] | None = None
-        settings = ctx.settings
-        self.timeout = aiohttp.ClientTimeout(total=settings.delivery_timeout, sock_connect=settings.connect_timeout)
-
-    # -- lifecycle
-
-    def start(self) -> None:
-        self._keeper = asyncio.get_running_loop().create_task(self._keep())
-
-    async def close(self, *, drain: bool, grace: float) -> None:
-        """Stop: with `drain` let every run finish its backlog, else only its current delivery."""
-        self.stopping = not drain
-        pending = [t for t in self.tasks if not t.done()]
-        if pending:
-            done, late = await asyncio.wait(pending, timeout=grace)
-            for task in late:
-                task.cancel()
-            if late:
-                await asyncio.wait(late, timeout=5)
-        if self._keeper:
-            self._keeper.cancel()
-            try:
-                await self._keeper
-            except asyncio.CancelledError:
-                pass
-        try:
-            await self._flush_stats()
-        except RedisError as exc:
-            log.warning("could not write the last delivery counters: %s", exc)
-
-    async def tracked(self, coro: Any) -> Any:
-        """Await `coro` as a task `close` waits for (a fan-out its job stopped waiting for)."""
-        return await self.spawn(coro)
-
-    def spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self.tasks.add(task)
-        task.add_done_callback(self.tasks.discard)
-        return task
-
-    # -- claims
-
-    def new_token(self) -> str:
-        # one token per claim, so a late write from an earlier claim of this worker is refused too
-        self._claims += 1
-        return f"{self._prefix}:{self._claims}"
-
-    async def claim(self, sid: str) -> SubRun | None:
-        """Own the subscription (lock with TTL) and read its delivery state; None when owned elsewhere."""
-        token = self.new_token()
-        ttl_ms = int(self.ctx.settings.lock_ttl * 1000)
-        raw = await self.ctx.batch.script(store.CLAIM_SCRIPT, [store.sub_lock_key(sid), store.sub_key(sid)],
-                                          [token, ttl_ms])
-        if not raw:
-            return None
-        values = dict(zip(store.DELIVERY_FIELDS, raw))
-        if values["callback"] is None:          # removed meanwhile
-            await self.ctx.batch.execute("DEL", store.sub_lock_key(sid))
-            return None
-        return self.run_from(sid, token, values)
-
-    async def topic_url(self, tid: str) -> str:
-        url = self._topic_urls.get(tid)
-        if url is None:
-            url = store._text(await self.ctx.batch.execute("HGET", store.topic_key(tid), "url"))
-            if len(self._topic_urls) >= TOPIC_URLS:
-                self._topic_urls.clear()
-            self._topic_urls[tid] = url
-        return url
-
-    def run_from(self, sid: str, token: str, v: dict[str, bytes | None]) -> SubRun:
-        """The run of a claim, from the claimed subscription's DELIVERY_FIELDS."""
-        text = store._text
-        callback = text(v["callback"])
-        cursor = text(v["cursor"], "0-0")
-        return SubRun(
-            sid=sid, token=token, topic=text(v["topic"]), callback=callback, tid=text(v["tid"]),
-            url=_callback_url(callback), secret=self._secret(text(v["secret"])),
-            state=text(v["state"], "active"), expires=store._int(v["expires"]), cursor=cursor,
-            cursor_key=store.parse_entry_id(cursor),
-            cursor_seq=None if v["cursor_seq"] is None else store._int(v["cursor_seq"]),
-            attempts=store._int(v["attempts"]), next_attempt=float(text(v["retry_at"]) or 0),
-            resend=store._int(v["resend"]))
-
-    def _secret(self, token: str) -> str | None:
-        if not token:
-            return None
-        secret = self._secrets.get(token)
-        if secret is None:
-            if len(self._secrets) >= SECRET_CACHE:
-                self._secrets.clear()
-            secret = self._secrets[token] = decrypt_secret(self.ctx.fernet, token) or ""
-        return secret or None
-
-    async def checkpoint(self, run: SubRun, *, release: bool, due_at: float | None = None) -> list[Any]:
-        """Write the run's pending state; with `release` also give up the claim. The answer tells
-        what the subscription looks like now: {1, state, expires, last log id, resend, next_attempt},
-        {0} when the claim was lost, {-1} when the subscription is gone."""
-        fields = run.fields
-        fields["cursor"] = run.cursor
-        if run.cursor_seq is not None:
-            fields["cursor_seq"] = run.cursor_seq
-        pairs = [x for kv in fields.items() for x in kv]
-        records = run.records[-store.RECENT_ATTEMPTS:]   # oldest first: LPUSH leaves the newest on top
-        args = [run.token, 1 if release else 0, run.sid, store.RECENT_ATTEMPTS, run.delivered, run.gaps,
-                "" if due_at is None else repr(due_at), len(pairs), *pairs, *records]
-        run.fields, run.records, run.delivered, run.gaps = {}, [], 0, 0
-        keys = [store.sub_lock_key(run.sid), store.sub_key(run.sid), store.sub_attempts_key(run.sid),
-                store.due_key(), store.topic_log_key(run.tid)]
-        answer = await self.ctx.batch.script(store.CHECKPOINT_SCRIPT, keys, args)
-        if answer[0] != 1:
-            run.stop = True
-        else:
-            run.state, run.expires = store._text(answer[1]), store._int(answer[2])
-            if run.state != "active":
-                run.stop = True
-        return answer
-
-    # -- counters
-
-    def count(self, outcome: str, status: int | None, seconds: float, entry: store.LogEntry) -> None:
-        s = self._stats
-        s[f"outcome:{outcome}"] += 1
-        s["status:error" if status is None else f"status:{status // 100}xx"] += 1
-        _observe(s, "delivery_seconds", seconds)
-        if outcome == "delivered" and entry.published_ms:
-            _observe(s, "publish_to_delivery_seconds", max(0.0, time.time() - entry.published_ms / 1000))
-
-    async def _flush_stats(self) -> None:
-        stats, self._stats = self._stats, defaultdict(float)
-        for name, value in stats.items():
-            if name.endswith(":sum"):
-                self.ctx.batch.execute("HINCRBYFLOAT", store.stats_key(), name, repr(value))
-            else:
-                self.ctx.batch.execute("HINCRBY", store.stats_key(), name, int(value))
-        if stats:
-            await self.ctx.batch.execute("PING")
-
-    # -- the keeper: checkpoints, lock renewal, counters
-
-    async def _keep(self) -> None:
-        ttl = self.ctx.settings.lock_ttl
-        renew_every = max(0.05, ttl / 3)
-        last_renew = time.monotonic()
-        while True:
-            await asyncio.sleep(min(CHECKPOINT_EVERY, renew_every))
-            try:
-                runs = [r for r in self.runs.values() if r.is_dirty and not r.stop]
-                if runs:
-                    await asyncio.gather(*(self.checkpoint(r, release=False) for r in runs))
-                if time.monotonic() - last_renew >= renew_every:
-                    last_renew = time.monotonic()
-                    await self._renew(list(self.runs.values()))
-                await self._flush_stats()
-            except RedisError as exc:
-                log.error("delivery keeper: Redis failed: %s", exc)
-
-    async def _renew(self, runs: list[SubRun]) -> None:
-        ttl_ms = int(self.ctx.settings.lock_ttl * 1000)
-        for start in range(0, len(runs), 500):
-            chunk = runs[start:start + 500]
-            keys = [store.sub_lock_key(r.sid) for r in chunk]
-            answer = await self.ctx.batch.script(store.RENEW_SCRIPT, keys, [ttl_ms, *(r.token for r in chunk)])
-            for run, kept in zip(chunk, answer):
-                if not kept and not run.stop:
-                    log.warning("lost the claim on subscription %s (%s); another worker takes over",
-                                run.sid, run.callback)
-                    run.stop = True
-
-
-def _observe(stats: defaultdict[str, float], name: str, seconds: float) -> None:
-    index = bisect.bisect_left(store.LATENCY_BUCKETS, seconds)
-    bound = "+Inf" if index == len(store.LATENCY_BUCKETS) else repr(store.LATENCY_BUCKETS[index])
-    stats[f"{name}:le:{bound}"] += 1
-    stats[f"{name}:sum"] += seconds
-    stats[f"{name}:count"] += 1
-
-
-def _callback_url(callback: str) -> URL:
+def callback_url(callback: str) -> URL:
     # the exact callback, query string included: no re-quoting of what the subscriber sent
     return URL(callback, encoded=True) if callback.isascii() else URL(callback)
 
@@ -346,8 +148,9 @@ class TopicLog:
         self._refresh: asyncio.Future[None] | None = None
         self._refreshed_at = 0.0
 
-    def item(self, entry: store.LogEntry) -> Item:
-        return Item(entry, notification_headers(entry, self.topic, self.hub_url))
+    def item(self, entry: store.LogEntry, key: tuple[int, int] | None = None) -> Item:
+        return Item(entry, notification_headers(entry, self.topic, self.hub_url),
+                    key or store.parse_entry_id(entry.notification_id))
 
     @property
     def is_primed(self) -> bool:
@@ -396,7 +199,7 @@ class TopicLog:
         for entry in entries:
             key = store.parse_entry_id(entry.notification_id)
             if key > self.end_key:
-                self.items.append(self.item(entry))
+                self.items.append(self.item(entry, key))
                 self.keys.append(key)
                 self.end_id, self.end_key = entry.notification_id, key
         if len(self.items) > 2 * WINDOW:
@@ -498,7 +301,7 @@ async def _follow(ctx: WorkerContext, topic_log: TopicLog, last_id: str) -> None
             if wait <= 0:
                 break
             block_ms = max(1, int(min(wait, FOLLOW_LEASE / 3) * 1000))
-            answer = await ctx.redis.xread({store.topic_log_key(tid): last_id}, count=WINDOW, block=block_ms)
+            answer: Any = await ctx.redis.xread({store.topic_log_key(tid): last_id}, count=WINDOW, block=block_ms)
             kept = await ctx.batch.script(store.RENEW_SCRIPT, [flag], [lease_ms, token])
             if not kept[0]:
                 owned = False               # a fan-out job cleared the flag: it is in charge now
@@ -649,7 +452,7 @@ async def send(ctx: WorkerContext, run: SubRun, item: Item) -> Response:
                 if not chunk:
                     break
                 remaining -= len(chunk)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         if status is None:
             error = f"no answer within {ctx.settings.delivery_timeout:g} s"
     except aiohttp.ClientError as exc:
@@ -772,7 +575,8 @@ async def _resend_items(ctx: WorkerContext, run: SubRun) -> list[Item]:
         letter = store.DeadLetter.from_json(meta)
         entry = store.LogEntry(letter.notification_id, body, letter.content_type, letter.resourcesync,
                                letter.sequence, letter.published_ms)
-        items.append(Item(entry, notification_headers(entry, run.topic, ctx.settings.hub_url), is_resend=True))
+        items.append(Item(entry, notification_headers(entry, run.topic, ctx.settings.hub_url),
+                          store.parse_entry_id(entry.notification_id), is_resend=True))
     if not items:
         run.resend = 0
     return items

@@ -7,6 +7,7 @@ through `asyncio.to_thread`, and the hand-off lives here only.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections import Counter
 from collections.abc import Iterable
@@ -147,7 +148,7 @@ async def ensure_fan_out(queue: Queue, topic_id: str, *, redis: Redis | None = N
 
 async def enqueue_verification(queue: Queue, challenge: str) -> None:
     """Queue the verification of the intent stored under `challenge`."""
-    await asyncio.to_thread(queue.enqueue, verify_intent, challenge, **_options("verify intent"))
+    await asyncio.to_thread(functools.partial(queue.enqueue, verify_intent, challenge, **_options("verify intent")))
 
 
 async def enqueue_pending_verifications(queue: Queue) -> None:
@@ -157,4 +158,5 @@ async def enqueue_pending_verifications(queue: Queue) -> None:
 
 async def enqueue_fetch(queue: Queue, topic_url: str) -> None:
     """Queue a thin-ping fetch of `topic_url`."""
-    await asyncio.to_thread(queue.enqueue, fetch_topic, topic_url, **_options(f"fetch {topic_url}"))
+    await asyncio.to_thread(functools.partial(queue.enqueue, fetch_topic, topic_url,
+                                              **_options(f"fetch {topic_url}")))

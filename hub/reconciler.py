@@ -64,8 +64,8 @@ def reconcile(queue: Queue, settings: HubSettings, now: float | None = None,
     requeued = 0
     cursor = 0
     while True:
-        cursor, tids = connection.sscan(store.topics_key(), cursor, count=SCAN_BATCH)
-        tids = [store._text(t) for t in tids]
+        cursor, raw_tids = connection.sscan(store.topics_key(), cursor, count=SCAN_BATCH)
+        tids = [store._text(t) for t in raw_tids]
         with connection.pipeline(transaction=False) as pipe:
             for tid in tids:
                 pipe.xrevrange(store.topic_log_key(tid), "+", "-", count=1)

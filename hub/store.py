@@ -672,7 +672,7 @@ return sids
 
 async def read_log(redis: Redis, tid: str, after: str, count: int) -> list[LogEntry]:
     """Up to `count` entries of the topic's log after entry id `after` (exclusive), oldest first."""
-    raw = await redis.xrange(topic_log_key(tid), f"({after}", "+", count=count)
+    raw: Any = await redis.xrange(topic_log_key(tid), f"({after}", "+", count=count)
     return [LogEntry.from_stream(entry_id, fields) for entry_id, fields in raw]
 
 
@@ -684,7 +684,8 @@ async def list_dead_letters(redis: Redis, sid: str) -> list[DeadLetter]:
 
 async def dead_letter_body(redis: Redis, sid: str, nid: str) -> bytes | None:
     """The exact body of one dead letter (None when there is no such dead letter)."""
-    return await redis.hget(sub_dead_body_key(sid), nid)
+    body: Any = await redis.hget(sub_dead_body_key(sid), nid)
+    return body
 
 
 async def resend_dead_letter(redis: Redis, sid: str, nid: str, *, now: float | None = None) -> bool:

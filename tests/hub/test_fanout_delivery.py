@@ -9,8 +9,14 @@ import pytest
 from aiohttp import web
 
 from hub import delivery, store
-from rsnotify.websub import (NOTIFICATION_ID_HEADER, SEQUENCE_HEADER, SIGNATURE_HEADER, links_by_rel,
-                             parse_link_header, verify_signature)
+from rsnotify.websub import (
+    NOTIFICATION_ID_HEADER,
+    SEQUENCE_HEADER,
+    SIGNATURE_HEADER,
+    links_by_rel,
+    parse_link_header,
+    verify_signature,
+)
 
 TOPIC = "http://source.example.org/changes/topic?format=rs"
 RS = "http://source.example.org/capabilitylist.xml"

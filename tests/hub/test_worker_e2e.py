@@ -11,7 +11,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
 import redis as redis_lib
 import redis.asyncio as redis_async
 from rq import Queue
@@ -151,9 +150,9 @@ def test_log_is_trimmed_by_age(fanout_settings, redis) -> None:
 def start_worker(settings: HubSettings, tmp_path: Path, name: str, redis_url: str | None = None) -> subprocess.Popen:
     env = {**os.environ, **settings.to_env(), "RSNOTIFY_REDIS_URL": redis_url or settings.redis_url,
            "RSNOTIFY_LOG_LEVEL": "WARNING"}
-    log = open(tmp_path / f"{name}.log", "wb")
-    return subprocess.Popen([sys.executable, "-c", "from rsnotify.cli import main; main()", "worker", "--name", name],
-                            env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(tmp_path / f"{name}.log", "wb") as log:   # the child keeps its own descriptor
+        return subprocess.Popen([sys.executable, "-c", "from rsnotify.cli import main; main()", "worker",
+                                 "--name", name], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
 
 
 def stop(process: subprocess.Popen) -> None:
