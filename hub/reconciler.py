@@ -110,6 +110,19 @@ def _lagging(connection: redis_sync.Redis, tid: str, last_id: str, sids: list[st
     return orphaned
 
 
+def requeue_verifications(queue: Queue) -> bool:
+    """Queue a verify_pending job when subscription requests wait in line and none is queued
+    (its worker died): True when one was queued."""
+    connection = queue.connection
+    if not connection.llen(store.verify_pending_key()):
+        return False
+    if not connection.set(store.verify_queued_key(), 1, nx=True, ex=jobs.QUEUED_TTL):
+        return False
+    log.info("reconciler: subscription requests were waiting with no verification job; queueing one")
+    queue.enqueue(jobs.verify_pending, **jobs._options("verify pending intents"))
+    return True
+
+
 def trim_logs(connection: redis_sync.Redis, settings: HubSettings, now: float | None = None) -> None:
     """Drop log entries older than log_max_age (the length bound is kept by every append).
 
@@ -157,6 +170,7 @@ def _reconcile_turn(queue: Queue, settings: HubSettings, now: float, settled: di
     # a little under the interval, so that with several workers one of them runs every interval
     if take_turn(queue.connection, "reconcile", settings.reconcile_interval * 0.9):
         reconcile(queue, settings, now, settled)
+        requeue_verifications(queue)
 
 
 def _sweep_turn(queue: Queue, settings: HubSettings, now: float) -> None:

@@ -220,3 +220,14 @@ def test_redis_restarted_from_its_aof_mid_stream_loses_nothing(fanout_settings, 
         server.stop()
     for path in ("/r1", "/r2"):
         assert_in_order_at_least_once(sequences(sink, path), 80)
+
+
+def test_waiting_verifications_get_a_job_again_when_theirs_was_lost(fanout_settings, redis) -> None:
+    queue = Queue(fanout_settings.queue_name, connection=redis)
+    assert not reconciler.requeue_verifications(queue)          # nothing waits
+    redis.rpush(store.verify_pending_key(), "challenge-1")
+    redis.set(store.verify_queued_key(), 1, ex=60)
+    assert not reconciler.requeue_verifications(queue)          # its job is queued
+    redis.delete(store.verify_queued_key())                      # ...and was lost with its worker
+    assert reconciler.requeue_verifications(queue)
+    assert [job.func_name for job in queue.get_jobs()] == ["hub.jobs.verify_pending"]
