@@ -257,16 +257,20 @@ async def take_intent(redis: Redis, challenge: str) -> Intent | None:
 # --- subscriptions ------------------------------------------------------------------------
 
 # KEYS: sub, topic subs, leases, log, topics, topic, seq
-# ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now
-# A new subscription's cursor is the log's current end (cursor_seq its sequence number), so it
-# gets only what comes next; a renewal keeps its cursor and delivery state. Returns 1 when new.
+# ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now[, start cursor, start seq]
+# A new subscription's cursor is the log's end when its verification was sent (ARGV 9-10, see
+# log_end), else its current end, so it gets everything published after the subscriber said
+# yes; a renewal keeps its cursor and delivery state. Returns 1 when new.
 _ACTIVATE = _Script("""
 local is_new = redis.call('EXISTS', KEYS[1]) == 0
 if is_new then
-  local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
-  local cursor = '0-0'
-  if #last > 0 then cursor = last[1][1] end
-  local cursor_seq = redis.call('GET', KEYS[7]) or '0'
+  local cursor, cursor_seq = ARGV[9], ARGV[10]
+  if not cursor then
+    local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
+    cursor = '0-0'
+    if #last > 0 then cursor = last[1][1] end
+    cursor_seq = redis.call('GET', KEYS[7]) or '0'
+  end
   redis.call('HSET', KEYS[1], 'topic', ARGV[2], 'callback', ARGV[3], 'tid', ARGV[4],
              'created', ARGV[8], 'state', 'active', 'cursor', cursor, 'cursor_seq', cursor_seq)
 end
@@ -301,19 +305,32 @@ return 1
 
 async def activate_subscription(
     redis: Redis, topic: str, callback: str, *, secret: str, lease_seconds: int, now: float,
+    start: tuple[str, str] | None = None,
 ) -> tuple[str, bool]:
     """Create or renew the verified subscription (topic, callback) in one script call.
 
     `secret` is the Fernet token of the new secret, or "" to drop it: a verified renewal
-    replaces the secret. Returns (subscription id, is_new).
+    replaces the secret. `start` is the (cursor, cursor_seq) a new subscription starts from
+    (`log_end` taken before the verification GET); None means the log's end now.
+    Returns (subscription id, is_new).
     """
     sid, tid = subscription_id(topic, callback), topic_id(topic)
     expires = int(now) + lease_seconds
     keys = [sub_key(sid), topic_subs_key(tid), leases_key(), topic_log_key(tid), topics_key(), topic_key(tid),
             topic_seq_key(tid)]
-    args = [sid, topic, callback, tid, secret, lease_seconds, expires, int(now)]
+    args: list[Any] = [sid, topic, callback, tid, secret, lease_seconds, expires, int(now), *(start or ())]
     is_new = await _ACTIVATE(redis, keys, args)
     return sid, bool(is_new)
+
+
+async def log_end(redis: Redis, topic: str) -> tuple[str, str]:
+    """(last entry id or "0-0", its sequence number) of the topic's log, read atomically."""
+    tid = topic_id(topic)
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.xrevrange(topic_log_key(tid), "+", "-", count=1)
+        pipe.get(topic_seq_key(tid))
+        last, seq = await pipe.execute()
+    return (_text(last[0][0]) if last else "0-0"), _text(seq, "0")
 
 
 async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | None = None) -> bool:

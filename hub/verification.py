@@ -81,13 +81,17 @@ async def verify_intent(ctx: OutboundContext, challenge: str) -> VerificationOut
     if intent.mode == "denied":
         return await send_denial(ctx, intent)
     params = {"hub.mode": intent.mode, "hub.topic": intent.topic, "hub.challenge": challenge}
+    start = None
     if intent.mode == "subscribe":
         params["hub.lease_seconds"] = str(intent.lease_seconds)
+        # Taken before the GET: a notification published while the subscriber answers is
+        # after its "yes", so a new subscription must get it.
+        start = await store.log_end(ctx.redis, intent.topic)
     status, refusal = await _get_echo(ctx, intent, callback_url(intent.callback, params), challenge)
     if refusal:
         log.warning("%s of %s for %s not verified: %s", intent.mode, intent.callback, intent.topic, refusal)
         return VerificationOutcome(intent.mode, intent.topic, intent.callback, "refused", status, refusal)
-    return await _apply(ctx, intent, status)
+    return await _apply(ctx, intent, status, start)
 
 
 async def _get_echo(ctx: OutboundContext, intent: store.Intent, url: URL, challenge: str) -> tuple[int | None, str]:
@@ -106,11 +110,12 @@ async def _get_echo(ctx: OutboundContext, intent: store.Intent, url: URL, challe
     return status, ""
 
 
-async def _apply(ctx: OutboundContext, intent: store.Intent, status: int | None) -> VerificationOutcome:
+async def _apply(ctx: OutboundContext, intent: store.Intent, status: int | None,
+                 start: tuple[str, str] | None) -> VerificationOutcome:
     if intent.mode == "subscribe":
         sid, is_new = await store.activate_subscription(
             ctx.redis, intent.topic, intent.callback, secret=intent.secret,
-            lease_seconds=intent.lease_seconds, now=ctx.now())
+            lease_seconds=intent.lease_seconds, now=ctx.now(), start=start)
         result = "activated" if is_new else "renewed"
     else:
         sid = store.subscription_id(intent.topic, intent.callback)

@@ -48,6 +48,23 @@ async def test_new_subscription_starts_at_the_log_end(hub_client, intake_ctx, ca
     assert (await active_subscription(intake_ctx, callback_server.url())).cursor == done.notification_id
 
 
+async def test_notification_published_while_the_subscriber_answers_is_not_lost(hub_client, intake_ctx,
+                                                                                callback_server, run_jobs, clock):
+    published = []
+
+    async def publish_then_echo(request):
+        # The subscriber has said yes; a publish lands before the hub reads the answer.
+        published.append(await store.append_notification(intake_ctx.redis, TOPIC, b"<during/>",
+                                                         content_type="application/xml", now=clock(), max_len=100))
+        return web.Response(text=request.query["hub.challenge"])
+
+    callback_server.on("/callback", publish_then_echo)
+    await subscribe(hub_client, callback_server.url())
+    await run_jobs(intake_ctx)
+    sub = await active_subscription(intake_ctx, callback_server.url())
+    assert published and sub.cursor == "0-0"  # the entry published during verification is still ahead
+
+
 async def test_challenges_are_random_and_single_use(hub_client, intake_ctx, callback_server, run_jobs):
     await subscribe(hub_client, callback_server.url("/a"))
     await subscribe(hub_client, callback_server.url("/b"))
