@@ -40,6 +40,7 @@ from .safexml import (
     read_hashes,
     read_length,
     read_link,
+    describe_element,
     tag_name,
 )
 from .xml import read_capability_list, read_notification, read_source_description
@@ -115,7 +116,8 @@ def read_document(root: etree._Element) -> ParsedDocument:
             name,
             None,
             0,
-            (f"root element is <{name}>; expected <urlset> or <sitemapindex> in the Sitemap namespace {SITEMAP_NS}",),
+            (f"root element is {describe_element(root.tag)}; expected <urlset> or <sitemapindex> "
+             f"in the Sitemap namespace {SITEMAP_NS}",),
         )
     md = root.find(RS_MD)
     capability = None if md is None else md.get("capability")

@@ -104,6 +104,12 @@ def tag_name(tag: object) -> str:
     return text
 
 
+def describe_element(tag: object) -> str:
+    """`<name>` as in tag_name, saying so when the element has no namespace (a missing xmlns)."""
+    text = str(tag)
+    return f"<{text}> in no namespace" if not text.startswith("{") else f"<{tag_name(text)}>"
+
+
 def read_datetime(value: str | None, what: str, problems: list[str]) -> datetime | None:
     """`value` as a datetime, or None (absent, or invalid: then a problem naming `what`)."""
     if value is None:

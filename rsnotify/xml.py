@@ -49,6 +49,7 @@ from .safexml import (
     read_link,
     serialize,
     set_attributes,
+    describe_element,
     tag_name,
     write_link,
 )
@@ -92,7 +93,7 @@ def read_notification(root: etree._Element) -> ChangeNotification:
     """The change notification held by an already parsed root element (see parse_notification)."""
     if root.tag != URLSET:
         raise NotificationParseError(
-            f"root element is <{tag_name(root.tag)}>; expected <urlset> in the Sitemap namespace "
+            f"root element is {describe_element(root.tag)}; expected <urlset> in the Sitemap namespace "
             f"{SITEMAP_NS} (change notifications do not use <sitemapindex>)"
         )
     problems: list[str] = []
@@ -372,7 +373,7 @@ def _read_root(
 ) -> tuple[etree._Element, None, list[etree._Element], list[etree._Element]]:
     """The root `<rs:md>`, its `<rs:ln>` elements and `<url>`s, after checking the capability."""
     if root.tag != URLSET:
-        raise DocumentParseError(f"root element is <{tag_name(root.tag)}>; expected <urlset> for a {kind}")
+        raise DocumentParseError(f"root element is {describe_element(root.tag)}; expected <urlset> for a {kind}")
     md = None
     links: list[etree._Element] = []
     urls: list[etree._Element] = []

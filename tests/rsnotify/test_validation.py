@@ -112,7 +112,7 @@ def test_every_problem_is_reported_at_once() -> None:
         (b"", "not well-formed XML"),
         (b'<sitemapindex xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"/>', "root element is <sitemapindex>"),
         (b'<urlset xmlns="http://example.com/not-sitemaps"/>', "root element is <{http://example.com/not-sitemaps}urlset>"),
-        (b"<urlset/>", "root element is <urlset>; expected <urlset> in the Sitemap namespace"),
+        (b"<urlset/>", "root element is <urlset> in no namespace; expected <urlset> in the Sitemap namespace"),
         (document(url(), md='<rs:md capability="changelist" from="2013-01-03T00:00:00Z"/>'),
          "<rs:md> of <urlset> has capability='changelist'; expected change-notification"),
         (document(md='<rs:md capability="framework-notification"/>'), "capability='framework-notification'"),
