@@ -41,6 +41,7 @@ READ_BATCH = 100          # entries read at once for a subscription behind that 
 FRESH = 0.002             # s: an empty log read this recent is trusted (the release re-checks anyway)
 RUN_SLICE = 5.0           # s a subscription keeps a slot before yielding it to others (then re-queued)
 FOLLOW_LEASE = 3.0        # s a follower's hold on a topic lasts unless renewed (a dead worker's ends)
+SHARE_FROM = 32           # subscriptions from which a fan-out asks a second worker to follow the topic too
 MAX_FOLLOWED = 100        # topics one worker follows at once (each holds a Redis connection)
 
 
@@ -227,7 +228,8 @@ async def fan_out(ctx: WorkerContext, topic_id: str) -> FanOutReport:
     Subscriptions run concurrently (bounded by the worker's slots); each one's entries go one
     after another. A subscription another run owns is left to that run, which looks at the log
     again when it lets go, so no publish is missed. Afterwards the worker follows the topic for
-    a while (see `_follow`), so the next publishes need no job at all.
+    a while (see `follow`), so the next publishes need no job at all; a big topic asks a second
+    worker to follow it too, and the followers share its subscriptions.
     """
     d = ctx.deliveries
     report = FanOutReport(topic_id)
@@ -236,18 +238,21 @@ async def fan_out(ctx: WorkerContext, topic_id: str) -> FanOutReport:
     topic_log = TopicLog(ctx, topic_id, await d.topic_url(topic_id))
     last_id, tasks = await _dispatch(ctx, topic_log, report)
     if d.follow_seconds > 0 and last_id is not None:
-        d.spawn(_follow(ctx, topic_log, last_id or "0-0"))
+        d.spawn(follow(ctx, topic_id, topic_log, last_id or "0-0"))
+        if report.served + report.busy >= SHARE_FROM and ctx.queue is not None:
+            from . import jobs
+            await asyncio.to_thread(jobs.queue_follow, ctx.queue, topic_id)
     if tasks:
         await asyncio.gather(*tasks, return_exceptions=True)
     return report
 
 
-async def _dispatch(ctx: WorkerContext, topic_log: TopicLog, report: FanOutReport,
+async def _dispatch(ctx: WorkerContext, topic_log: TopicLog, report: FanOutReport, *, share: bool = False,
                     ) -> tuple[str | None, list[asyncio.Task[Any]]]:
-    """Claim every lagging subscription of the topic (as slots allow) and start its run.
-    Returns the log's last id (None when the topic has no log) and the runs started."""
+    """Claim the topic's lagging subscriptions (as slots allow; with `share` only this
+    follower's part) and start their runs. Returns the log's last id (None: no log) and the runs."""
     d, tid = ctx.deliveries, topic_log.tid
-    keys = [store.topic_subs_key(tid), store.topic_log_key(tid)]
+    keys = [store.topic_subs_key(tid), store.topic_log_key(tid), store.fanout_followers_key(tid)]
     ttl_ms = int(ctx.settings.lock_ttl * 1000)
     tasks: list[asyncio.Task[Any]] = []
     last_id: str | None = None
@@ -259,8 +264,9 @@ async def _dispatch(ctx: WorkerContext, topic_log: TopicLog, report: FanOutRepor
             await d.slots.acquire()         # free slots are taken at once, without waiting
             free += 1
         prefix = d.new_token() + ":"
-        answer = await ctx.batch.script(store.CLAIM_LAGGING_SCRIPT, keys,
-                                        [prefix, ttl_ms, repr(ctx.now()), free, f"{store.PREFIX}sub:"])
+        answer = await ctx.batch.script(
+            store.CLAIM_LAGGING_SCRIPT, keys,
+            [prefix, ttl_ms, repr(ctx.now()), free, f"{store.PREFIX}sub:", int(time.time() * 1000), int(share)])
         last_id, flat, more = store._text(answer[0]), answer[1], answer[2]
         report.busy += int(answer[3])
         runs = [d.run_from(store._text(sid), prefix + store._text(sid), dict(zip(store.DELIVERY_FIELDS, fields)))
@@ -276,57 +282,56 @@ async def _dispatch(ctx: WorkerContext, topic_log: TopicLog, report: FanOutRepor
     return last_id, tasks
 
 
-async def _follow(ctx: WorkerContext, topic_log: TopicLog, last_id: str) -> None:
+async def follow(ctx: WorkerContext, tid: str, topic_log: TopicLog | None = None, last_id: str | None = None) -> None:
     """Keep serving a busy topic without jobs: block on its log (XREAD) and dispatch each new
     entry at once, for as long as entries keep coming (follow_seconds of quiet ends it).
 
-    While following, this worker holds the topic's "queued" flag (with a short TTL it renews),
-    so publishes queue no job; if it dies, the flag expires and publishes queue jobs again, and
-    the reconciler delivers what arrived meanwhile. A fan-out job that starts for the topic
-    clears the flag, and the follower then steps back.
+    Followers register in fanout_followers_key (with a short lease they renew) and keep the
+    topic's "queued" flag set, so publishes queue no job; when the last one stops, it clears the
+    flag and looks at the log once more. If a follower dies, its lease and the flag run out:
+    other followers, the next publish's job or the reconciler deliver what it left.
     """
-    d, tid = ctx.deliveries, topic_log.tid
+    d = ctx.deliveries
     if tid in d.following or len(d.following) >= MAX_FOLLOWED:
         return
-    flag, token = store.fanout_queued_key(tid), d.new_token()
-    lease_ms = int(FOLLOW_LEASE * 1000)
-    if not await ctx.redis.set(flag, token, nx=True, px=lease_ms):
-        return                              # a fan-out job is queued: it takes over
+    if topic_log is None:
+        topic_log = TopicLog(ctx, tid, await d.topic_url(tid))
+    if last_id is None:
+        last = await ctx.batch.execute("XREVRANGE", store.topic_log_key(tid), "+", "-", "COUNT", 1)
+        last_id = store._text(last[0][0]) if last else "0-0"
+    keys = [store.fanout_followers_key(tid), store.fanout_queued_key(tid)]
+    token, lease_ms = d.new_token(), int(FOLLOW_LEASE * 1000)
     d.following.add(tid)
-    owned = True
     try:
         quiet_until = time.monotonic() + d.follow_seconds
         while not d.stopping:
+            now_ms = int(time.time() * 1000)
+            await ctx.batch.script(store.FOLLOW_SCRIPT, keys, [token, now_ms + lease_ms, lease_ms, now_ms])
             wait = quiet_until - time.monotonic()
             if wait <= 0:
                 break
             block_ms = max(1, int(min(wait, FOLLOW_LEASE / 3) * 1000))
             answer: Any = await ctx.redis.xread({store.topic_log_key(tid): last_id}, count=WINDOW, block=block_ms)
-            kept = await ctx.batch.script(store.RENEW_SCRIPT, [flag], [lease_ms, token])
-            if not kept[0]:
-                owned = False               # a fan-out job cleared the flag: it is in charge now
-                return
             if answer:
                 entries = [store.LogEntry.from_stream(i, dict(_pairs(f))) for i, f in answer[0][1]]
                 topic_log.feed(last_id, entries)
                 last_id = entries[-1].notification_id
                 quiet_until = time.monotonic() + d.follow_seconds
-                await _dispatch(ctx, topic_log, FanOutReport(tid))
+                await _dispatch(ctx, topic_log, FanOutReport(tid), share=True)
     except RedisError as exc:
         log.error("stopped following topic %s: Redis failed: %s", tid, exc)
     finally:
         d.following.discard(tid)
-        if owned:
-            await _stop_following(ctx, tid, flag, token, last_id)
+        await _unfollow(ctx, tid, keys, token, last_id)
 
 
-async def _stop_following(ctx: WorkerContext, tid: str, flag: str, token: str, last_id: str) -> None:
-    # Let go of the flag, then look once more: an entry that came after our last read but
-    # before the release queued no job, so queue one for it now.
+async def _unfollow(ctx: WorkerContext, tid: str, keys: list[str], token: str, last_id: str) -> None:
+    # The last follower clears the flag, then looks once more: an entry that came after its
+    # last read but before the flag went queued no job, so it queues one now.
     try:
-        released = await ctx.batch.script(store.RELEASE_SCRIPT, [flag], [token])
+        left = await ctx.batch.script(store.UNFOLLOW_SCRIPT, keys, [token, int(time.time() * 1000)])
         last = await ctx.batch.execute("XREVRANGE", store.topic_log_key(tid), "+", "-", "COUNT", 1)
-        if released and last and store.parse_entry_id(store._text(last[0][0])) > store.parse_entry_id(last_id) \
+        if not left and last and store.parse_entry_id(store._text(last[0][0])) > store.parse_entry_id(last_id) \
                 and ctx.queue is not None:
             from . import jobs
             await jobs.ensure_fan_out(ctx.queue, tid, redis=ctx.redis)
@@ -364,6 +369,7 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
     log grew meanwhile, take it again (the fan-out queued for that publish may have skipped it)."""
     d = ctx.deliveries
     d.runs[run.sid] = run
+    d.claimed += 1
     try:
         while True:
             verdict = await _work(ctx, run, topic_log)
@@ -389,6 +395,7 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
             if again is None:
                 return                      # someone else owns it now, and delivers
             again.delivered_total, again.failed_total = run.delivered_total, run.failed_total
+            d.claimed += 1
             run = again
             d.runs[run.sid] = run
     except RedisError as exc:

@@ -33,6 +33,21 @@ def fan_out(topic_id: str) -> None:
     ctx.run_detachable(delivery.fan_out(ctx, topic_id), DETACH_AFTER)
 
 
+def follow_topic(topic_id: str, hops: int = 0) -> None:
+    """Follow a busy topic's log too (hub.delivery.follow), sharing its deliveries with the
+    worker that asked. Landed on a worker that follows it already: passed on, at most twice."""
+    ctx = worker.context()
+    if topic_id in ctx.deliveries.following:
+        if hops < 2 and ctx.queue is not None:
+            queue_follow(ctx.queue, topic_id, hops + 1)
+        return
+    ctx.run(_start_following(ctx, topic_id))
+
+
+async def _start_following(ctx: worker.WorkerContext, topic_id: str) -> None:
+    ctx.deliveries.spawn(delivery.follow(ctx, topic_id))
+
+
 def deliver_subscription(sid: str) -> None:
     """Serve one subscription: a due retry, a re-send, a resume, or a lag the reconciler found."""
     ctx = worker.context()
@@ -107,6 +122,11 @@ def queue_deliveries(queue: Queue, sids: Iterable[str]) -> int:
                                                failure_ttl=FAILURE_TTL, description=f"deliver {sid}")
                             for sid in fresh])
     return len(fresh)
+
+
+def queue_follow(queue: Queue, topic_id: str, hops: int = 0) -> None:
+    """Ask another worker to follow the topic as well (see follow_topic)."""
+    queue.enqueue(follow_topic, topic_id, hops, **_options(f"follow {topic_id}"))
 
 
 def queue_sweep(queue: Queue) -> None:

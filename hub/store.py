@@ -65,6 +65,10 @@ def fanout_queued_key(tid: str) -> str:     # "a fan-out job for this topic is q
     return f"{PREFIX}fanout:{tid}:queued"
 
 
+def fanout_followers_key(tid: str) -> str:  # zset: workers following the topic's log -> until (ms) (fan-out's)
+    return f"{PREFIX}fanout:{tid}:followers"
+
+
 def verify_pending_key() -> str:            # list: challenges waiting for a verify_pending job, oldest first
     return f"{PREFIX}verify:pending"
 
@@ -637,11 +641,12 @@ end
 return 1
 """)
 
-# KEYS: topic subs, log ; ARGV: token prefix, ttl_ms, now, limit, sub key prefix
-# One pass over a topic's subscriptions, in Redis: claim (up to `limit`) every active one that
-# lags the log and is not backing off, and return its DELIVERY_FIELDS. Each claim's token is
-# the prefix + sid. Returns {log's last id, {sid, fields, sid, fields...}, more (1 = limit hit),
-# busy (lagging ones another run owns)}.
+# KEYS: topic subs, log, followers ; ARGV: token prefix, ttl_ms, now, limit, sub key prefix, now_ms, share
+# One pass over a topic's subscriptions, in Redis: claim every active one that lags the log and
+# is not backing off, and return its DELIVERY_FIELDS; each claim's token is the prefix + sid.
+# At most `limit` (free slots; more = 1 when that cut it short). With share = 1, a follower
+# takes only its part: the lagging subscriptions divided by the live followers of the topic,
+# and the others take the rest. Returns {log's last id, {sid, fields...}, more, busy}.
 CLAIM_LAGGING_SCRIPT = _Script("""
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #last == 0 then return {'', {}, 0, 0} end
@@ -649,7 +654,7 @@ local last_id = last[1][1]
 local lms, lseq = string.match(last_id, '(%d+)-(%d+)')
 lms, lseq = tonumber(lms), tonumber(lseq)
 local now, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
-local out, claimed, more, busy = {}, 0, 0, 0
+local lagging = {}
 for _, sid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
   local key = ARGV[5] .. sid
   local f = redis.call('HMGET', key, 'topic', 'callback', 'tid', 'secret', 'state', 'expires', 'cursor',
@@ -659,18 +664,48 @@ for _, sid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
     local cms, cseq = string.match(f[7] or '0-0', '(%d+)-(%d+)')
     cms, cseq = tonumber(cms), tonumber(cseq)
     if cms < lms or (cms == lms and cseq < lseq) or tonumber(f[11] or '0') > 0 then
-      if claimed >= limit then more = 1; break end
-      if redis.call('SET', key .. ':lock', ARGV[1] .. sid, 'NX', 'PX', ARGV[2]) then
-        claimed = claimed + 1
-        out[#out + 1] = sid
-        out[#out + 1] = f
-      else
-        busy = busy + 1
-      end
+      lagging[#lagging + 1] = {sid, key, f}
     end
   end
 end
+local part = #lagging
+if ARGV[7] == '1' then
+  local followers = redis.call('ZCOUNT', KEYS[3], ARGV[6], '+inf')
+  if followers > 1 then part = math.ceil(#lagging / followers) end
+end
+local out, claimed, more, busy = {}, 0, 0, 0
+for _, item in ipairs(lagging) do
+  if claimed >= part then break end
+  if claimed >= limit then more = 1; break end
+  if redis.call('SET', item[2] .. ':lock', ARGV[1] .. item[1], 'NX', 'PX', ARGV[2]) then
+    claimed = claimed + 1
+    out[#out + 1] = item[1]
+    out[#out + 1] = item[3]
+  else
+    busy = busy + 1
+  end
+end
 return {last_id, out, more, busy}
+""")
+
+# KEYS: followers, flag ; ARGV: token, until_ms, lease_ms, now_ms. A worker follows the topic (or
+# renews that) until `until_ms`, and keeps the "queued" flag set meanwhile. Returns the live
+# followers.
+FOLLOW_SCRIPT = _Script("""
+redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('SET', KEYS[2], 'following', 'PX', ARGV[3])
+return redis.call('ZCOUNT', KEYS[1], ARGV[4], '+inf')
+""")
+
+# KEYS: followers, flag ; ARGV: token, now_ms. A follower stops; the last one clears the flag
+# (then publishes queue jobs again). Returns the followers left.
+UNFOLLOW_SCRIPT = _Script("""
+redis.call('ZREM', KEYS[1], ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
+local left = redis.call('ZCARD', KEYS[1])
+if left == 0 then redis.call('DEL', KEYS[2]) end
+return left
 """)
 
 # KEYS: key ; ARGV: token. Delete the key only while it still holds our token.

@@ -144,6 +144,7 @@ class Deliveries:
         self.follow_seconds = follow_seconds      # 0: never follow a topic (burst workers, tests)
         self.following: set[str] = set()
         self.runs: dict[str, SubRun] = {}
+        self.claimed = 0                          # claims served so far (for tests and the curious)
         self._topic_urls: dict[str, str] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stopping = False
@@ -370,7 +371,7 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
     """Build a worker context on the running loop (close it with close_context).
 
     With `follow_seconds`, a fan-out keeps following its topic's log that long after the last
-    entry (see hub.delivery._follow); 0 for none.
+    entry (see hub.delivery.follow); 0 for none.
     """
     url = redis_url or settings.redis_url
     if url is None:

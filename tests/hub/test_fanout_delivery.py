@@ -391,3 +391,41 @@ async def test_a_worker_follows_a_busy_topic_so_publishes_need_no_job(fanout_set
         assert await jobs.ensure_fan_out(queue, tid, redis=ctx.redis)        # jobs again
     finally:
         await worker.close_context(ctx)
+
+
+async def test_two_followers_share_a_big_topic_and_each_subscription_gets_everything_once(
+        fanout_settings, clock, callback_server, redis) -> None:
+    from rq import Queue
+
+    from hub import worker
+    queue = Queue(fanout_settings.queue_name, connection=redis)
+    first = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
+    second = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
+    tid = store.topic_id(TOPIC)
+    paths = [f"/shared/{i}" for i in range(delivery.SHARE_FROM + 8)]
+    try:
+        for path in paths:
+            await store.activate_subscription(first.redis, TOPIC, callback_server.url(path), secret="",
+                                              lease_seconds=600, now=clock())
+        await store.append_notification(first.redis, TOPIC, body(0), content_type="application/xml",
+                                        now=clock(), max_len=100)
+        await delivery.fan_out(first, tid)
+        assert [job.func_name for job in queue.get_jobs()] == ["hub.jobs.follow_topic"]   # a second worker, please
+        second.deliveries.spawn(delivery.follow(second, tid))
+        while len(await first.redis.zrange(store.fanout_followers_key(tid), 0, -1)) < 2:
+            await asyncio.sleep(0.01)
+        claimed_before = (first.deliveries.claimed, second.deliveries.claimed)
+        for n in range(1, 11):
+            await store.append_notification(first.redis, TOPIC, body(n), content_type="application/xml",
+                                            now=clock(), max_len=100)
+            await asyncio.sleep(0.02)
+        while any(len(callback_server.seen(p)) < 11 for p in paths):
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.1)
+        for path in paths:
+            assert [r.body for r in callback_server.seen(path)] == [body(n) for n in range(11)], path
+        assert first.deliveries.claimed > claimed_before[0] and second.deliveries.claimed > claimed_before[1]
+    finally:
+        await worker.close_context(first)
+        await worker.close_context(second)
+    assert not redis.exists(store.fanout_queued_key(tid))     # the last follower let go of the topic
