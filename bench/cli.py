@@ -40,6 +40,8 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
               help="Extra argument for `rsnotify hub` (repeatable), e.g. --hub-arg=--delivery-concurrency=400.")
 @click.option("--peer", is_flag=True, help="Also run the fan-out against Flask-WebSub's hub (installed from PyPI "
                                            "into bench/.peer on first use).")
+@click.option("--peer-concurrency", type=click.IntRange(1, 64), default=16, show_default=True,
+              help="Celery worker processes of the Flask-WebSub hub.")
 @click.option("--profile", "profile_dir", type=click.Path(file_okay=False), default=None,
               help="Record py-spy profiles of the hub's processes during fan-out runs into this folder.")
 @click.option("--out", "out_path", type=click.Path(dir_okay=False), default=None,
@@ -47,7 +49,7 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 @click.option("--timeout", type=click.FloatRange(1), default=300.0, show_default=True,
               help="Seconds a run may wait for its deliveries or subscriptions.")
 def main(scenarios: Sequence[str], full: bool, smoke: bool, runs: int | None, workers: int, redis_url: str | None,
-         hub_url: str | None, hub_log_level: str, hub_args: Sequence[str], peer: bool, profile_dir: str | None,
+         hub_url: str | None, hub_log_level: str, hub_args: Sequence[str], peer: bool, peer_concurrency: int, profile_dir: str | None,
          out_path: str | None, timeout: float) -> None:
     """Benchmark an rsnotify hub on this machine: SCENARIOS from ceiling, fanout, latency, ingest,
     subscribe, scale [default: all of them], plus peer with --peer.
@@ -71,7 +73,8 @@ def main(scenarios: Sequence[str], full: bool, smoke: bool, runs: int | None, wo
         output.say(f"rsnotify bench: {' '.join(chosen)}; {'full' if full else 'smoke' if smoke else 'quick'} sizes, "
                    f"{sizes.runs} runs; {os.cpu_count()} cores; hub workers {workers}; results in {out_path}")
         results = asyncio.run(_run(chosen, sizes, output, workers=workers, redis_url=redis_url, hub_url=hub_url,
-                                   log_level=hub_log_level, hub_args=tuple(hub_args), profile_dir=profile_dir,
+                                   log_level=hub_log_level, hub_args=tuple(hub_args), peer_concurrency=peer_concurrency,
+                                   profile_dir=profile_dir,
                                    timeout=timeout))
         table = targets_table(results)
         jsonl.write(json.dumps({"summary": table}) + "\n")
@@ -88,7 +91,8 @@ def _with(sizes: Sizes, **changes: object) -> Sizes:
 
 
 async def _run(chosen: list[str], sizes: Sizes, output: Output, *, workers: int, redis_url: str | None,
-               hub_url: str | None, log_level: str, hub_args: tuple[str, ...], profile_dir: str | None,
+               hub_url: str | None, log_level: str, hub_args: tuple[str, ...], peer_concurrency: int,
+               profile_dir: str | None,
                timeout: float) -> dict[str, list[dict]]:
     from .profiling import Profiler
     from .scale import scenario_scale
@@ -120,7 +124,7 @@ async def _run(chosen: list[str], sizes: Sizes, output: Output, *, workers: int,
                     results["scale"] = await scenario_scale(bench)
                 elif name == "peer":
                     from .peer import scenario_peer
-                    results["peer"] = await scenario_peer(bench, results.get("fanout", []))
+                    results["peer"] = await scenario_peer(bench, results.get("fanout", []), peer_concurrency)
                 else:
                     runner = {"latency": scenario_latency, "ingest": scenario_ingest,
                               "subscribe": scenario_subscribe}[name]

@@ -29,9 +29,10 @@ from .scenarios import Bench, wait_and_check
 HERE = Path(__file__).resolve().parent
 PEER_DIR = HERE / ".peer"
 PEER_PACKAGES = ("flask-websub", "celery[redis]", "packaging")
-# Celery prefork processes: its deliveries are blocking `requests` calls, so more processes than
-# cores help it; 8 was its fastest of 2, 4, 8 and 16 on the 2-core machine.
-PEER_CONCURRENCY = 8
+# Celery prefork processes (--peer-concurrency). Its deliveries are blocking `requests` calls, but
+# it is CPU-bound here (~2.4 ms of CPU per delivery, both cores busy): 4, 8 and 16 processes gave
+# 445, 430-560 and 485-610 deliveries/s on the 2-core machine, so 16, its best by a little.
+PEER_CONCURRENCY = 16
 START_TIMEOUT = 60.0
 
 
@@ -67,7 +68,7 @@ def _free_port() -> int:
 class PeerHub:
     """Flask-WebSub's web process, its Celery worker and a private Redis broker."""
 
-    def __init__(self, python: Path) -> None:
+    def __init__(self, python: Path, concurrency: int = PEER_CONCURRENCY) -> None:
         self.folder = Path(tempfile.mkdtemp(prefix="rsnb-peer-", dir="/tmp"))
         self.redis: RedisServer = start_redis_server(self.folder / "redis", unix_socket=False)
         self.db = self.folder / "hub.sqlite"
@@ -78,7 +79,7 @@ class PeerHub:
         self.web = subprocess.Popen([str(python), "peer_app.py", str(self.port)], cwd=HERE, env=env,
                                     stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
         self.worker = subprocess.Popen([str(python), "-m", "celery", "-A", "peer_app:celery", "worker", "--loglevel", "WARNING",
-                                        "--concurrency", str(PEER_CONCURRENCY), "--pool", "prefork",
+                                        "--concurrency", str(concurrency), "--pool", "prefork",
                                         "--without-gossip", "--without-mingle", "--without-heartbeat"],
                                        cwd=HERE, env=env, stdout=log, stderr=subprocess.STDOUT,
                                        stdin=subprocess.DEVNULL)
@@ -130,11 +131,11 @@ class PeerHub:
         shutil.rmtree(self.folder, ignore_errors=True)
 
 
-async def scenario_peer(bench: Bench, ours: list[dict]) -> list[dict]:
+async def scenario_peer(bench: Bench, ours: list[dict], concurrency: int = PEER_CONCURRENCY) -> list[dict]:
     s = bench.sizes
     try:
         python = await asyncio.to_thread(peer_python)
-        peer = PeerHub(python)
+        peer = PeerHub(python, concurrency)
     except PeerUnavailable as exc:
         bench.emit({"scenario": "peer", "run": 0, "skipped": str(exc), "check": {"ok": True}})
         return []
@@ -169,7 +170,7 @@ async def scenario_peer(bench: Bench, ours: list[dict]) -> list[dict]:
             order_kept = check["out_of_order"] == 0
             check["ok"] = not (check["missing"] or check["duplicates"] or check["unexpected"])
             result.update(scenario="peer", run=run, subscribers=len(names), notifications=s.peer_notifications,
-                          order_kept=order_kept, ours_rate=ours_rate, concurrency=PEER_CONCURRENCY,
+                          order_kept=order_kept, ours_rate=ours_rate, concurrency=concurrency,
                           ratio=round(ours_rate / result["rate"], 2) if result["rate"] and ours_rate == ours_rate
                           else None)
             bench.emit(result)

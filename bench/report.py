@@ -35,7 +35,8 @@ TARGETS = (
     Target("latency", "p99_ms", "latency p99", 50, False, " ms"),
     Target("ingest", "rate", "ingest", 2000, True, "/s"),
     Target("subscribe", "rate", "verified subscriptions", 500, True, "/s"),
-    Target("scale", "used_memory_mb", "Redis memory, all subscriptions", 100, False, " MB"),
+    Target("scale", "used_memory_mb", "Redis memory, all subscriptions (verified, not yet delivered to)", 100, False,
+           " MB"),
     Target("peer", "ratio", "fan-out / Flask-WebSub", 10, True, "×"),
 )
 
@@ -54,6 +55,10 @@ def summary_line(result: Mapping) -> str:
         if name == "scale" and "used_memory_mb" in result:
             extra += (f"; {result['subscriptions']:,} subscriptions over {result['topics']:,} topics, Redis "
                       f"{result['used_memory_mb']:.1f} MB ({result['bytes_per_subscription']} B/subscription)")
+            if "projected_all_active_mb" in result:
+                extra += (f"; a subscription after {result['deliveries_per_subscription']} deliveries "
+                          f"{result['active_subscription_bytes']:,} B (idle {result['idle_subscription_bytes']:,} B): "
+                          f"all active ≈ {result['projected_all_active_mb']:,.0f} MB")
         if name == "peer":
             extra = (f"; rsnotify {result['ours_rate']:,.0f}/s = {result['ratio']:.1f}× Flask-WebSub"
                      if result.get("ratio") else "")
@@ -87,7 +92,7 @@ def _cpu(result: Mapping) -> str:
 
 def medians(results: Mapping[str, Sequence[Mapping]]) -> dict[str, dict[str, float]]:
     keys = ("rate", "ceiling_ratio", "p50_ms", "p95_ms", "p99_ms", "max_ms", "used_memory_mb",
-            "bytes_per_subscription", "ratio", "delivery_rate")
+            "bytes_per_subscription", "ratio", "delivery_rate", "projected_all_active_mb", "subscriptions")
     return {scenario: {k: median_of(runs, k) for k in keys if any(k in r for r in runs)}
             for scenario, runs in results.items() if runs}
 
@@ -111,6 +116,9 @@ def targets_table(results: Mapping[str, Sequence[Mapping]]) -> list[str]:
         scale = med["scale"]
         lines.append(f"| fan-out among all subscriptions (scale) | — | {scale['rate']:,.0f}/s"
                      f"{_ratio(scale.get('ceiling_ratio'))} | — |")
+        if "projected_all_active_mb" in scale:
+            lines.append(f"| Redis memory if every subscription had a full delivery history (projected) | — | "
+                         f"{scale['projected_all_active_mb']:,.0f} MB | — |")
     return lines
 
 
