@@ -398,6 +398,15 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
             d.claimed += 1
             run = again
             d.runs[run.sid] = run
+    except asyncio.CancelledError:
+        # the worker is stopping: hand the subscription back now rather than when the claim expires
+        if d.runs.get(run.sid) is run:
+            del d.runs[run.sid]
+        try:
+            await asyncio.wait_for(d.checkpoint(run, release=True), 2.0)
+        except (RedisError, asyncio.TimeoutError):
+            pass
+        raise
     except RedisError as exc:
         # our claim expires by itself; the reconciler hands the subscription to a worker again
         log.error("delivery to %s (subscription %s) stopped: Redis failed: %s", run.callback, run.sid, exc)

@@ -39,6 +39,7 @@ MAX_BATCH = 2000          # Redis commands sent in one pipeline
 CHECKPOINT_EVERY = 0.2    # s between cursor/attempt writes of running subscriptions
 SECRET_CACHE = 10_000     # decrypted secrets kept per process
 TOPIC_URLS = 10_000       # topic URLs cached per process
+STOP_GRACE = 5.0          # s a stopping worker waits for the deliveries in flight
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:
@@ -398,7 +399,10 @@ async def close_context(ctx: WorkerContext, *, drain: bool = True) -> None:
     """Let in-flight deliveries end (all of their backlog with `drain`, else the current POST),
     release every claim, and close the session and the Redis client."""
     try:
-        await ctx.deliveries.close(drain=drain, grace=ctx.settings.delivery_timeout + 5)
+        # a stopping worker has a few seconds (docker, systemd and the embedded hub give ~10):
+        # a POST still running then is cancelled, its claim released, and it is sent again later
+        grace = ctx.settings.delivery_timeout + 5 if drain else min(ctx.settings.delivery_timeout + 1, STOP_GRACE)
+        await ctx.deliveries.close(drain=drain, grace=grace)
     finally:
         await ctx.session.close()
         await ctx.redis.aclose()

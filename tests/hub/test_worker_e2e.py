@@ -231,3 +231,24 @@ def test_waiting_verifications_get_a_job_again_when_theirs_was_lost(fanout_setti
     redis.delete(store.verify_queued_key())                      # ...and was lost with its worker
     assert reconciler.requeue_verifications(queue)
     assert [job.func_name for job in queue.get_jobs()] == ["hub.jobs.verify_pending"]
+
+
+def test_a_stopping_worker_hands_back_a_subscription_stuck_on_a_hanging_callback(fanout_settings, redis, sink,
+                                                                                   tmp_path) -> None:
+    settings = fanout_settings.with_values(delivery_timeout=30.0, lock_ttl=60)
+    queue = Queue(settings.queue_name, connection=redis)
+    sink.behave["/stuck"] = lambda n: ("hang", 20)
+    sid = subscribe(settings, sink.url("/stuck"))
+    worker = start_worker(settings, tmp_path, "stopping")
+    try:
+        publish(settings, queue, [body(0)])
+        wait_for(lambda: len(sink.bodies("/stuck")) == 1, 30, "the hanging delivery")
+        assert redis.exists(store.sub_lock_key(sid))
+        started = time.monotonic()
+        worker.send_signal(signal.SIGTERM)
+        worker.wait(15)
+        assert time.monotonic() - started < 9           # within docker's 10 s
+    finally:
+        stop(worker)
+    assert not redis.exists(store.sub_lock_key(sid))    # another worker may take it at once
+    assert redis.hget(store.sub_key(sid), "cursor_seq") == b"0"   # not confirmed: it will be sent again
