@@ -404,7 +404,7 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
             del d.runs[run.sid]
         try:
             await asyncio.wait_for(d.checkpoint(run, release=True), 2.0)
-        except (RedisError, asyncio.TimeoutError):
+        except (TimeoutError, RedisError):
             pass
         raise
     except RedisError as exc:
