@@ -535,8 +535,9 @@ async def apply_outcome(ctx: WorkerContext, run: SubRun, item: Item, response: R
                           retry_at=repr(run.next_attempt),
                           last_status="" if status is None else status, last_error=response.error,
                           last_attempt_at=int(now), last_latency_ms=round(ms, 2), last_outcome=outcome)
-        run.records.append(store.Attempt(now, entry.notification_id, entry.sequence, status, response.error,
-                                         ms, outcome, attempt).to_json())
+        if outcome != "delivered":      # successes show in the last_* fields; a list of them costs ~6 kB each
+            run.records.append(store.Attempt(now, entry.notification_id, entry.sequence, status, response.error,
+                                             ms, outcome, attempt).to_json())
     return verdict
 
 

@@ -412,7 +412,7 @@ async def append_notification(
 # sub_dead_key and fanout_queued_key above:
 
 
-def sub_attempts_key(sid: str) -> str:      # list: recent delivery attempts, newest first (JSON each)
+def sub_attempts_key(sid: str) -> str:      # list: recent failed delivery attempts, newest first (JSON each)
     return f"{PREFIX}sub:{sid}:attempts"
 
 
@@ -451,7 +451,7 @@ DELIVERY_FIELDS = ("topic", "callback", "tid", "secret", "state", "expires", "cu
                    "attempts", "retry_at", "resend")
 # Upper bounds (seconds) of the latency histograms in stats_key(); the last bucket is "+Inf".
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-RECENT_ATTEMPTS = 50   # attempts kept per subscription in sub_attempts_key
+RECENT_ATTEMPTS = 20   # failed attempts (retry, gone, dead) kept per subscription in sub_attempts_key
 
 
 def parse_entry_id(entry_id: str) -> tuple[int, int]:
@@ -773,7 +773,8 @@ async def resume_subscription(redis: Redis, sid: str, *, now: float | None = Non
 
 
 async def recent_attempts(redis: Redis, sid: str, limit: int = RECENT_ATTEMPTS) -> list[Attempt]:
-    """The subscription's last delivery attempts, newest first."""
+    """The subscription's last failed delivery attempts (retry, gone, dead), newest first; the
+    last attempt of any outcome is in the sub hash (last_status, last_latency_ms, last_outcome...)."""
     raw = await redis.lrange(sub_attempts_key(sid), 0, limit - 1)
     return [Attempt.from_json(r) for r in raw]
 

@@ -109,7 +109,7 @@ async def test_500_twice_then_200_gets_everything_in_order(fanout_hub, callback_
     seen = [r.body for r in callback_server.seen("/flaky")]
     assert seen == [body(0), body(0), body(0), body(1), body(2), body(3), body(4)]
     attempts = await store.recent_attempts(fanout_hub.redis, sid)
-    assert [a.outcome for a in reversed(attempts)] == ["retry", "retry"] + ["delivered"] * 5
+    assert [a.outcome for a in reversed(attempts)] == ["retry", "retry"]     # failures are listed
     assert attempts[-1].status == 500 and attempts[-1].attempt == 1 and attempts[-2].attempt == 2
     assert (await store.get_subscription(fanout_hub.redis, sid)).attempts == 0
 
@@ -317,7 +317,7 @@ async def test_delivery_counters_and_last_attempt_are_recorded(fanout_hub, callb
     assert stats["delivery_seconds:count"] == 4 and stats["publish_to_delivery_seconds:count"] == 4
     raw = await fanout_hub.redis.hmget(store.sub_key(sid), "last_status", "last_outcome", "delivered", "last_latency_ms")
     assert raw[:3] == [b"200", b"delivered", b"4"] and float(raw[3]) > 0
-    assert [a.sequence for a in await store.recent_attempts(fanout_hub.redis, sid)] == [4, 3, 2, 1]
+    assert await store.recent_attempts(fanout_hub.redis, sid) == []      # no failures to list
 
 
 async def test_concurrent_fan_outs_of_one_topic_never_send_a_subscription_twice(fanout_hub, callback_server) -> None:
