@@ -210,15 +210,23 @@ def _url_parts(
     return where, loc or None, md, lastmod, link_elements
 
 
-def _read_change(url: etree._Element, index: int, problems: list[str]) -> ResourceChange | None:
-    """One `<url>` as a ResourceChange, or None after adding its problems."""
-    before = len(problems)
+def _read_url(
+    url: etree._Element, index: int, problems: list[str]
+) -> tuple[str, str, str | None, etree._Element | None, datetime | None, list[Link]]:
+    """What every kind of `<url>` shares: (where, owner for messages, loc, <rs:md>, lastmod, links)."""
     where, loc, md, lastmod_element, link_elements = _url_parts(url, index, problems)
     owner = f"for {loc}" if loc else f"of <url> #{index}"
     lastmod = None
     if lastmod_element is not None:
         lastmod = read_datetime((lastmod_element.text or "").strip(), f"<lastmod> {owner} is", problems)
     links = [link for e in link_elements if (link := read_link(e, where, problems))]
+    return where, owner, loc, md, lastmod, links
+
+
+def _read_change(url: etree._Element, index: int, problems: list[str]) -> ResourceChange | None:
+    """One `<url>` as a ResourceChange, or None after adding its problems."""
+    before = len(problems)
+    where, owner, loc, md, lastmod, links = _read_url(url, index, problems)
     if md is None:
         problems.append(f"{where} has no <rs:md>; expected <rs:md change=...> with change {_CHANGE_VALUES}")
         return None
@@ -398,12 +406,7 @@ def _read_entry(
     url: etree._Element, index: int, problems: list[str], capability_required: bool
 ) -> CapabilityEntry | None:
     before = len(problems)
-    where, loc, md, lastmod_element, link_elements = _url_parts(url, index, problems)
-    owner = f"for {loc}" if loc else f"of <url> #{index}"
-    lastmod = None
-    if lastmod_element is not None:
-        lastmod = read_datetime((lastmod_element.text or "").strip(), f"<lastmod> {owner} is", problems)
-    links = [link for e in link_elements if (link := read_link(e, where, problems))]
+    where, _, loc, md, lastmod, links = _read_url(url, index, problems)
     capability = None if md is None else md.get("capability")
     if capability_required and capability is None:
         problems.append(f"{where} has no <rs:md capability='...'>; expected the capability of the document")
