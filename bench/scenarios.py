@@ -118,7 +118,7 @@ async def subscribe_all(bench: Bench, hub: HubProcess, topic: str, callbacks: Se
         if time.monotonic() > deadline:
             raise RuntimeError(f"only {active} of {len(callbacks)} subscriptions became active "
                                f"within {bench.timeout:.0f}s; hub log:\n{hub.log_tail()}")
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.02)
 
 
 async def publish(session: aiohttp.ClientSession, hub: HubProcess, topic: str, body: bytes) -> dict:
