@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 import sqlite3
 import subprocess
 import tempfile
@@ -20,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 
-from rsnotify.redis_server import RedisServer, start_redis_server
+from rsnotify.redis_server import RedisServer, free_port, start_redis_server
 
 from . import checks
 from .procstat import CpuMeter
@@ -59,12 +58,6 @@ def peer_python() -> Path:
     return python
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class PeerHub:
     """Flask-WebSub's web process, its Celery worker and a private Redis broker."""
 
@@ -72,7 +65,7 @@ class PeerHub:
         self.folder = Path(tempfile.mkdtemp(prefix="rsnb-peer-", dir="/tmp"))
         self.redis: RedisServer = start_redis_server(self.folder / "redis", unix_socket=False)
         self.db = self.folder / "hub.sqlite"
-        self.port = _free_port()
+        self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/hub"
         env = {**os.environ, "PEER_BROKER": self.redis.url, "PEER_DB": str(self.db)}
         log = open(self.folder / "peer.log", "wb")

@@ -82,7 +82,7 @@ def start_redis_server(
         args += ["--port", "0", "--unixsocket", str(sock), "--unixsocketperm", "700"]
         url = f"unix://{sock}"
     else:
-        port = port or _free_port()
+        port = port or free_port()
         args += ["--port", str(port), "--bind", "127.0.0.1"]
         url = f"redis://127.0.0.1:{port}/0"
     process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
@@ -116,7 +116,8 @@ def _wait_ready(server: RedisServer, timeout: float) -> None:
         client.close()
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A loopback TCP port nothing listens on right now (for servers started next, and tests)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]

@@ -3,7 +3,6 @@ real `rsnotify hub` processes."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ from pathlib import Path
 import pytest
 import redis as redis_lib
 
-from rsnotify.redis_server import RedisServer, start_redis_server
+from rsnotify.redis_server import RedisServer, free_port, start_redis_server
 
 # The spec's example documents, kept verbatim.
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -48,12 +47,6 @@ def redis(redis_url: str) -> Iterator[redis_lib.Redis]:
 
 # --- a real `rsnotify hub` process -------------------------------------------------------------
 RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass

@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import socket
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 from aiohttp import web
 
+from rsnotify.redis_server import free_port
 from rsnotify.websub import NOTIFICATION_ID_HEADER, parse_link_header
 
 
@@ -80,13 +80,6 @@ class FakeHub:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
-
-
-def free_port() -> int:
-    """A loopback port nothing listens on right now (for 'the hub is down')."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class ThreadedServer:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -15,18 +14,13 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from rsnotify.redis_server import free_port
 from rsnotify.websub import build_link_header
 
 from .conftest import T0, make_notification
 
 BIN = Path(sys.executable).parent
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/"'
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def _drain_to(stream: asyncio.StreamReader, lines: list[str]) -> None:
