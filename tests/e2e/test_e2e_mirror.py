@@ -10,13 +10,13 @@ from pathlib import Path
 
 from aiohttp import web
 
-from publisher import Publisher
-from publisher.advertise import new_capability_list
+from rsnotify.publisher import Publisher
+from rsnotify.publisher.advertise import new_capability_list
 from rsnotify.notification import CapabilityEntry, SourceDescription
 from rsnotify.xml import capability_list_to_xml, source_description_to_xml
-from subscriber import MemoryStore, Subscriber, discover_source
-from subscriber.aiohttp_adapter import add_callback_routes
-from subscriber.mirror import Mirror
+from rsnotify.subscriber import MemoryStore, Subscriber, discover_source
+from rsnotify.subscriber.aiohttp_adapter import add_callback_routes
+from rsnotify.subscriber.mirror import Mirror
 
 
 class Source:

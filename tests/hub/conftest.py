@@ -12,11 +12,11 @@ import redis.asyncio as redis_async
 from aiohttp import web
 from rq import Queue
 
-from hub import fetch, verification
-from hub.app import build_app
-from hub.netguard import make_session
-from hub.secrets import load_fernet
-from hub.settings import HubSettings
+from rsnotify.hub import fetch, verification
+from rsnotify.hub.app import build_app
+from rsnotify.hub.netguard import make_session
+from rsnotify.hub.secrets import load_fernet
+from rsnotify.hub.settings import HubSettings
 
 
 @dataclass
@@ -157,10 +157,10 @@ import time as _time
 
 from cryptography.fernet import Fernet as _Fernet
 
-from hub import delivery as _delivery
-from hub import store as _store
-from hub import worker as _worker
-from hub.secrets import encrypt_secret as _encrypt_secret
+from rsnotify.hub import delivery as _delivery
+from rsnotify.hub import store as _store
+from rsnotify.hub import worker as _worker
+from rsnotify.hub.secrets import encrypt_secret as _encrypt_secret
 
 
 @pytest.fixture

@@ -170,9 +170,9 @@ def test_worker_command_serves_the_queue_in_burst_mode(redis_url, redis, tmp_pat
     import redis.asyncio as redis_async
     from rq import Queue
 
-    from hub import jobs, store
-    from hub.secrets import encrypt_secret, load_fernet
-    from hub.settings import HubSettings
+    from rsnotify.hub import jobs, store
+    from rsnotify.hub.secrets import encrypt_secret, load_fernet
+    from rsnotify.hub.settings import HubSettings
 
     settings = HubSettings(redis_url=redis_url, data_dir=str(tmp_path / "data"))
     fernet = load_fernet(settings)  # the hub made the key; the worker must find the same one
@@ -208,7 +208,7 @@ def _children(pid: int) -> list[int]:
 
 
 def test_workers_do_not_outlive_a_killed_hub(tmp_path):
-    from hub.embedded import stop_stale_redis
+    from rsnotify.hub.embedded import stop_stale_redis
 
     data_dir = tmp_path / "data"
     process, _ = start_hub(data_dir)

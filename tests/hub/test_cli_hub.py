@@ -21,9 +21,9 @@ from click.testing import CliRunner
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from hub import store
-from hub.cli import hub, worker
-from hub.settings import HubSettings, env_name
+from rsnotify.hub import store
+from rsnotify.hub.cli import hub, worker
+from rsnotify.hub.settings import HubSettings, env_name
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NOTIFICATION = (FIXTURES / "change-notification-1.0.1" / "notification_ex_1.xml").read_bytes()
@@ -291,7 +291,7 @@ def test_a_different_secret_key_on_the_same_redis_is_refused_at_start(redis_url,
     import redis.asyncio as redis_async
     from cryptography.fernet import Fernet
 
-    from hub.secrets import check_key_matches
+    from rsnotify.hub.secrets import check_key_matches
 
     async def record_first_key() -> None:
         client = redis_async.Redis.from_url(redis_url)

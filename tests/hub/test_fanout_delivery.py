@@ -8,7 +8,7 @@ import random
 import pytest
 from aiohttp import web
 
-from hub import delivery, store
+from rsnotify.hub import delivery, store
 from rsnotify.websub import (
     NOTIFICATION_ID_HEADER,
     SEQUENCE_HEADER,
@@ -51,8 +51,8 @@ async def test_relays_exact_bytes_with_every_header(fanout_hub, callback_server)
 
 @pytest.mark.parametrize("algorithm", ["sha1", "sha256", "sha384", "sha512"])
 async def test_signature_verifies_with_each_algorithm(fanout_settings, clock, callback_server, algorithm) -> None:
-    from hub import worker
-    from hub.secrets import encrypt_secret
+    from rsnotify.hub import worker
+    from rsnotify.hub.secrets import encrypt_secret
     ctx = await worker.open_context(fanout_settings.with_values(signature_algorithm=algorithm), clock=clock)
     try:
         await store.activate_subscription(ctx.redis, TOPIC, callback_server.url("/signed"), lease_seconds=600,
@@ -140,7 +140,7 @@ async def test_order_holds_for_200_notifications_under_injected_failures(fanout_
 
 
 async def test_a_hanging_subscriber_does_not_delay_the_others(fanout_settings, clock, callback_server) -> None:
-    from hub import worker
+    from rsnotify.hub import worker
 
     async def hang(request: web.Request) -> web.Response:
         await asyncio.sleep(5)
@@ -366,7 +366,7 @@ def test_retry_delay_grows_exponentially_with_jitter_up_to_the_cap() -> None:
 async def test_a_worker_follows_a_busy_topic_so_publishes_need_no_job(fanout_settings, clock, callback_server, redis) -> None:
     from rq import Queue
 
-    from hub import jobs, worker
+    from rsnotify.hub import jobs, worker
     queue = Queue(fanout_settings.queue_name, connection=redis)
     ctx = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
     tid = store.topic_id(TOPIC)
@@ -397,7 +397,7 @@ async def test_two_followers_share_a_big_topic_and_each_subscription_gets_everyt
         fanout_settings, clock, callback_server, redis) -> None:
     from rq import Queue
 
-    from hub import worker
+    from rsnotify.hub import worker
     queue = Queue(fanout_settings.queue_name, connection=redis)
     first = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
     second = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
@@ -410,7 +410,7 @@ async def test_two_followers_share_a_big_topic_and_each_subscription_gets_everyt
         await store.append_notification(first.redis, TOPIC, body(0), content_type="application/xml",
                                         now=clock(), max_len=100)
         await delivery.fan_out(first, tid)
-        assert [job.func_name for job in queue.get_jobs()] == ["hub.jobs.follow_topic"]   # a second worker, please
+        assert [job.func_name for job in queue.get_jobs()] == ["rsnotify.hub.jobs.follow_topic"]   # a second worker, please
         second.deliveries.spawn(delivery.follow(second, tid))
         while len(await first.redis.zrange(store.fanout_followers_key(tid), 0, -1)) < 2:
             await asyncio.sleep(0.01)

@@ -6,11 +6,11 @@ import ipaddress
 
 import pytest
 
-from hub import store
-from hub.app import build_app
-from hub.netguard import is_allowed_address, make_session
-from hub.settings import HubSettings
-from hub.verification import sweep_expired
+from rsnotify.hub import store
+from rsnotify.hub.app import build_app
+from rsnotify.hub.netguard import is_allowed_address, make_session
+from rsnotify.hub.settings import HubSettings
+from rsnotify.hub.verification import sweep_expired
 
 TOPIC = "http://publisher.example/feeds/changes"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from hub import store
-from hub.app import build_app
-from hub.handlers import SETTINGS
+from rsnotify.hub import store
+from rsnotify.hub.app import build_app
+from rsnotify.hub.handlers import SETTINGS
 from rsnotify.websub import NOTIFICATION_ID_HEADER, build_link_header
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -298,7 +298,7 @@ async def test_thin_ping_fetch_is_bounded_and_never_redirected(hub_client, intak
 
 async def test_thin_ping_to_a_refused_network_fetches_nothing(aiohttp_client, hub_settings, intake_ctx, topic_server,
                                                               run_jobs, clock):
-    from hub.netguard import make_session
+    from rsnotify.hub.netguard import make_session
     public = hub_settings.with_values(host="0.0.0.0")
     await intake_ctx.session.close()
     intake_ctx.settings, intake_ctx.session = public, make_session(public)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from hub import store
-from hub.secrets import decrypt_secret
+from rsnotify.hub import store
+from rsnotify.hub.secrets import decrypt_secret
 
 TOPIC = "http://publisher.example/feeds/changes"
 
@@ -74,7 +74,7 @@ async def test_challenges_are_random_and_single_use(hub_client, intake_ctx, call
     await run_jobs(intake_ctx)
     sent = [r.query["hub.challenge"] for r in callback_server.requests]
     assert sorted(sent) == sorted(challenges)
-    from hub.verification import verify_intent
+    from rsnotify.hub.verification import verify_intent
     again = await verify_intent(intake_ctx, challenges[0])
     assert again.result == "unknown-challenge"
     assert len(callback_server.requests) == 2  # a used challenge is never sent again

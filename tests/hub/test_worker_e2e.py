@@ -15,10 +15,10 @@ import redis as redis_lib
 import redis.asyncio as redis_async
 from rq import Queue
 
-from hub import jobs, reconciler, store
-from hub.secrets import encrypt_secret, load_fernet
-from hub.settings import HubSettings
-from hub.worker import HubWorker
+from rsnotify.hub import jobs, reconciler, store
+from rsnotify.hub.secrets import encrypt_secret, load_fernet
+from rsnotify.hub.settings import HubSettings
+from rsnotify.hub.worker import HubWorker
 from rsnotify.redis_server import start_redis_server
 from rsnotify.websub import SEQUENCE_HEADER, SIGNATURE_HEADER, verify_signature
 
@@ -233,7 +233,7 @@ def test_waiting_verifications_get_a_job_again_when_theirs_was_lost(fanout_setti
     assert not reconciler.requeue_verifications(queue)          # its job is queued
     redis.delete(store.verify_queued_key())                      # ...and was lost with its worker
     assert reconciler.requeue_verifications(queue)
-    assert [job.func_name for job in queue.get_jobs()] == ["hub.jobs.verify_pending"]
+    assert [job.func_name for job in queue.get_jobs()] == ["rsnotify.hub.jobs.verify_pending"]
 
 
 def test_a_stopping_worker_hands_back_a_subscription_stuck_on_a_hanging_callback(fanout_settings, redis, sink,

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import redis as redis_lib
 
-from hub import store
+from rsnotify.hub import store
 from rsnotify.websub import SEQUENCE_HEADER, SIGNATURE_HEADER, verify_signature
 
 NOTIFICATION = (Path(__file__).resolve().parents[1] / "fixtures" / "change-notification-1.0.1"

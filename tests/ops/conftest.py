@@ -15,9 +15,9 @@ from aiohttp import web
 from cryptography.fernet import Fernet
 from rq import Queue
 
-from hub import delivery, fetch, metrics, store, verification, worker
-from hub.app import build_app
-from hub.settings import HubSettings
+from rsnotify.hub import delivery, fetch, metrics, store, verification, worker
+from rsnotify.hub.app import build_app
+from rsnotify.hub.settings import HubSettings
 
 TOPIC = "http://source.example.org/changes/rs"
 BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from hub import store
-from hub.settings import HubSettings
+from rsnotify.hub import store
+from rsnotify.hub.settings import HubSettings
 
 from .conftest import TOPIC, body, start_hub
 

@@ -12,8 +12,8 @@ import click
 import pytest
 import yaml
 
-from hub.app import build_app
-from hub.settings import HubSettings
+from rsnotify.hub.app import build_app
+from rsnotify.hub.settings import HubSettings
 from rsnotify.cli import main as rsnotify_main
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -108,7 +108,7 @@ def test_compose() -> None:
 
 
 def test_tokens_example_is_a_valid_tokens_file() -> None:
-    from hub.settings import read_tokens_file
+    from rsnotify.hub.settings import read_tokens_file
     pairs = read_tokens_file(str(DEPLOY / "tokens.txt.example"))
     assert pairs and all(prefix.startswith("https://") for _, prefix in pairs)
 

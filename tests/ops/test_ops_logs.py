@@ -9,20 +9,20 @@ import sys
 
 from cryptography.fernet import Fernet
 
-from hub.logs import JsonFormatter
+from rsnotify.hub.logs import JsonFormatter
 
 RSNOTIFY = [sys.executable, "-c", "from rsnotify.cli import main; main()"]
 
 
 def test_json_line_keeps_event_args_and_extra_ids() -> None:
-    record = logging.getLogger("hub.delivery").makeRecord(
-        "hub.delivery", logging.INFO, __file__, 1, "delivered %s (seq %d) to %s: %d in %.1f ms",
+    record = logging.getLogger("rsnotify.hub.delivery").makeRecord(
+        "rsnotify.hub.delivery", logging.INFO, __file__, 1, "delivered %s (seq %d) to %s: %d in %.1f ms",
         ("1700000000000-0", 3, "https://sub.example/cb", 200, 12.34), None, extra={"sid": "ab" * 16})
     line = json.loads(JsonFormatter().format(record))
     assert line["message"] == "delivered 1700000000000-0 (seq 3) to https://sub.example/cb: 200 in 12.3 ms"
     assert line["event"] == "delivered %s (seq %d) to %s: %d in %.1f ms"
     assert line["args"] == ["1700000000000-0", 3, "https://sub.example/cb", 200, 12.34]
-    assert line["sid"] == "ab" * 16 and line["level"] == "INFO" and line["logger"] == "hub.delivery"
+    assert line["sid"] == "ab" * 16 and line["level"] == "INFO" and line["logger"] == "rsnotify.hub.delivery"
     assert line["time"].endswith("+00:00")
 
 
@@ -42,7 +42,7 @@ def test_worker_logs_json_lines(redis_url: str, tmp_path) -> None:
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
-    assert any(line["logger"] == "hub.worker" and "ready" in line["message"] for line in lines), done.stderr
+    assert any(line["logger"] == "rsnotify.hub.worker" and "ready" in line["message"] for line in lines), done.stderr
 
 
 def test_bad_log_format_is_a_usage_error(redis_url: str) -> None:
@@ -54,8 +54,8 @@ def test_bad_log_format_is_a_usage_error(redis_url: str) -> None:
 
 async def test_admin_actions_log_one_line_with_the_subscription_id(ops_hub, subscriber, caplog) -> None:
     sid = await ops_hub.subscribe(subscriber.url("/logged"))
-    with caplog.at_level(logging.INFO, logger="hub.admin"):
+    with caplog.at_level(logging.INFO, logger="rsnotify.hub.admin"):
         await ops_hub.admin("POST", f"/admin/subscriptions/{sid}/pause")
         await ops_hub.admin("POST", f"/admin/subscriptions/{sid}/resume")
-    actions = [(r.action, r.sid) for r in caplog.records if r.name == "hub.admin"]
+    actions = [(r.action, r.sid) for r in caplog.records if r.name == "rsnotify.hub.admin"]
     assert actions == [("pause", sid), ("resume", sid)]

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from publisher import (
+from rsnotify.publisher import (
     CapabilityListError,
     add_channel,
     add_channel_to_document,

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from publisher import ChangeInputError, HubUnreachableError, Publisher, PublishError
+from rsnotify.publisher import ChangeInputError, HubUnreachableError, Publisher, PublishError
 from rsnotify.notification import ChangeType, ResourceChange
 from rsnotify.xml import parse_notification
 
@@ -251,7 +251,7 @@ async def test_publish_blocking_inside_a_running_loop_says_to_await(hub_server):
 
 
 def test_settings_come_from_the_environment_with_clear_errors():
-    from publisher import PublisherSettings, SettingsError
+    from rsnotify.publisher import PublisherSettings, SettingsError
 
     settings = PublisherSettings.from_env({
         "RSNOTIFY_HUB_URL": "http://127.0.0.1:1/a http://127.0.0.1:2/b",

@@ -11,7 +11,7 @@ from itertools import pairwise
 
 import pytest
 
-from publisher import Outbox, Publisher
+from rsnotify.publisher import Outbox, Publisher
 from rsnotify.xml import parse_notification
 
 TOPIC = "https://example.org/dataset1/change/"
@@ -143,7 +143,7 @@ def test_the_outbox_delivers_after_the_process_that_queued_is_gone(make_hub, ser
 
 
 def test_changes_before_the_outbox_chain_end_are_refused_at_add(threaded_hub, tmp_path):
-    from publisher import ChangeInputError
+    from rsnotify.publisher import ChangeInputError
 
     with Outbox(tmp_path / "outbox.db", publisher_for(threaded_hub.url)) as outbox:
         outbox.add([("https://example.org/a", "updated", at(5))])

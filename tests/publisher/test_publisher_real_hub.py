@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from publisher import Publisher
+from rsnotify.publisher import Publisher
 from rsnotify.websub import NOTIFICATION_ID_HEADER, links_by_rel, parse_link_header
 from rsnotify.xml import parse_notification
 
@@ -165,7 +165,7 @@ def test_cli_publish_prints_an_id_and_the_subscriber_gets_the_notification(real_
 
 
 def test_a_hub_refusal_surfaces_with_the_hub_reason(real_hub):
-    from publisher import PublishError
+    from rsnotify.publisher import PublishError
 
     # the same hub under another name: its Link rel="hub" does not name the hub, which refuses it
     other_name = real_hub.url.replace("127.0.0.1", "localhost")

@@ -12,7 +12,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 from aiohttp import web
 
-from publisher import Publisher, Topic, add_topic_route, asgi_topic_app, wsgi_topic_app
+from rsnotify.publisher import Publisher, Topic, add_topic_route, asgi_topic_app, wsgi_topic_app
 from rsnotify.websub import links_by_rel, parse_link_header
 from rsnotify.xml import parse_notification
 

@@ -184,10 +184,10 @@ class Recorder:
 @pytest.fixture
 async def make_subscriber(aiohttp_server: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
     """A factory of started Subscribers, each served by its own loopback aiohttp server."""
-    from subscriber.aiohttp_adapter import add_callback_routes
-    from subscriber.client import Subscriber
-    from subscriber.settings import SubscriberSettings
-    from subscriber.store import MemoryStore
+    from rsnotify.subscriber.aiohttp_adapter import add_callback_routes
+    from rsnotify.subscriber.client import Subscriber
+    from rsnotify.subscriber.settings import SubscriberSettings
+    from rsnotify.subscriber.store import MemoryStore
 
     made: list[Subscriber] = []
 

@@ -6,9 +6,9 @@ from datetime import timedelta
 
 import pytest
 
-from subscriber.errors import SubscriptionDeniedError
-from subscriber.settings import SubscriberSettings
-from subscriber.store import DENIED
+from rsnotify.subscriber.errors import SubscriptionDeniedError
+from rsnotify.subscriber.settings import SubscriberSettings
+from rsnotify.subscriber.store import DENIED
 
 from .conftest import T0, Recorder, make_notification
 

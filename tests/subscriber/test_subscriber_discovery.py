@@ -7,12 +7,12 @@ import pytest
 from aiohttp import web
 
 from rsnotify.websub import build_link_header
-from subscriber.discovery import (
+from rsnotify.subscriber.discovery import (
     discover_capability_list,
     discover_source,
     discover_topic,
 )
-from subscriber.errors import DiscoveryError
+from rsnotify.subscriber.errors import DiscoveryError
 
 HUB = "http://hub.example.org/websub/"
 OTHER_HUB = "http://other-hub.example.org/"

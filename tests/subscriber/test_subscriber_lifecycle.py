@@ -10,10 +10,10 @@ import pytest
 from aiohttp import web
 
 from rsnotify.websub import build_link_header
-from subscriber.discovery import discover_topic
-from subscriber.errors import SubscriberError, SubscriptionError
-from subscriber.settings import SubscriberSettings
-from subscriber.store import ACTIVE, EXPIRED, FAILED, UNSUBSCRIBED, JsonFileStore
+from rsnotify.subscriber.discovery import discover_topic
+from rsnotify.subscriber.errors import SubscriberError, SubscriptionError
+from rsnotify.subscriber.settings import SubscriberSettings
+from rsnotify.subscriber.store import ACTIVE, EXPIRED, FAILED, UNSUBSCRIBED, JsonFileStore
 
 from .conftest import T0, Recorder, make_notification
 

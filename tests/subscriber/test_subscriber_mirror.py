@@ -10,7 +10,7 @@ from aiohttp import web
 
 from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
 from rsnotify.xml import to_xml
-from subscriber.mirror import Mirror
+from rsnotify.subscriber.mirror import Mirror
 
 from .conftest import T0, Recorder
 

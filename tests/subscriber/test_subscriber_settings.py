@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from subscriber.errors import SettingsError
-from subscriber.settings import SubscriberSettings, parse_listen
-from subscriber.store import JsonFileStore, Subscription
+from rsnotify.subscriber.errors import SettingsError
+from rsnotify.subscriber.settings import SubscriberSettings, parse_listen
+from rsnotify.subscriber.store import JsonFileStore, Subscription
 
 
 def test_settings_come_from_the_environment_then_overrides():
