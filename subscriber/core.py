@@ -1,8 +1,10 @@
 """The callback core: answers a hub's GET (verification, denial) and POST (content distribution).
 
 Framework-neutral: adapters (aiohttp, ASGI, WSGI) turn their request into a `CallbackRequest`,
-read the body within `max_body_bytes`, and send back the `CallbackResponse`. The application's
-handler runs later, on a per-subscription queue, so a slow application never makes a hub wait.
+read the body within `max_body_bytes`, and send back the `CallbackResponse`. By default
+(`ack="after_response"`) the application's handler runs later, on a per-subscription queue, so a
+slow application never makes a hub wait; with `ack="after_handler"` it runs before the answer and
+an exception answers 503, so the hub delivers the notification again.
 """
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from rsnotify.websub import (
 )
 from rsnotify.xml import parse_notification
 
-from .errors import SubscriptionDeniedError
+from .errors import SettingsError, SubscriptionDeniedError
 from .settings import SubscriberSettings
 from .store import ACTIVE, DENIED, UNSUBSCRIBED, Subscription, SubscriptionStore
 
@@ -143,13 +145,28 @@ class ReceivedNotification:
 
 NotificationHandler = Callable[[ReceivedNotification], Awaitable[None] | None]
 DenialHandler = Callable[[Subscription], Awaitable[None] | None]
+Hook = Callable[..., Awaitable[None] | None]
+
+# When the hub gets its 2xx: right after the notification is checked and recorded (the handler
+# runs afterwards), or only once the handler returned (an exception answers 503 and the hub retries).
+ACK_AFTER_RESPONSE = "after_response"
+ACK_AFTER_HANDLER = "after_handler"
+ACK_MODES = (ACK_AFTER_RESPONSE, ACK_AFTER_HANDLER)
+# The events a Subscriber's decorators register hooks for; "renewal_failed" is raised by the client.
+HOOK_EVENTS = ("notification", "verified", "denied", "renewal_failed", "gap", "diagnostics")
+
+
+class HandlerFailedError(Exception):
+    """A hook raised while the hub waited for the answer (ack="after_handler")."""
 
 
 class CallbackCore:
     """Answers callback requests for the subscriptions in `store`.
 
-    `on_notification` and `on_denial` may be plain functions (run in a worker thread) or
-    coroutine functions (run on the loop). Both are called after the answer is decided.
+    Hooks (`on_notification`, `on_denial`, and those added with `add_hook`) may be plain
+    functions (run in a worker thread) or coroutine functions (run on the loop). Notification
+    and gap hooks run after the answer, or before it with `ack="after_handler"`; the others
+    run after the answer.
     """
 
     def __init__(
@@ -161,10 +178,17 @@ class CallbackCore:
         settings: SubscriberSettings | None = None,
         now: Callable[[], datetime] = utc_now,
         rng: random.Random | None = None,
+        ack: str = ACK_AFTER_RESPONSE,
     ) -> None:
+        if ack not in ACK_MODES:
+            raise SettingsError(f"ack must be {' or '.join(ACK_MODES)}, got {ack!r}")
         self.store = store
+        self.ack = ack
+        self.hooks: dict[str, list[Hook]] = {event: [] for event in HOOK_EVENTS}
         self.on_notification = on_notification
         self.on_denial = on_denial
+        # The latest hub.diagnostics link each subscription's callback was sent (by id).
+        self.diagnostics_links: dict[str, str] = {}
         self.settings = settings or SubscriberSettings()
         self.now = now
         self.rng = rng or random.SystemRandom()
@@ -177,6 +201,38 @@ class CallbackCore:
     @property
     def max_body_bytes(self) -> int:
         return self.settings.max_body_bytes
+
+    # --- hooks -----------------------------------------------------------------------------
+
+    def add_hook(self, event: str, hook: Hook) -> Hook:
+        """Call `hook` on `event` (one of HOOK_EVENTS), after those added before; returns it."""
+        if event not in self.hooks:
+            raise SettingsError(f"hook event must be one of {', '.join(HOOK_EVENTS)}, got {event!r}")
+        self.hooks[event].append(hook)
+        return hook
+
+    @property
+    def on_notification(self) -> NotificationHandler | None:
+        """The first notification hook (setting it replaces every notification hook)."""
+        return self.hooks["notification"][0] if self.hooks["notification"] else None
+
+    @on_notification.setter
+    def on_notification(self, handler: NotificationHandler | None) -> None:
+        self.hooks["notification"] = [handler] if handler is not None else []
+
+    @property
+    def on_denial(self) -> DenialHandler | None:
+        """The first denial hook (setting it replaces every denial hook)."""
+        return self.hooks["denied"][0] if self.hooks["denied"] else None
+
+    @on_denial.setter
+    def on_denial(self, handler: DenialHandler | None) -> None:
+        self.hooks["denied"] = [handler] if handler is not None else []
+
+    def fire(self, event: str, *args: Any) -> None:
+        """Run the hooks of `event` in the background; their errors are logged."""
+        for hook in self.hooks[event]:
+            self._spawn(self._call(hook, *args, what=f"{event} hook"))
 
     async def handle(self, request: CallbackRequest) -> CallbackResponse:
         """The answer to one callback request. S-17: the method tells the cases apart."""
@@ -232,8 +288,11 @@ class CallbackCore:
             return CallbackResponse(404, "no subscription at this callback URL")
         if mode == "denied":
             return await self._deny(subscription, topic, request.query.get("hub.reason"))
+        if mode == "diagnostics":
+            return self._note_diagnostics(subscription, topic, request.query.get("hub.diagnostics"))
         if mode not in ("subscribe", "unsubscribe"):
-            return CallbackResponse(400, f"hub.mode must be subscribe, unsubscribe or denied, got {mode!r}")
+            return CallbackResponse(
+                400, f"hub.mode must be subscribe, unsubscribe, denied or diagnostics, got {mode!r}")
         challenge = request.query.get("hub.challenge")
         if not challenge:
             return CallbackResponse(400, "hub.challenge is required, got nothing")
@@ -260,6 +319,7 @@ class CallbackCore:
         log.info("verified %s of %s at hub %s (callback %s, lease %s s)",
                  mode, verified.topic, verified.hub, verified.id, verified.lease_seconds)
         self._settle(verified.id, mode, verified)
+        self.fire("verified", verified)
         # S-13: only the challenge, byte for byte, as text/plain.
         return CallbackResponse(200, challenge, "text/plain")
 
@@ -281,9 +341,21 @@ class CallbackCore:
             reason=reason,
         )
         self._settle(denied.id, "subscribe", error)
-        if self.on_denial is not None:
-            self._spawn(self._call(self.on_denial, denied, "denial handler"))
+        self.fire("denied", denied)
         return CallbackResponse(200, "denial noted")  # S-15: 2xx is the safe answer
+
+    def _note_diagnostics(self, subscription: Subscription, topic: str, link: str | None) -> CallbackResponse:
+        """Keep the hub's diagnostics link (rsnotify hubs send one after POST /diagnostics)."""
+        if not _same_url(topic, subscription.topic) or subscription.is_ended:
+            return CallbackResponse(404, f"no subscription to topic {topic!r} at this callback URL")
+        if not link or not link.startswith(("http://", "https://")):
+            return CallbackResponse(400, f"hub.diagnostics must be an http(s) URL, got {link!r}")
+        self.diagnostics_links[subscription.id] = link
+        log.info("hub %s sent a diagnostics link for %s (callback %s)", subscription.hub, subscription.topic,
+                 subscription.id)
+        self._settle(subscription.id, "diagnostics", subscription)
+        self.fire("diagnostics", subscription, link)
+        return CallbackResponse(200, "diagnostics link noted")
 
     # --- POST: content distribution --------------------------------------------------------
 
@@ -302,6 +374,8 @@ class CallbackCore:
             if not verify_signature(request.body, subscription.secret, signature):
                 log.warning("refused delivery to %s: bad %s", subscription.id, SIGNATURE_HEADER)
                 return CallbackResponse(403, f"{SIGNATURE_HEADER} does not match the body")
+        if self.ack == ACK_AFTER_HANDLER:
+            return await self._receive_and_handle(subscription, request)
         notification_id = request.header(NOTIFICATION_ID_HEADER)
         sequence = _sequence(request.header(SEQUENCE_HEADER))
         async with self._lock(subscription.id):
@@ -314,20 +388,57 @@ class CallbackCore:
                 last_sequence=sequence if sequence is not None else subscription.last_sequence,
                 recent_ids=_remember(subscription.recent_ids, notification_id, self.settings.remembered_ids),
             ))
+        received = self._received(subscription, request, sequence, gaps)
+        log.info("received %s (sequence %s) for %s on %s", received.notification_id, sequence, subscription.id,
+                 subscription.topic)
+        self._enqueue(received)
+        return CallbackResponse(200, "received")
+
+    async def _receive_and_handle(self, subscription: Subscription, request: CallbackRequest) -> CallbackResponse:
+        """ack="after_handler": run the hooks first; only a handled notification is recorded as
+        received, so the hub's retry of a failed one is not dropped as a repeat."""
+        notification_id = request.header(NOTIFICATION_ID_HEADER)
+        sequence = _sequence(request.header(SEQUENCE_HEADER))
+        # The lock is held through the handler: one subscription's notifications are handled
+        # one after another, in the order the hub sends them.
+        async with self._lock(subscription.id):
+            subscription = await self.store.get(subscription.id) or subscription
+            if notification_id and notification_id in subscription.recent_ids:
+                log.info("dropped repeat %s for %s", notification_id, subscription.id)
+                return CallbackResponse(200, f"notification {notification_id} already handled")
+            received = self._received(subscription, request, sequence, _sequence_gap(subscription.last_sequence,
+                                                                                      sequence))
+            received = await self._parse(received)
+            if received.notification is not None:
+                gap = _interval_gap(subscription.last_until, received.notification)
+                received = _evolve(received, gaps=received.gaps + ((gap,) if gap else ()))
+            log.info("received %s (sequence %s) for %s on %s", notification_id, sequence, subscription.id,
+                     subscription.topic)
+            try:
+                await self._hand_over(received, raising=True)
+            except HandlerFailedError as exc:
+                return CallbackResponse(503, f"the notification was not handled ({exc}); deliver it again later")
+            current = await self.store.get(subscription.id) or subscription
+            n = received.notification
+            await self.store.put(current.evolve(
+                last_sequence=sequence if sequence is not None else current.last_sequence,
+                recent_ids=_remember(current.recent_ids, notification_id, self.settings.remembered_ids),
+                last_until=n.until_time if n is not None else current.last_until,
+            ))
+        return CallbackResponse(200, "handled")
+
+    def _received(self, subscription: Subscription, request: CallbackRequest, sequence: int | None,
+                  gaps: tuple[Gap, ...]) -> ReceivedNotification:
         try:
             links = tuple(parse_link_header(request.header("Link") or ""))
         except WireError:
             links = ()  # topic metadata only (S-19): a bad one must not lose the notification
-        received = ReceivedNotification(
+        return ReceivedNotification(
             subscription_id=subscription.id, topic=subscription.topic, hub=subscription.hub,
-            notification_id=notification_id, sequence=sequence,
+            notification_id=request.header(NOTIFICATION_ID_HEADER), sequence=sequence,
             content_type=(request.header("Content-Type") or "application/octet-stream"),
             body=request.body, notification=None, links=links, gaps=gaps, received_at=self.now(),
         )
-        log.info("received %s (sequence %s) for %s on %s", notification_id, sequence, subscription.id,
-                 subscription.topic)
-        self._enqueue(received)
-        return CallbackResponse(200, "received")
 
     def _lock(self, subscription_id: str) -> asyncio.Lock:
         return self._locks.setdefault(subscription_id, asyncio.Lock())
@@ -346,14 +457,22 @@ class CallbackCore:
         while (received := await queue.get()) is not None:
             try:
                 received = await self._complete(received)
-                if self.on_notification is not None:
-                    await self._call(self.on_notification, received, "notification handler")
+                await self._hand_over(received, raising=False)
             finally:
                 queue.task_done()
         queue.task_done()
 
-    async def _complete(self, received: ReceivedNotification) -> ReceivedNotification:
-        """Parse the body (off the response path) and check the from/until chain."""
+    async def _hand_over(self, received: ReceivedNotification, *, raising: bool) -> None:
+        """Gap hooks (when there are gaps), then notification hooks, in registration order."""
+        for item in received.gaps:
+            log.warning("gap on %s (%s): %s", received.topic, received.subscription_id, item.message)
+        hooks = (self.hooks["gap"] if received.gaps else []) + self.hooks["notification"]
+        for hook in hooks:
+            what = "gap hook" if hook in self.hooks["gap"] else "notification handler"
+            await self._call(hook, received, what=what, raising=raising)
+
+    async def _parse(self, received: ReceivedNotification) -> ReceivedNotification:
+        """The body parsed as a change notification (off the loop when big), or its problems."""
         media_type = received.content_type.split(";")[0].strip().lower()
         if media_type not in XML_TYPES and not media_type.endswith("+xml"):
             return received
@@ -367,27 +486,37 @@ class CallbackCore:
             return _evolve(received, problems=tuple(exc.problems))
         except DocumentParseError as exc:
             return _evolve(received, problems=(str(exc),))
+        return _evolve(received, notification=notification)
+
+    async def _complete(self, received: ReceivedNotification) -> ReceivedNotification:
+        """Parse the body (off the response path) and check the from/until chain."""
+        received = await self._parse(received)
+        notification = received.notification
+        if notification is None:
+            return received
         async with self._lock(received.subscription_id):
             subscription = await self.store.get(received.subscription_id)
             gap = _interval_gap(subscription.last_until if subscription else None, notification)
             if subscription is not None:
                 await self.store.put(subscription.evolve(last_until=notification.until_time))
-        gaps = received.gaps + ((gap,) if gap else ())
-        for item in gaps:
-            log.warning("gap on %s (%s): %s", received.topic, received.subscription_id, item.message)
-        return _evolve(received, notification=notification, gaps=gaps)
+        return _evolve(received, gaps=received.gaps + ((gap,) if gap else ()))
 
-    async def _call(self, handler: Callable[[Any], Awaitable[None] | None], value: Any, what: str) -> None:
-        # The hub already has its 2xx: an application error is logged, never sent back.
+    async def _call(self, handler: Hook, *args: Any, what: str, raising: bool = False) -> None:
+        """Run one hook. Errors are logged; with `raising` (the hub still waits for the
+        answer) they become HandlerFailedError, so the hub is told to retry."""
         try:
             if inspect.iscoroutinefunction(handler) or inspect.iscoroutinefunction(type(handler).__call__):
-                await cast(Awaitable[None], handler(value))
+                await cast(Awaitable[None], handler(*args))
             else:
-                result = await asyncio.to_thread(handler, value)
+                result = await asyncio.to_thread(handler, *args)
                 if inspect.isawaitable(result):
                     await result
-        except Exception:
-            log.exception("%s failed", what)
+        except Exception as exc:
+            if not raising:
+                log.exception("%s failed", what)
+                return
+            log.warning("%s failed; the hub is asked to deliver again", what, exc_info=True)
+            raise HandlerFailedError(f"{what} raised {type(exc).__name__}") from exc
 
     def _spawn(self, coro: Awaitable[Any]) -> None:
         task = asyncio.ensure_future(coro)
