@@ -39,7 +39,10 @@ from .safexml import (
     read_length,
     read_link,
 )
-from .xml import _read_change, _read_url  # one reader for every <url>, shared with notifications
+from .xml import (  # one reader for every <url>, shared with notifications
+    _read_change,
+    _read_url,
+)
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@ read, round-trip, validate with `rsnotify validate`'s checks and parse with resy
 from __future__ import annotations
 
 import io
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -33,7 +33,7 @@ LISTS = {
     27: ("changelist", False, 2),
     28: ("changelist", False, 2),
 }
-T = datetime(2026, 11, 21, 10, 0, tzinfo=timezone.utc)
+T = datetime(2026, 11, 21, 10, 0, tzinfo=UTC)
 
 
 def _read(data: bytes) -> tuple[ListInfo, list]:
@@ -65,7 +65,7 @@ def test_spec_example_reads_and_round_trips(number: int) -> None:
 
 def test_example_19_keeps_the_entry_without_datetime_last() -> None:
     info, entries = _read((CORE / "resourcesync_ex_19.xml").read_bytes())
-    assert info.from_ == datetime(2013, 1, 3, tzinfo=timezone.utc) and info.until is None
+    assert info.from_ == datetime(2013, 1, 3, tzinfo=UTC) and info.until is None
     assert info.link("up") == "http://example.com/dataset1/capabilitylist.xml"
     assert [(e.loc.rsplit("/", 1)[1], e.change, e.changed_at is None) for e in entries] == [
         ("res1.html", ChangeType.CREATED, False),
@@ -143,19 +143,19 @@ def test_urlset_rooted_index_is_read_as_an_index() -> None:
         (b"<html/>", "root element is <html> in no namespace"),
         (b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"><url><loc>x</loc></url></urlset>', "no <rs:md capability"),
         (
-            b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'
+            (b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'
             b'<rs:md capability="changelist" from="2013-01-03T00:00:00Z"/>\n<url><loc>x</loc></url>\n'
-            b'<url><loc>y</loc><rs:md change="moved"/></url></urlset>',
+            b'<url><loc>y</loc><rs:md change="moved"/></url></urlset>'),
             "line 2",
         ),
         (
-            b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'
-            b'<rs:md capability="resourcelist" at="2013-01-03T00:00:00Z"/><url><loc>x</loc>',
+            (b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'
+            b'<rs:md capability="resourcelist" at="2013-01-03T00:00:00Z"/><url><loc>x</loc>'),
             "not well-formed",
         ),
         (
-            b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'
-            b'<rs:md capability="resourcelist" at="yesterday"/></urlset>',
+            (b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'
+            b'<rs:md capability="resourcelist" at="yesterday"/></urlset>'),
             "at='yesterday'",
         ),
     ],
