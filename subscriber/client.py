@@ -1,6 +1,11 @@
 """The subscription lifecycle: subscribe, wait for verification, renew before the lease ends,
 unsubscribe. `Subscriber` owns the callback core, the store and one HTTP client session.
 
+`ensure` and `follow` are idempotent: across restarts they reuse the stored subscription (same
+callback URL, so the hub keeps its place in the topic log) instead of adding another one.
+`ensure_when_listening` / `follow_when_listening` wait until the callback URL answers, for
+startup code that runs before the server listens.
+
 The pending intent is stored before the hub is asked (a hub may verify before it answers),
 each subscription gets its own unguessable callback URL, and secrets are random by default.
 """
@@ -10,10 +15,10 @@ import asyncio
 import logging
 import random
 import secrets as secrets_lib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Self
+from typing import Any, Self, TypeVar
 from urllib.parse import urljoin
 
 import aiohttp
@@ -28,8 +33,9 @@ from rsnotify.websub import (
     normalize_url,
 )
 
-from .core import CallbackCore, DenialHandler, NotificationHandler, utc_now
-from .discovery import discover_capability_list, discover_topic
+from .core import ACK_AFTER_RESPONSE, CallbackCore, DenialHandler, Hook, NotificationHandler, utc_now
+from .diagnostics import read_diagnostics
+from .discovery import discover, discover_capability_list, discover_topic
 from .errors import (
     DiscoveryError,
     SubscriberError,
@@ -53,6 +59,11 @@ log = logging.getLogger(__name__)
 
 MAX_HUB_REDIRECTS = 5
 USER_AGENT = f"rsnotify-subscriber/{__version__}"
+# A path segment the callback core answers 404 at once (too short to be a subscription id):
+# any answer there means the server listens.
+LISTEN_PROBE = "listening"
+LISTEN_TIMEOUT = 300.0  # s that *_when_listening waits for the callback URL to answer
+H = TypeVar("H", bound=Hook)
 
 
 def new_subscription_id() -> str:
@@ -70,6 +81,11 @@ class Subscriber:
 
     Use as `async with Subscriber(...) as subscriber:` or call `start()` / `close()`.
     Serve `subscriber.core` at `callback_base_url` with one of the adapters.
+
+    `ack="after_response"` (the default) answers the hub as soon as a notification is checked
+    and recorded, then runs the handler; `ack="after_handler"` runs the handler first and
+    answers 503 when it raises, so the hub delivers the notification again (keep handlers
+    within the hub's delivery timeout, 15 s by default on rsnotify's hub).
     """
 
     def __init__(
@@ -83,16 +99,43 @@ class Subscriber:
         now: Callable[[], datetime] = utc_now,
         rng: random.Random | None = None,
         session: aiohttp.ClientSession | None = None,
+        ack: str = ACK_AFTER_RESPONSE,
     ) -> None:
         self.settings = settings or SubscriberSettings()
         self.callback_base_url = callback_base_url or self.settings.callback_url
         self.store: SubscriptionStore = store if store is not None else JsonFileStore(self.settings.state_file)
         self.now = now
         self.core = CallbackCore(self.store, on_notification=on_notification, on_denial=on_denial,
-                                 settings=self.settings, now=now, rng=rng)
+                                 settings=self.settings, now=now, rng=rng, ack=ack)
         self._session = session
         self._owns_session = session is None
         self._renewal_task: asyncio.Task[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._at_listening: list[tuple[Callable[[], Awaitable[Any]], str]] = []
+        # What *_when_listening started: await them to know the outcome (each returns or raises).
+        self.startup_tasks: list[asyncio.Task[Any]] = []
+
+    # --- hooks (decorators) ----------------------------------------------------------------
+
+    def on_notification(self, hook: H) -> H:
+        """Decorator: `hook(received)` for each notification, in order per subscription."""
+        return self.core.add_hook("notification", hook)  # type: ignore[return-value]
+
+    def on_verified(self, hook: H) -> H:
+        """Decorator: `hook(subscription)` when the hub verified a subscribe (or renewal) or unsubscribe."""
+        return self.core.add_hook("verified", hook)  # type: ignore[return-value]
+
+    def on_denied(self, hook: H) -> H:
+        """Decorator: `hook(subscription)` when the hub denied a subscription (hub.mode=denied)."""
+        return self.core.add_hook("denied", hook)  # type: ignore[return-value]
+
+    def on_renewal_failed(self, hook: H) -> H:
+        """Decorator: `hook(subscription, error)` when a renewal was refused or not verified."""
+        return self.core.add_hook("renewal_failed", hook)  # type: ignore[return-value]
+
+    def on_gap(self, hook: H) -> H:
+        """Decorator: `hook(received)` before the notification hooks when `received.gaps` is not empty."""
+        return self.core.add_hook("gap", hook)  # type: ignore[return-value]
 
     # --- start and stop --------------------------------------------------------------------
 
@@ -105,14 +148,22 @@ class Subscriber:
         await self.close()
 
     async def start(self, *, renew: bool = True) -> None:
-        """Open the HTTP session, forget long-ended subscriptions, start the renewal loop."""
+        """Open the HTTP session, forget long-ended subscriptions, start the renewal loop and
+        what *_when_listening asked for."""
         self.session  # noqa: B018 - opens it on this loop
+        self._loop = asyncio.get_running_loop()
         await self.forget_ended()
         if renew and self._renewal_task is None:
             self._renewal_task = asyncio.create_task(self._renewal_loop())
+        self._launch_at_listening()
 
     async def close(self) -> None:
         """Stop renewing, hand over received notifications, close the HTTP session."""
+        for task in self.startup_tasks:
+            task.cancel()
+        if self.startup_tasks:
+            await asyncio.wait(self.startup_tasks)
+        self._loop = None
         if self._renewal_task is not None:
             self._renewal_task.cancel()
             try:
@@ -214,6 +265,121 @@ class Subscriber:
         finally:
             self.core.forget_waiter(current.id, "unsubscribe", waiter)
 
+    async def ensure(self, topic: str, hub: str, lease_seconds: int | None = None,
+                     secret: bool | str | None = True, *, wait: bool = False, **options: Any) -> Subscription:
+        """Be subscribed to `topic` at `hub`, reusing this callback base's stored subscription.
+
+        A stored one (active, expired or still pending) is renewed with the same callback URL and
+        secret, so a restart neither adds a subscription at the hub nor loses its place in the
+        topic log; others for the same topic and hub under this base (left by earlier versions)
+        are unsubscribed. Otherwise a new subscription is made. With `wait`, returns once the hub
+        verified (never from code that must serve the verification GET: WSGI requests, startup
+        hooks that run before the server listens).
+        """
+        base = self._callback_base() + "/"
+        matching = [s for s in await self.store.all()
+                    if s.status in (ACTIVE, EXPIRED, PENDING) and s.callback.startswith(base)
+                    and _same(s.topic, topic) and (_same(s.hub, hub) or _same(s.advertised_hub or "", hub))]
+        if not matching:
+            return await self.subscribe(topic, hub, lease_seconds, secret, wait=wait, **options)
+        matching.sort(key=lambda s: (s.status == ACTIVE, s.verified_at or s.created_at or self.now()), reverse=True)
+        kept, extra = matching[0], matching[1:]
+        for duplicate in extra:
+            log.info("unsubscribing duplicate subscription %s to %s", duplicate.id, duplicate.topic)
+            try:
+                await self.unsubscribe(duplicate, wait=False)
+            except SubscriptionError as exc:
+                log.warning("could not unsubscribe duplicate %s: %s", duplicate.id, exc)
+        log.info("reusing subscription %s to %s at %s", kept.id, kept.topic, kept.hub)
+        return await self.renew(kept, wait=True) if wait else await self.renew(kept)
+
+    async def follow(self, url: str, *, wait: bool = False, **options: Any) -> list[Subscription]:
+        """Discover the channel(s) at `url` (a Source base URL, Capability List or WebSub topic)
+        and `ensure` a subscription to each, at its first hub that accepts.
+
+        Raises DiscoveryError when nothing is found, SubscriptionError when no channel could
+        be subscribed to (a channel that fails is logged while others succeed).
+        """
+        channels = await discover(url, self.session)
+        subscribed, problems = [], []
+        for channel in channels:
+            for hub in channel.hubs:  # one hub is enough (R-62); try the next when one refuses
+                try:
+                    subscribed.append(await self.ensure(
+                        channel.topic, hub, wait=wait, discovered_from=channel.discovered_from,
+                        discovery=channel.discovery, **options))
+                    break
+                except SubscriptionError as exc:
+                    problems.append(str(exc))
+                    log.warning("could not subscribe to %s at %s: %s", channel.topic, hub, exc)
+        if not subscribed:
+            raise SubscriptionError(f"no channel found from {url} could be subscribed to: " + "; ".join(problems))
+        return subscribed
+
+    def ensure_when_listening(self, topic: str, hub: str, lease_seconds: int | None = None,
+                              secret: bool | str | None = True, **options: Any) -> None:
+        """`ensure(...)` once the callback URL answers: call it from startup code (module level,
+        a lifespan, a WSGI app factory) before the server listens. Runs once the subscriber is
+        started (at once when it already is); the task lands in `startup_tasks`. Thread-safe."""
+        self._when_listening(lambda: self.ensure(topic, hub, lease_seconds, secret, **options),
+                             f"subscribe to {topic} at {hub}")
+
+    def follow_when_listening(self, url: str, **options: Any) -> None:
+        """`follow(url)` once the callback URL answers; as ensure_when_listening."""
+        self._when_listening(lambda: self.follow(url, **options), f"follow {url}")
+
+    def _when_listening(self, factory: Callable[[], Awaitable[Any]], what: str) -> None:
+        self._at_listening.append((factory, what))
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._launch_at_listening)
+
+    def _launch_at_listening(self) -> None:
+        waiting, self._at_listening = self._at_listening, []
+        for factory, what in waiting:
+            task = asyncio.create_task(self._after_listening(factory, what))
+            # Already logged in _after_listening; retrieved so asyncio does not report it again.
+            task.add_done_callback(lambda t: t.cancelled() or t.exception())
+            self.startup_tasks.append(task)
+
+    async def _after_listening(self, factory: Callable[[], Awaitable[Any]], what: str) -> Any:
+        try:
+            await self.wait_listening()
+            return await factory()
+        except SubscriberError as exc:
+            log.error("could not %s: %s", what, exc)
+            raise
+
+    async def wait_listening(self, timeout: float = LISTEN_TIMEOUT) -> None:
+        """Return once an HTTP request to the callback base URL gets an answer (any status)."""
+        probe = f"{self._callback_base()}/{LISTEN_PROBE}"
+        loop = asyncio.get_running_loop()
+        deadline, delay = loop.time() + timeout, 0.05
+        while True:
+            try:
+                async with self.session.get(probe, allow_redirects=False,
+                                            timeout=aiohttp.ClientTimeout(total=5)) as response:
+                    log.debug("callback URL answers (%s at %s)", response.status, probe)
+                    return
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                if loop.time() + delay > deadline:
+                    raise SubscriberError(f"the callback URL {probe} did not answer within {timeout:g} s: "
+                                          f"{exc or type(exc).__name__}") from exc
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 1.0)
+
+    async def diagnostics(self, subscription: Subscription | str, *, timeout: float | None = None) -> dict[str, Any]:
+        """The hub's report on `subscription` (status, lease, cursor, recent attempts, dead letters).
+
+        Signed with the subscription's secret; without a secret the hub sends a link to the
+        callback, which must be served meanwhile. Raises DiagnosticsError.
+        """
+        subscription_id = subscription if isinstance(subscription, str) else subscription.id
+        current = await self.store.get(subscription_id)
+        if current is None:
+            raise SubscriptionError(f"no subscription with id {subscription_id!r} in the store")
+        return await read_diagnostics(self.session, self.core, current,
+                                      link_timeout=timeout or self.settings.verification_timeout)
+
     async def subscriptions(self) -> list[Subscription]:
         return await self.store.all()
 
@@ -310,6 +476,7 @@ class Subscriber:
             latest = await self.store.get(subscription.id) or pending
             failed = latest.evolve(pending_mode=None, intent_sent_at=None, renew_at=retry_at)
             await self.store.put(failed)
+            self.core.fire("renewal_failed", failed, exc)
             if wait:
                 raise
             return failed
@@ -399,3 +566,10 @@ class Subscriber:
             f"hub {subscription.hub} did not verify the {mode} of {subscription.topic} within "
             f"{self.settings.verification_timeout:g} s (is {subscription.callback} reachable from the hub?)"
         )
+
+
+def _same(a: str, b: str) -> bool:
+    try:
+        return normalize_url(a) == normalize_url(b)
+    except ValueError:
+        return False

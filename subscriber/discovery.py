@@ -6,12 +6,18 @@ Three starting points:
 - a Capability List URL: the same, from its entry;
 - any WebSub topic URL: Link headers first, then <link> in an HTML <head>, then Atom/RSS
   links; redirects are followed and the final rel="self" is the topic (WebSub §4, S-01..S-04).
+
+Each public function takes `(url, session=None)`: without a session one is opened for the call.
+`discover(url)` tries the three in turn.
 """
 from __future__ import annotations
 
+import functools
 import logging
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from html.parser import HTMLParser
+from typing import TypeVar
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -36,6 +42,7 @@ ATOM_NS = "http://www.w3.org/2005/Atom"
 MAX_DOCUMENT_BYTES = 52_428_800  # a Sitemap document is at most 50 MiB
 MAX_REDIRECTS = 10
 _CHANNEL_CAPABILITIES = (CHANGE_NOTIFICATION, LEGACY_CHANGE_NOTIFICATION)
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -67,9 +74,7 @@ async def _fetch(session: aiohttp.ClientSession, url: str, what: str) -> _Fetche
             if response.content_length is not None and response.content_length > MAX_DOCUMENT_BYTES:
                 raise DiscoveryError(f"{what} at {url} is {response.content_length} bytes; "
                                      f"expected at most {MAX_DOCUMENT_BYTES}")
-            body = await response.content.read(MAX_DOCUMENT_BYTES + 1)
-            if len(body) > MAX_DOCUMENT_BYTES:
-                raise DiscoveryError(f"{what} at {url} is larger than {MAX_DOCUMENT_BYTES} bytes")
+            body = await read_bounded(response, MAX_DOCUMENT_BYTES, f"{what} at {url}")
             fetched = _Fetched(str(response.url), response.status, response.headers.get("Content-Type", ""),
                                tuple(response.headers.getall("Link", [])), body)
     except aiohttp.TooManyRedirects as exc:
@@ -81,8 +86,57 @@ async def _fetch(session: aiohttp.ClientSession, url: str, what: str) -> _Fetche
     return fetched
 
 
+def _url_first(func: Callable[[aiohttp.ClientSession, str], Awaitable[T]]) -> Callable[..., Awaitable[T]]:
+    """Public signature `(url, session=None)` for a function of (session, url). The
+    (session, url) order of earlier versions keeps working."""
+
+    @functools.wraps(func)
+    async def wrapper(url: str, session: aiohttp.ClientSession | None = None) -> T:
+        if isinstance(url, aiohttp.ClientSession):
+            url, session = session, url  # type: ignore[assignment]
+        if not isinstance(url, str):
+            raise TypeError(f"{func.__name__}(url, session=None) needs a URL string, got {type(url).__name__}")
+        if session is None:
+            async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as own:
+                return await func(own, url)
+        return await func(session, url)
+
+    return wrapper
+
+
+async def discover(url: str, session: aiohttp.ClientSession | None = None) -> list[DiscoveredTopic]:
+    """The channel(s) at `url`, whatever it is: a WebSub topic, a Capability List, or a Source
+    (base URL or its /.well-known/resourcesync). DiscoveryError says what each attempt found."""
+    if urlsplit(url).path.endswith(WELL_KNOWN):
+        return await discover_source(url, session)
+    problems = []
+    for kind, attempt in (("a topic", discover_topic), ("a Capability List", discover_capability_list),
+                          ("a Source", discover_source)):
+        try:
+            found = await attempt(url, session)
+        except DiscoveryError as exc:
+            problems.append(f"as {kind}: {exc}")
+            continue
+        return found if isinstance(found, list) else [found]
+    raise DiscoveryError(f"no change-notification channel found from {url}; " + "; ".join(problems))
+
+
+async def read_bounded(response: aiohttp.ClientResponse, limit: int, what: str) -> bytes:
+    """The whole body, read to its end (StreamReader.read(n) stops at what is buffered, often
+    64 KiB); DiscoveryError past `limit` bytes."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.content.iter_chunked(256 * 1024):
+        size += len(chunk)
+        if size > limit:
+            raise DiscoveryError(f"{what} is larger than {limit} bytes; expected at most {limit}")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 # --- plain WebSub discovery --------------------------------------------------------------
 
+@_url_first
 async def discover_topic(session: aiohttp.ClientSession, url: str) -> DiscoveredTopic:
     """The hub(s) and self URL of the topic at `url` (WebSub §4).
 
@@ -180,6 +234,7 @@ def _feed_links(body: bytes) -> tuple[str, list[tuple[str, str]]]:
 
 # --- ResourceSync discovery ---------------------------------------------------------------
 
+@_url_first
 async def discover_capability_list(session: aiohttp.ClientSession, url: str) -> list[DiscoveredTopic]:
     """The change-notification channels a Capability List advertises (CN §5)."""
     fetched = await _fetch(session, url, "Capability List")
@@ -213,6 +268,7 @@ async def discover_capability_list(session: aiohttp.ClientSession, url: str) -> 
     return channels
 
 
+@_url_first
 async def discover_source(session: aiohttp.ClientSession, base_url: str) -> list[DiscoveredTopic]:
     """Every change-notification channel of the Source at `base_url` (core §8, CN §5)."""
     description_url = base_url if urlsplit(base_url).path.endswith(WELL_KNOWN) else urljoin(base_url, WELL_KNOWN)

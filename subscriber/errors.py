@@ -6,6 +6,7 @@ SubscriberError
 ├── SubscriptionError       a hub refused a subscribe/unsubscribe request (its status and
 │   │                       reason), or never verified it in time
 │   └── SubscriptionDeniedError   the hub sent hub.mode=denied for the intent
+├── DiagnosticsError        the hub would not show a subscription's diagnostics (its status and reason)
 ├── StoreError              the subscription state could not be read or written
 └── SettingsError           a setting (option or RSNOTIFY_SUBSCRIBER_* variable) has a bad value
 
@@ -34,6 +35,14 @@ class SubscriptionError(SubscriberError):
 
 class SubscriptionDeniedError(SubscriptionError):
     """The hub denied the subscription (hub.mode=denied)."""
+
+
+class DiagnosticsError(SubscriberError):
+    """The hub did not answer a diagnostics request with the subscription's status."""
+
+    def __init__(self, message: str, *, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status     # the hub's HTTP status, when it answered
 
 
 class StoreError(SubscriberError):

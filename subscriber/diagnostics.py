@@ -1,0 +1,108 @@
+"""Reading a subscription's diagnostics from an rsnotify hub: its status, lease, cursor and recent
+delivery attempts, as the hub sees them.
+
+A subscription with a secret signs `"{sid}\\n{timestamp}"` (GET /diagnostics/{sid}); one without
+asks the hub (POST /diagnostics) to send a link to its callback (hub.mode=diagnostics), which
+the callback core keeps, and reads that link. sid is the hub's id of (topic, callback).
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import time
+from typing import Any
+from urllib.parse import urljoin
+
+import aiohttp
+
+from rsnotify.websub import SIGNATURE_HEADER, sign
+
+from .core import CallbackCore
+from .errors import DiagnosticsError
+from .store import Subscription
+
+TIMESTAMP_HEADER = "X-RSNotify-Timestamp"
+
+
+def hub_subscription_id(topic: str, callback: str) -> str:
+    """The hub's id of a subscription: the first 32 hex digits of sha256(topic + "\\n" + callback)."""
+    return hashlib.sha256(f"{topic}\n{callback}".encode()).hexdigest()[:32]
+
+
+def diagnostics_url(subscription: Subscription) -> str:
+    return urljoin(subscription.hub, f"diagnostics/{hub_subscription_id(subscription.topic, subscription.callback)}")
+
+
+async def read_diagnostics(session: aiohttp.ClientSession, core: CallbackCore, subscription: Subscription,
+                           *, link_timeout: float = 30.0) -> dict[str, Any]:
+    """The hub's JSON report on `subscription`; DiagnosticsError when the hub does not give it.
+
+    Without a secret the callback must be served while this waits (up to `link_timeout`
+    seconds) for the hub's link; a link received earlier is used again while it works.
+    """
+    if subscription.secret is not None:
+        sid = hub_subscription_id(subscription.topic, subscription.callback)
+        timestamp = str(int(time.time()))
+        headers = {TIMESTAMP_HEADER: timestamp,
+                   SIGNATURE_HEADER: sign(f"{sid}\n{timestamp}".encode(), subscription.secret)}
+        return await _get(session, diagnostics_url(subscription), headers, subscription)
+    link = core.diagnostics_links.get(subscription.id)
+    if link is not None:
+        try:
+            return await _get(session, link, {}, subscription)
+        except DiagnosticsError as exc:
+            if exc.status != 401:
+                raise
+            core.diagnostics_links.pop(subscription.id, None)  # expired: ask for a new one
+    return await _get(session, await _request_link(session, core, subscription, link_timeout), {}, subscription)
+
+
+async def _request_link(session: aiohttp.ClientSession, core: CallbackCore, subscription: Subscription,
+                        timeout: float) -> str:
+    waiter = core.expect(subscription.id, "diagnostics")
+    try:
+        url = urljoin(subscription.hub, "diagnostics")
+        form = {"hub.topic": subscription.topic, "hub.callback": subscription.callback}
+        try:
+            async with session.post(url, data=form, allow_redirects=False) as response:
+                reply = (await response.text(errors="replace"))[:500].strip()
+                if response.status != 202:
+                    raise DiagnosticsError(f"hub {subscription.hub} refused a diagnostics link for "
+                                           f"{subscription.topic}: {response.status} {reply}", status=response.status)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            raise DiagnosticsError(f"cannot reach hub {subscription.hub} for diagnostics: "
+                                   f"{exc or type(exc).__name__}") from exc
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout)
+        except TimeoutError:
+            raise DiagnosticsError(
+                f"hub {subscription.hub} sent no diagnostics link to {subscription.callback} within {timeout:g} s "
+                "(it sends at most one a minute, only for a subscription it holds, and the callback must be "
+                "served meanwhile)") from None
+    finally:
+        core.forget_waiter(subscription.id, "diagnostics", waiter)
+    return core.diagnostics_links[subscription.id]
+
+
+async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str],
+               subscription: Subscription) -> dict[str, Any]:
+    try:
+        async with session.get(url, headers=headers, allow_redirects=False) as response:
+            text = await response.text(errors="replace")
+            status = response.status
+    except (TimeoutError, aiohttp.ClientError) as exc:
+        raise DiagnosticsError(f"cannot reach hub {subscription.hub} for diagnostics: "
+                               f"{exc or type(exc).__name__}") from exc
+    if status != 200:
+        raise DiagnosticsError(f"hub {subscription.hub} answered {status} to the diagnostics request for "
+                               f"{subscription.topic}: {text[:500].strip()}", status=status)
+    try:
+        report = json.loads(text)
+    except ValueError as exc:
+        raise DiagnosticsError(f"hub {subscription.hub} answered the diagnostics request with something "
+                               f"other than JSON: {text[:200]!r}") from exc
+    if not isinstance(report, dict):
+        raise DiagnosticsError(f"hub {subscription.hub} answered the diagnostics request with JSON that is "
+                               f"not an object: {text[:200]!r}")
+    return report
