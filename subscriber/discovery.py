@@ -29,7 +29,7 @@ from rsnotify.notification import (
     CHANGE_NOTIFICATION,
     LEGACY_CHANGE_NOTIFICATION,
 )
-from rsnotify.safexml import LOC, RS_LN, RS_MD, URL, URLSET, parse_root
+from rsnotify.safexml import LOC, RS_LN, RS_MD, SITEMAP, SITEMAPINDEX, URL, URLSET, parse_root
 from rsnotify.websub import links_by_rel, parse_link_header
 from rsnotify.xml import parse_capability_list, parse_source_description
 
@@ -271,27 +271,103 @@ async def discover_capability_list(session: aiohttp.ClientSession, url: str) -> 
 @_url_first
 async def discover_source(session: aiohttp.ClientSession, base_url: str) -> list[DiscoveredTopic]:
     """Every change-notification channel of the Source at `base_url` (core §8, CN §5)."""
-    description_url = base_url if urlsplit(base_url).path.endswith(WELL_KNOWN) else urljoin(base_url, WELL_KNOWN)
-    fetched = await _fetch(session, description_url, "Source Description")
-    try:
-        capability_lists = parse_source_description(fetched.body).capability_lists
-    except ValidationError as exc:
-        log.warning("Source Description %s breaks the spec: %s", fetched.url, "; ".join(exc.problems))
-        capability_lists = [loc for loc, capability, _ in _lenient_entries(fetched.body, fetched.url)
-                            if capability in (None, CAPABILITY_LIST)]
-    except DocumentParseError as exc:
-        raise DiscoveryError(f"{fetched.url} is not a Source Description: {exc}") from exc
+    description_url, capability_lists = await source_capability_lists(session, base_url)
     channels: list[DiscoveredTopic] = []
     problems: list[str] = []
     for capability_list in capability_lists:
         try:
-            channels.extend(await discover_capability_list(session, urljoin(fetched.url, capability_list)))
+            channels.extend(await discover_capability_list(session, capability_list))
         except DiscoveryError as exc:
             problems.append(str(exc))
     if not channels:
         detail = "; ".join(problems) if problems else "it lists no Capability List"
-        raise DiscoveryError(f"no change-notification channel found from Source Description {fetched.url}: {detail}")
+        raise DiscoveryError(f"no change-notification channel found from Source Description {description_url}: {detail}")
     return channels
+
+
+def source_description_url(base_url: str) -> str:
+    """`base_url` itself when it names the well-known document, else the Source's well-known URL."""
+    return base_url if urlsplit(base_url).path.endswith(WELL_KNOWN) else urljoin(base_url, WELL_KNOWN)
+
+
+async def source_capability_lists(session: aiohttp.ClientSession, base_url: str) -> tuple[str, list[str]]:
+    """(the Source Description URL, the absolute URLs of its Capability Lists).
+
+    A Source Description Index (a `<sitemapindex>` of Source Descriptions, core §8) is
+    followed one level down.
+    """
+    fetched = await _fetch(session, source_description_url(base_url), "Source Description")
+    root = _root_or_error(fetched, "Source Description")
+    if root.tag == SITEMAPINDEX:
+        capability_lists: list[str] = []
+        for sitemap in root.iterchildren(SITEMAP):
+            loc = (sitemap.findtext(LOC) or "").strip()
+            if not loc:
+                continue
+            part = await _fetch(session, urljoin(fetched.url, loc), "Source Description")
+            capability_lists.extend(_capability_lists_of(part))
+        return fetched.url, capability_lists
+    return fetched.url, _capability_lists_of(fetched)
+
+
+def _root_or_error(fetched: _Fetched, what: str) -> etree._Element:
+    try:
+        return parse_root(fetched.body)
+    except DocumentParseError as exc:
+        raise DiscoveryError(f"{fetched.url} is not a {what}: {exc}") from exc
+
+
+def _capability_lists_of(fetched: _Fetched) -> list[str]:
+    try:
+        locs = parse_source_description(fetched.body).capability_lists
+    except ValidationError as exc:
+        log.warning("Source Description %s breaks the spec: %s", fetched.url, "; ".join(exc.problems))
+        locs = [loc for loc, capability, _ in _lenient_entries(fetched.body, fetched.url)
+                if capability in (None, CAPABILITY_LIST)]
+    except DocumentParseError as exc:
+        raise DiscoveryError(f"{fetched.url} is not a Source Description: {exc}") from exc
+    return [urljoin(fetched.url, loc) for loc in locs]
+
+
+@dataclass(frozen=True)
+class SourceCapabilities:
+    """What one Capability List offers a Destination that keeps a copy (core §9, CN §5)."""
+
+    capability_list: str                     # its URL (after redirects)
+    resourcelist: str | None = None          # a Resource List or Resource List Index
+    changelist: str | None = None            # a Change List or Change List Index
+    changelist_archive: str | None = None
+    channels: tuple[DiscoveredTopic, ...] = ()
+
+
+async def discover_capabilities(session: aiohttp.ClientSession, url: str) -> SourceCapabilities:
+    """Every capability of the Capability List at `url` that sync uses; DiscoveryError when it
+    cannot be fetched or read."""
+    fetched = await _fetch(session, url, "Capability List")
+    try:
+        entries = [(entry.loc, entry.capability, tuple(entry.links_with("hub")))
+                   for entry in parse_capability_list(fetched.body).entries]
+    except ValidationError as exc:
+        log.warning("Capability List %s breaks the spec: %s", fetched.url, "; ".join(exc.problems))
+        entries = _lenient_entries(fetched.body, fetched.url)
+    except DocumentParseError as exc:
+        raise DiscoveryError(f"{fetched.url} is not a Capability List: {exc}") from exc
+    found: dict[str, str] = {}
+    channels = []
+    for loc, capability, hubs in entries:
+        absolute = urljoin(fetched.url, loc)
+        if capability in _CHANNEL_CAPABILITIES:
+            if hubs:
+                channels.append(DiscoveredTopic(
+                    topic=absolute, hubs=tuple(urljoin(fetched.url, h) for h in hubs), found_in="capability-list",
+                    url=fetched.url, capability_list=fetched.url, discovered_from=fetched.url,
+                    discovery="capability-list"))
+            else:
+                log.warning("change-notification channel %s in %s has no <rs:ln rel=\"hub\">", loc, fetched.url)
+        elif capability and capability not in found:
+            found[capability] = absolute
+    return SourceCapabilities(fetched.url, found.get("resourcelist"), found.get("changelist"),
+                              found.get("changelist-archive"), tuple(channels))
 
 
 def _lenient_entries(body: bytes, url: str) -> list[tuple[str, str | None, tuple[str, ...]]]:
