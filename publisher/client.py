@@ -35,9 +35,10 @@ from rsnotify.websub import (
 )
 from rsnotify.xml import parse_notification, to_xml
 
-from .chain import ChainState
+from .chain import LocalChain
 from .changes import ChangeLike, to_resource_changes
 from .errors import ChangeInputError, HubUnreachableError, PublishError, SettingsError
+from .memory import ChangeMemory
 from .settings import PublisherSettings
 
 log = logging.getLogger(__name__)
@@ -70,9 +71,13 @@ class Publisher:
 
     `hub_url`: one hub URL or several (every document goes to each). `capability_list_url`:
     when known, sent as `Link rel="resourcesync"` and written as `<rs:ln rel="up">` in each
-    document. `state_path`: a JSON file keeping the topic's last `until`, so the chain of
-    from/until intervals continues after a restart. `now` is the clock for changes given
-    without a datetime. `session`: an aiohttp ClientSession to use (not closed by us).
+    document. `state_path`: the change memory file (SQLite, shared with an Outbox): every
+    prepared notification's changes are recorded there, in the transaction that advances the
+    topic's from/until chain, before the hub POST; any number of publishers, threads and
+    processes on one file make one unbroken chain. `memory`: an open ChangeMemory instead.
+    Without either, the chain lives in this object only. `blocking_deadline`: seconds
+    `publish_blocking` may take in all. `now` is the clock for changes given without a
+    datetime. `session`: an aiohttp ClientSession to use (not closed by us).
     """
 
     def __init__(
@@ -87,6 +92,8 @@ class Publisher:
         retry_delay: float = 0.5,
         max_retry_delay: float = 30.0,
         state_path: str | None = None,
+        memory: ChangeMemory | None = None,
+        blocking_deadline: float = 10.0,
         max_entries: int = 50_000,
         max_bytes: int = 50_000_000,
         now: Callable[[], datetime] = utc_now,
@@ -105,21 +112,24 @@ class Publisher:
             raise SettingsError(f"max_attempts must be at least 1, got {max_attempts}")
         if timeout <= 0:
             raise SettingsError(f"timeout must be a positive number of seconds, got {timeout}")
+        if blocking_deadline <= 0:
+            raise SettingsError(f"blocking_deadline must be a positive number of seconds, got {blocking_deadline}")
         self.timeout = timeout
+        self.blocking_deadline = blocking_deadline
         self.max_attempts = max_attempts
         self.retry_delay = retry_delay
         self.max_retry_delay = max_retry_delay
         self.max_entries = max_entries
         self.max_bytes = max_bytes
-        self.chain = ChainState(state_path)
+        self.memory = memory if memory is not None else (ChangeMemory(state_path) if state_path else None)
+        self.chain: ChangeMemory | LocalChain = self.memory if self.memory is not None else LocalChain()
         self.latest_document: bytes | None = None  # the last accepted document: the topic URI's body
         self._now = now
         self._session = session
         self._owns_session = session is None
-        # One publish at a time per publisher: each one's `from` is the previous one's `until`.
-        self._blocking_lock = threading.Lock()
-        self._async_lock: asyncio.Lock | None = None
-        self._async_lock_loop: asyncio.AbstractEventLoop | None = None
+        # One publish at a time per publisher, async or blocking alike, so its documents reach
+        # the hub in chain order (each one's `from` is the previous one's `until`).
+        self._turn = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: PublisherSettings, **kwargs: Any) -> Publisher:
@@ -215,10 +225,14 @@ class Publisher:
         """Like `publish`, with the whole receipt of each accepted notification."""
         return await self._publish(changes, await self._get_session())
 
-    def publish_blocking(self, changes: Iterable[ChangeLike]) -> list[str | None]:
-        """`publish` for code without an event loop (it runs one for the call)."""
-        with self._blocking_lock:
-            return [r.notification_id for r in self._run_blocking(lambda s: self._publish(changes, s))]
+    def publish_blocking(self, changes: Iterable[ChangeLike], *, deadline: float | None = None) -> list[str | None]:
+        """`publish` for code without an event loop (it runs one for the call).
+
+        Takes at most `deadline` seconds in all (default: `blocking_deadline`, 10 s): a hub that
+        never answers raises HubUnreachableError within it.
+        """
+        limit = self.blocking_deadline if deadline is None else deadline
+        return [r.notification_id for r in self._run_blocking(lambda s: self._publish(changes, s), limit)]
 
     async def submit(
         self,
@@ -227,28 +241,35 @@ class Publisher:
         hubs: Sequence[str] | None = None,
         attempts: int | None = None,
         session: aiohttp.ClientSession | None = None,
+        record: bool = True,
     ) -> list[Receipt]:
         """POST one document to each hub (all of them unless `hubs` is given); a receipt each.
 
-        Bytes are validated as a change notification, then sent as they are. When every hub
-        accepted, the topic's chain advances to the document's `until`. `attempts` overrides
-        `max_attempts` (the outbox keeps its own, durable retry schedule and passes 1).
-        `session`: an aiohttp session of the running loop to use instead of the publisher's.
+        Bytes are validated as a change notification, then sent as they are. With a change
+        memory the document is recorded first (unless `record=False`: the outbox sends what it
+        recorded already); without one, the chain advances to its `until` once every hub
+        accepted. `attempts` overrides `max_attempts` (the outbox keeps its own, durable retry
+        schedule and passes 1). `session`: an aiohttp session of the running loop to use.
         """
-        return await self._submit(document, session or await self._get_session(), hubs, attempts)
+        return await self._submit(document, session or await self._get_session(), hubs, attempts, record=record)
 
     def submit_blocking(
         self, document: ChangeNotification | bytes, *, hubs: Sequence[str] | None = None
     ) -> list[Receipt]:
-        """`submit` for code without an event loop."""
-        return self._run_blocking(lambda s: self._submit(document, s, hubs))
+        """`submit` for code without an event loop (within `blocking_deadline` seconds)."""
+        return self._run_blocking(lambda s: self._submit(document, s, hubs), self.blocking_deadline)
 
     def _run_blocking(
-        self, work: Callable[[aiohttp.ClientSession], Awaitable[list[Receipt]]]
+        self, work: Callable[[aiohttp.ClientSession], Awaitable[list[Receipt]]], deadline: float
     ) -> list[Receipt]:
         async def run() -> list[Receipt]:
             async with aiohttp.ClientSession() as session:
-                return await work(session)
+                try:
+                    return await asyncio.wait_for(work(session), deadline)
+                except TimeoutError:
+                    raise HubUnreachableError(
+                        f"no answer within the {deadline:g} s deadline", ", ".join(self.hub_urls)
+                    ) from None
 
         try:
             asyncio.get_running_loop()
@@ -260,21 +281,28 @@ class Publisher:
         )
 
     async def _publish(self, changes: Iterable[ChangeLike], session: aiohttp.ClientSession) -> list[Receipt]:
-        async with self._lock_for_this_loop():
+        # A thread lock, polled: it serves every loop and thread, and a cancelled wait holds nothing.
+        while not self._turn.acquire(blocking=False):
+            await asyncio.sleep(0.002)
+        try:
             return await self._publish_in_turn(changes, session)
+        finally:
+            self._turn.release()
 
-    def _lock_for_this_loop(self) -> asyncio.Lock:
-        loop = asyncio.get_running_loop()
-        if self._async_lock is None or self._async_lock_loop is not loop:
-            self._async_lock, self._async_lock_loop = asyncio.Lock(), loop
-        return self._async_lock
+    def _reserve(self, changes: Iterable[ChangeLike]) -> list[ChangeNotification]:
+        """The documents for `changes`; with a change memory, recorded with the chain's advance
+        in one transaction before anything is sent."""
+        if self.memory is None:
+            return self.prepare(changes)
+        items = list(changes)
+        return self.memory.reserve(self.topic_url, lambda after: self.prepare(items, after=after))
 
     async def _publish_in_turn(self, changes: Iterable[ChangeLike], session: aiohttp.ClientSession) -> list[Receipt]:
-        documents = self.prepare(changes)
+        documents = self._reserve(changes)
         accepted: list[Receipt] = []
         for index, document in enumerate(documents):
             try:
-                accepted.extend(await self._submit(document, session, None))
+                accepted.extend(await self._submit(document, session, None, record=False))
             except PublishError as exc:
                 exc.accepted = accepted
                 exc.unsent = [change for doc in documents[index:] for change in doc.changes]
@@ -287,11 +315,15 @@ class Publisher:
         session: aiohttp.ClientSession,
         hubs: Sequence[str] | None,
         attempts: int | None = None,
+        *,
+        record: bool = True,
     ) -> list[Receipt]:
         if isinstance(document, ChangeNotification):
             notification, body = document, to_xml(document)
         else:
             body, notification = bytes(document), validate_document(bytes(document))
+        if record and self.memory is not None:
+            self.memory.record_documents(self.topic_url, [notification])
         results = await asyncio.gather(
             *(self._post(session, hub, body, notification, attempts or self.max_attempts) for hub in (hubs or self.hub_urls)),
             return_exceptions=True,
@@ -304,7 +336,8 @@ class Publisher:
             for other in failures[1:]:
                 log.error("publish to %s failed too: %s", getattr(other, "hub_url", "?"), other)
             raise failures[0]
-        self.chain.advance(self.topic_url, notification.until_time)
+        if isinstance(self.chain, LocalChain):
+            self.chain.advance(self.topic_url, notification.until_time)
         self.latest_document = body
         return [r for r in results if isinstance(r, Receipt)]
 

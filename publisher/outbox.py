@@ -3,7 +3,9 @@ a background thread POSTs them to every hub, in order, retrying until each is ac
 
 For Sources whose request path must never wait on a hub. The from/until chain is fixed when a
 change is added (the documents are stored whole), so retries and restarts resend exactly the
-same bytes and the chain never has gaps or overlaps.
+same bytes and the chain never has gaps or overlaps. The file is a change memory
+(`publisher.memory`): each document's changes go into its Change Lists in the same
+transaction, and a Publisher given the same file as `state_path` shares its chain.
 """
 from __future__ import annotations
 
@@ -21,13 +23,14 @@ from typing import Self
 
 import aiohttp
 
-from rsnotify.datetimes import format_datetime, parse_w3c_datetime
+from rsnotify.datetimes import format_datetime
 from rsnotify.notification import ChangeNotification
 from rsnotify.xml import to_xml
 
 from .changes import ChangeLike
 from .client import Publisher, Receipt
 from .errors import ChangeInputError, PublishError, StateError
+from .memory import ListPolicy, connect, immediate, last_until, record
 
 log = logging.getLogger(__name__)
 
@@ -60,7 +63,6 @@ CREATE TABLE IF NOT EXISTS deliveries (
     PRIMARY KEY (document_id, hub_url)
 );
 CREATE INDEX IF NOT EXISTS deliveries_by_state ON deliveries (state, hub_url, document_id);
-CREATE TABLE IF NOT EXISTS chain (topic TEXT PRIMARY KEY, until_time TEXT NOT NULL);
 """
 
 
@@ -115,24 +117,20 @@ class Outbox:
         """Queue `changes`; returns the outbox ids of the documents written, without waiting
         on any hub. Raises ChangeInputError (nothing queued) for a bad change."""
         topic = self.publisher.topic_url
+        items = list(changes)
+        policy = self.publisher.memory.policy if self.publisher.memory is not None else ListPolicy()
         with self._lock:
-            row = self._db.execute("SELECT until_time FROM chain WHERE topic = ?", (topic,)).fetchone()
-            after = parse_w3c_datetime(row[0]) if row else None
-            documents = self.publisher.prepare(changes, after=after)
-            if not documents:
-                return []
-            ids: list[int] = []
             try:
-                with self._db:
-                    for document in documents:
-                        ids.append(self._insert(topic, document))
-                    self._db.execute(
-                        "INSERT INTO chain (topic, until_time) VALUES (?, ?) "
-                        "ON CONFLICT(topic) DO UPDATE SET until_time = excluded.until_time",
-                        (topic, format_datetime(documents[-1].until_time)),
-                    )
+                # The write lock is taken before the chain is read: no other process can
+                # take the same interval.
+                with immediate(self._db, self.path) as db:
+                    documents = self.publisher.prepare(items, after=last_until(db, topic))
+                    ids = [self._insert(topic, document) for document in documents]
+                    record(db, topic, documents, policy)
             except sqlite3.Error as exc:
                 raise StateError(f"cannot write to the outbox {self.path}: {exc}") from exc
+            if not documents:
+                return []
         log.debug("outbox %s: queued documents %s for %s", self.path, ids, topic)
         self._wake.set()
         return ids
@@ -198,12 +196,8 @@ class Outbox:
     # -- storage -------------------------------------------------------------------------------
 
     def _open(self) -> sqlite3.Connection:
+        db = connect(self.path)  # WAL, synchronous=FULL: add() returns once the documents are on disk
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute("PRAGMA synchronous=FULL")  # add() returns only once the documents are on disk
-            db.execute("PRAGMA busy_timeout=5000")
             db.executescript(_SCHEMA)
             db.isolation_level = "DEFERRED"  # `with db:` opens and commits a transaction
             return db
@@ -325,7 +319,7 @@ class Outbox:
 
     async def _send(self, session: aiohttp.ClientSession, document_id: int, hub: str, attempts: int, body: bytes) -> None:
         try:
-            receipts = await self.publisher.submit(body, hubs=[hub], attempts=1, session=session)
+            receipts = await self.publisher.submit(body, hubs=[hub], attempts=1, session=session, record=False)
             outcome: Receipt | Exception = receipts[0]
         except (PublishError, ChangeInputError) as exc:
             outcome = exc
