@@ -114,6 +114,8 @@ class Subscriber:
         self._at_listening: list[tuple[Callable[[], Awaitable[Any]], str]] = []
         # What *_when_listening started: await them to know the outcome (each returns or raises).
         self.startup_tasks: list[asyncio.Task[Any]] = []
+        # Extra form fields for an intent, e.g. rsnotify.replay_from (hubs ignore unknown ones).
+        self.intent_extras: Callable[[Subscription, str], dict[str, str]] | None = None
 
     # --- hooks (decorators) ----------------------------------------------------------------
 
@@ -519,6 +521,8 @@ class Subscriber:
             mode=mode, topic=subscription.topic, callback=subscription.callback,
             lease_seconds=subscription.requested_lease_seconds, secret=subscription.secret,
         ).to_form()
+        if self.intent_extras is not None:
+            form = {**self.intent_extras(subscription, mode), **form}
         hub = subscription.hub
         for _ in range(MAX_HUB_REDIRECTS + 1):
             try:
