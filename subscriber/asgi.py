@@ -2,11 +2,17 @@
 
 The subscription id is the last segment of the request path, so the app works mounted under
 any prefix (`Mount("/websub", app=ASGICallbackApp(subscriber))`). Served on its own, it runs
-the subscriber's start/close on the lifespan events.
+the subscriber's start/close on the lifespan events; mounted (sub-apps get no lifespan
+events), the enclosing app runs them with `subscriber_lifespan`:
+
+    subscriber.ensure_when_listening(topic, hub)      # made once the server answers
+    app = FastAPI(lifespan=subscriber_lifespan(subscriber))
+    app.mount("/websub", ASGICallbackApp(subscriber, manage_lifespan=False))
 """
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import AsyncIterator, Awaitable, Callable, MutableMapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qsl
 
@@ -65,6 +71,26 @@ class ASGICallbackApp:
                     await self.subscriber.close()
                 await send({"type": "lifespan.shutdown.complete"})
                 return
+
+
+def subscriber_lifespan(subscriber: Subscriber) -> Callable[[Any], AbstractAsyncContextManager[None]]:
+    """A lifespan (FastAPI(lifespan=...), Starlette(lifespan=...)) that starts the subscriber
+    with the app and closes it at shutdown.
+
+    The server binds only after the lifespan's startup, so nothing here may wait for the hub's
+    verification: subscriptions asked for with `ensure_when_listening` / `follow_when_listening`
+    are made by a task once the callback URL answers.
+    """
+
+    @asynccontextmanager
+    async def lifespan(app: Any) -> AsyncIterator[None]:
+        await subscriber.start()
+        try:
+            yield
+        finally:
+            await subscriber.close()
+
+    return lifespan
 
 
 class _BodyTooLarge(Exception):

@@ -2,16 +2,21 @@
 
 WSGI servers call applications from their own threads with no event loop, so the
 subscriber (its store, renewals and HTTP client) runs on an event loop in one background
-thread, `SubscriberThread`, and `WSGICallbackApp` hands each request to it.
+thread, `SubscriberThread`, and `WSGICallbackApp` hands each request to it. Flask and Django
+users take `rsnotify.subscriber.flask` / `.django`; any other WSGI app mounts the callback app:
 
-    runner = SubscriberThread(Subscriber("https://dest.example.org/websub", on_notification=handle))
-    runner.start()
+    subscriber = Subscriber("https://dest.example.org/websub", on_notification=handle)
+    subscriber.ensure_when_listening(topic, hub)     # subscribes once the server answers
+    runner = subscriber_thread(subscriber)            # started; stopped at exit
     app.wsgi_app = DispatcherMiddleware(app.wsgi_app, {"/websub": runner.wsgi_app()})
-    runner.subscribe(topic, hub)
+
+Never wait for a verification inside a request (`wait=True`): on a single-threaded server
+the hub's verification GET would queue behind the request that waits for it.
 """
 from __future__ import annotations
 
 import asyncio
+import atexit
 import threading
 from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
@@ -44,6 +49,9 @@ class SubscriberThread:
         self.loop.run_forever()
 
     def start(self) -> Self:
+        """Start the thread and the subscriber on it (again a no-op once started)."""
+        if self._thread.is_alive():
+            return self
         self._thread.start()
         self.call(self.subscriber.start(renew=self.renew))
         return self
@@ -71,15 +79,47 @@ class SubscriberThread:
         """Run `coro` on the subscriber's loop and wait for its result (from any other thread)."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
 
-    def subscribe(self, topic: str, hub: str, lease_seconds: int | None = None,
-                  secret: bool | str | None = True, **options: Any) -> Subscription:
-        return self.call(self.subscriber.subscribe(topic, hub, lease_seconds, secret, **options))
+    # wait=False by default here: these run in WSGI code, where waiting for the verification
+    # GET can deadlock (see the module docstring).
 
-    def unsubscribe(self, subscription: Subscription | str, **options: Any) -> Subscription:
-        return self.call(self.subscriber.unsubscribe(subscription, **options))
+    def subscribe(self, topic: str, hub: str, lease_seconds: int | None = None,
+                  secret: bool | str | None = True, *, wait: bool = False, **options: Any) -> Subscription:
+        return self.call(self.subscriber.subscribe(topic, hub, lease_seconds, secret, wait=wait, **options))
+
+    def ensure(self, topic: str, hub: str, lease_seconds: int | None = None,
+               secret: bool | str | None = True, *, wait: bool = False, **options: Any) -> Subscription:
+        return self.call(self.subscriber.ensure(topic, hub, lease_seconds, secret, wait=wait, **options))
+
+    def follow(self, url: str, *, wait: bool = False, **options: Any) -> list[Subscription]:
+        return self.call(self.subscriber.follow(url, wait=wait, **options))
+
+    def unsubscribe(self, subscription: Subscription | str, *, wait: bool = False, **options: Any) -> Subscription:
+        return self.call(self.subscriber.unsubscribe(subscription, wait=wait, **options))
+
+    def diagnostics(self, subscription: Subscription | str, **options: Any) -> dict[str, Any]:
+        """The hub's report on `subscription` (a subscription without a secret needs another
+        request thread free for the hub's link: not from a single-threaded server's request)."""
+        return self.call(self.subscriber.diagnostics(subscription, **options))
+
+    def subscriptions(self) -> list[Subscription]:
+        return self.call(self.subscriber.subscriptions())
 
     def wsgi_app(self) -> WSGICallbackApp:
         return WSGICallbackApp(self)
+
+
+_threads: dict[int, SubscriberThread] = {}
+_threads_lock = threading.Lock()
+
+
+def subscriber_thread(subscriber: Subscriber) -> SubscriberThread:
+    """The one SubscriberThread of `subscriber`, started on the first call and stopped at exit."""
+    with _threads_lock:
+        runner = _threads.get(id(subscriber))
+        if runner is None or runner.subscriber is not subscriber:
+            runner = _threads[id(subscriber)] = SubscriberThread(subscriber)
+            atexit.register(runner.stop, 5.0)
+        return runner.start()
 
 
 class WSGICallbackApp:
