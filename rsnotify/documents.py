@@ -41,6 +41,7 @@ from .safexml import (
     read_length,
     read_link,
     describe_element,
+    loc_problem,
     tag_name,
 )
 from .xml import read_capability_list, read_notification, read_source_description
@@ -185,7 +186,7 @@ def _core_problems(
             notes.append(f"<{root_name}> has no <rs:ln rel='up'> to the Capability List (the core spec makes it mandatory)")
     for element in root.iterfind(RS_LN):
         read_link(element, f"<{root_name}>", problems)
-    changes = _check_entries(root, capability, problems)
+    changes = _check_entries(root, capability, problems, notes)
     if capability in ("changelist", "changedump-manifest") and root.tag == URLSET:
         problems.extend(change_order_problems(bounds.get("from"), bounds.get("until"), changes))
     return problems, notes
@@ -196,11 +197,14 @@ def _looks_like_beta_notification(root: etree._Element) -> bool:
     return bool(mds) and all(md is not None and md.get("change") for md in mds)
 
 
-def _check_entries(root: etree._Element, capability: str | None, problems: list[str]) -> list[ResourceChange]:
+def _check_entries(
+    root: etree._Element, capability: str | None, problems: list[str], notes: list[str]
+) -> list[ResourceChange]:
     """Check every `<url>`/`<sitemap>`; returns the resource changes that have a change value."""
     entry_tag = URL if root.tag == URLSET else SITEMAP
     entry_name = tag_name(entry_tag)
     changes: list[ResourceChange] = []
+    not_http: list[str] = []  # absolute URIs of other schemes: allowed by the core spec
     count = 0
     for index, entry in enumerate(root.iterfind(entry_tag), 1):
         count = index
@@ -209,6 +213,10 @@ def _check_entries(root: etree._Element, capability: str | None, problems: list[
         owner = f"for {loc}" if loc else f"of <{entry_name}> #{index}"
         if not loc:
             problems.append(f"<{entry_name}> #{index} has no <loc>; expected a URI")
+        elif issue := loc_problem(loc, http_only=False):
+            problems.append(f"<loc> '{loc}' {issue}")
+        elif loc_problem(loc):
+            not_http.append(loc)
         mds = entry.findall(RS_MD)
         if len(mds) > 1:
             problems.append(f"{where} has more than one <rs:md>; expected at most one (it is not repeatable)")
@@ -224,6 +232,11 @@ def _check_entries(root: etree._Element, capability: str | None, problems: list[
             changes.append(change)
     if count > MAX_ENTRIES:
         problems.append(f"<{tag_name(root.tag)}> has {count} entries; expected at most {MAX_ENTRIES}")
+    if not_http:
+        notes.append(
+            f"{len(not_http)} <loc> {'is not an http(s) URI' if len(not_http) == 1 else 'are not http(s) URIs'} "
+            f"(first: '{not_http[0]}'); rsnotify's hub and publisher accept http(s) only"
+        )
     return changes
 
 

@@ -32,6 +32,7 @@ from .safexml import (
     describe_element,
     extra_attributes,
     hash_text,
+    iterparse,
     optional_datetime,
     optional_int,
     read_datetime,
@@ -134,7 +135,7 @@ class _GuardedReader:
 
     def __init__(self, stream: BinaryIO, max_bytes: int) -> None:
         self._stream = stream
-        self._max_bytes = max_bytes
+        self.max_bytes = max_bytes
         self.total = 0
         self._tail = b""
 
@@ -145,8 +146,8 @@ class _GuardedReader:
         if isinstance(chunk, str):  # a text stream: lxml wants bytes here
             chunk = chunk.encode("utf-8")
         self.total += len(chunk)
-        if self.total > self._max_bytes:
-            raise DocumentParseError(f"document is more than {self._max_bytes} bytes; expected at most {self._max_bytes} bytes")
+        if self.total > self.max_bytes:
+            raise DocumentParseError(f"document is more than {self.max_bytes} bytes; expected at most {self.max_bytes} bytes")
         window = self._tail + chunk
         if b"<!DOCTYPE" in window:
             raise DocumentParseError("document has a DTD (<!DOCTYPE ...>); expected none: DTDs and entities are refused")
@@ -165,18 +166,7 @@ class ListStream:
     def __init__(self, stream: BinaryIO, *, max_bytes: int | None = None) -> None:
         reader = _GuardedReader(stream, DEFAULT_MAX_BYTES if max_bytes is None else max_bytes)
         self._reader = reader
-        self._events = etree.iterparse(
-            reader,
-            events=("start", "end"),
-            resolve_entities=False,
-            no_network=True,
-            dtd_validation=False,
-            load_dtd=False,
-            huge_tree=False,
-            remove_comments=True,
-            remove_pis=True,
-            collect_ids=False,
-        )
+        self._events = iterparse(reader, events=("start", "end"), max_bytes=reader.max_bytes)
         self._root: etree._Element | None = None
         self._depth = 0
         self._count = 0

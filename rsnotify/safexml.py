@@ -1,15 +1,23 @@
 """The one safe XML parser, the namespaces, and readers/writers for shared pieces (`rs:ln`,
 attribute syntax) used by every document kind.
 
-Safety: no DTD (a document with one is refused), no entity expansion, no network, bounded
-size; depth is bounded by libxml2 itself (256 levels without XML_PARSE_HUGE, which we never
-set). Elements are matched by namespace URI, never by prefix. No I/O here.
+Safety: UTF-8 only and no DTD (both checked on the raw bytes before parsing), a resolver that
+denies every external URI, no entity expansion, no network, bounded size, elements and
+attributes per element; depth is bounded by libxml2 itself (256 levels without
+XML_PARSE_HUGE, which we never set). Async code parses through `parse_in_thread` (a worker
+thread and a time bound); streams go through `iterparse`. Elements are matched by namespace
+URI, never by prefix. No I/O here beyond reading the stream handed to `iterparse`.
 """
 from __future__ import annotations
 
+import asyncio
+import functools
+import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from typing import IO, TypeVar
 
 from lxml import etree
 
@@ -34,28 +42,126 @@ RS_LN = f"{{{RS_NS}}}ln"
 # sitemaps.org: "no larger than 50MB (52,428,800 bytes)"; callers (the hub) pass smaller limits.
 DEFAULT_MAX_BYTES = 52_428_800
 MAX_ENTRIES = 50_000  # Sitemap limit on <url> entries per document (core §7)
+# The richest ResourceSync element (<rs:ln>) has 8 attributes; a few foreign ones are kept, but
+# thousands only serve to make attribute handling (validation, the model's extras) slow.
+MAX_ATTRIBUTES = 64
+# 50,000 entries of <url>, <loc>, <lastmod>, <rs:md> and up to six <rs:ln> each.
+MAX_ELEMENTS = 500_000
+# Seconds a parse handed to a worker thread may take (queueing included) before it is refused.
+PARSE_TIMEOUT = 30.0
+# Threads that parse for event loops: a dedicated pool, so parses never starve other to_thread work.
+PARSE_THREADS = 4
 
 _LINK_ATTRIBUTES = frozenset({"rel", "href", "type", "hash", "length", "modified", "path", "pri"})
 _HASH_EXAMPLE = "md5:1584abdf8ebdc9802ac0c6a7402c03b6"
+_DTD_REFUSED = "document has a DTD (<!DOCTYPE ...>); expected none: DTDs and entities are refused"
+_UTF8_BOM = b"\xef\xbb\xbf"
+_OTHER_BOMS = (
+    (b"\x00\x00\xfe\xff", "UTF-32"),
+    (b"\xff\xfe\x00\x00", "UTF-32"),
+    (b"\xfe\xff", "UTF-16"),
+    (b"\xff\xfe", "UTF-16"),
+)
+_DECLARATION_ENCODING = re.compile(rb"<\?xml\b[^>]*?\bencoding\s*=\s*[\"']([^\"']*)[\"']")
+_PROLOG_WINDOW = 512  # bytes screened for the XML declaration (it must come first)
+
+T = TypeVar("T")
 
 _local = threading.local()  # lxml parser objects must not be shared between threads
+_executor_lock = threading.Lock()
+_executor: ThreadPoolExecutor | None = None
+
+
+class _ExternalReferenceRefused(Exception):
+    """Raised by the resolver inside lxml; translated at the parse boundary."""
+
+
+class _DenyEveryURI(etree.Resolver):
+    """Refuses every external reference (DTDs, parameter entities, XInclude): libxml2 reads
+    external parameter entities even with load_dtd=False and resolve_entities=False."""
+
+    def resolve(self, system_url, public_id, context):  # type: ignore[override]
+        raise _ExternalReferenceRefused()
+
+
+_PARSER_OPTIONS = {
+    "resolve_entities": False,
+    "no_network": True,
+    "dtd_validation": False,
+    "load_dtd": False,
+    "huge_tree": False,
+    "remove_comments": True,
+    "remove_pis": True,
+    "collect_ids": False,
+    # Sitemaps are UTF-8; forcing it means libxml2 reads exactly the bytes screened below.
+    "encoding": "utf-8",
+}
+
+
+def _harden(parser: etree._FeedParser) -> etree._FeedParser:
+    parser.resolvers.add(_DenyEveryURI())
+    return parser
 
 
 def _parser() -> etree.XMLParser:
     parser = getattr(_local, "parser", None)
     if parser is None:
-        parser = etree.XMLParser(
-            resolve_entities=False,
-            no_network=True,
-            dtd_validation=False,
-            load_dtd=False,
-            huge_tree=False,
-            remove_comments=True,
-            remove_pis=True,
-            collect_ids=False,
-        )
+        parser = _harden(etree.XMLParser(**_PARSER_OPTIONS))
         _local.parser = parser
     return parser
+
+
+def screen_prolog(head: bytes, error: type[DocumentParseError] = DocumentParseError) -> None:
+    """Refuse a document whose first bytes show another encoding than UTF-8 (a BOM, NUL bytes,
+    an encoding declaration), without parsing it.
+
+    Run on the raw bytes, so a UTF-16 document cannot hide a DTD from the byte scan; the
+    parser is told the document is UTF-8, so libxml2 reads what was screened (an EBCDIC
+    document is then merely not well-formed).
+    """
+    for bom, name in _OTHER_BOMS:
+        if head.startswith(bom):
+            raise error(f"document starts with a {name} byte order mark; expected UTF-8 (Sitemaps are UTF-8)")
+    if b"\x00" in head[:4]:
+        raise error("document looks like UTF-16 or UTF-32 (NUL bytes at its start); expected UTF-8")
+    text = head.removeprefix(_UTF8_BOM)
+    if text.startswith(b"<?xml"):
+        found = _DECLARATION_ENCODING.match(text[:_PROLOG_WINDOW])
+        if found and found.group(1).decode("ascii", "replace").lower() not in ("utf-8", "utf8"):
+            encoding = found.group(1).decode("ascii", "replace")
+            raise error(f"document declares encoding='{encoding}'; expected UTF-8 (Sitemaps are UTF-8)")
+
+
+def screen_body(chunk: bytes, error: type[DocumentParseError] = DocumentParseError, *, offset: int = 0) -> None:
+    """Refuse bytes holding a DTD or a NUL byte (never valid in UTF-8 XML)."""
+    if b"<!DOCTYPE" in chunk:
+        raise error(_DTD_REFUSED)
+    nul = chunk.find(b"\x00")
+    if nul >= 0:
+        raise error(f"document has a NUL byte at offset {offset + nul}; expected UTF-8 XML")
+
+
+def _check_shape(root: etree._Element, error: type[DocumentParseError]) -> None:
+    """Element and attribute caps, counted by libxml2's XPath engine (no Python loop)."""
+    elements = int(root.xpath("count(//*)"))
+    if elements > MAX_ELEMENTS:
+        raise error(f"document has {elements} elements; expected at most {MAX_ELEMENTS}")
+    crowded = root.xpath(f"(//*[count(@*) > {MAX_ATTRIBUTES}])[1]")
+    if crowded:
+        element = crowded[0]
+        raise error(
+            f"{describe_element(element.tag)} has {len(element.attrib)} attributes; "
+            f"expected at most {MAX_ATTRIBUTES}"
+        )
+
+
+def _translate(exc: Exception, error: type[DocumentParseError]) -> DocumentParseError:
+    if isinstance(exc, _ExternalReferenceRefused):
+        # Says nothing about the reference: whether a local file exists must not leak.
+        return error("document refers to an external resource; expected none: external references are refused")
+    if isinstance(exc, etree.XMLSyntaxError):
+        return error(f"not well-formed XML: {exc}")
+    return error(f"not an XML document: {exc}")  # lxml's ValueError: e.g. empty or unsupported input
 
 
 def parse_root(
@@ -66,7 +172,11 @@ def parse_root(
 ) -> etree._Element:
     """The root element of `data`, parsed safely; raises `error` when it is not safe, well-formed XML.
 
-    A `str` is encoded as UTF-8 first. `max_bytes` defaults to the Sitemap limit.
+    A `str` is encoded as UTF-8 first. `max_bytes` defaults to the Sitemap limit. Refused before
+    parsing: another encoding than UTF-8 (BOM, declaration, NUL bytes) and any `<!DOCTYPE`, so no
+    internal subset (billion laughs, XXE, external parameter entities) is ever read. Refused after:
+    more than MAX_ELEMENTS elements, or an element with more than MAX_ATTRIBUTES attributes.
+    Synchronous: event loops call it through `parse_in_thread`.
     """
     if isinstance(data, str):
         data = data.encode("utf-8")
@@ -75,23 +185,182 @@ def parse_root(
     limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
     if len(data) > limit:
         raise error(f"document is {len(data)} bytes; expected at most {limit} bytes")
-    # Refused before parsing, so no internal subset (billion laughs, XXE) is ever read. A
-    # '<!DOCTYPE' in a comment is refused too: no valid ResourceSync document needs one.
-    if b"<!DOCTYPE" in data:
-        raise error("document has a DTD (<!DOCTYPE ...>); expected none: DTDs and entities are refused")
+    screen_prolog(data[:_PROLOG_WINDOW], error)
+    # A '<!DOCTYPE' in a comment is refused too: no valid ResourceSync document needs one.
+    screen_body(data, error)
     try:
         root = etree.fromstring(data, _parser())
-    except etree.XMLSyntaxError as exc:
-        raise error(f"not well-formed XML: {exc}") from exc
-    except ValueError as exc:  # lxml: e.g. empty or unsupported input
-        raise error(f"not an XML document: {exc}") from exc
+    except (_ExternalReferenceRefused, etree.XMLSyntaxError, ValueError) as exc:
+        raise _translate(exc, error) from None
     if root is None:
         raise error("not an XML document: it is empty; expected a <urlset> or <sitemapindex>")
     docinfo = root.getroottree().docinfo
-    # Catches a DTD in another encoding (UTF-16) that the byte scan above cannot see.
+    # Defence in depth: the byte scan above already refused any DTD.
     if docinfo.doctype or docinfo.internalDTD is not None or docinfo.externalDTD is not None:
-        raise error("document has a DTD (<!DOCTYPE ...>); expected none: DTDs and entities are refused")
+        raise error(_DTD_REFUSED)
+    _check_shape(root, error)
     return root
+
+
+def _parse_executor() -> ThreadPoolExecutor:
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(PARSE_THREADS, thread_name_prefix="rsnotify-xml")
+        return _executor
+
+
+async def parse_in_thread(
+    parse: Callable[..., T],
+    data: bytes | bytearray | memoryview | str,
+    /,
+    *,
+    timeout: float = PARSE_TIMEOUT,
+    error: type[DocumentParseError] = DocumentParseError,
+    **kwargs: object,
+) -> T:
+    """`parse(data, **kwargs)` in a parser thread, so the event loop never parses, whatever the
+    body's size; raises `error` when it takes longer than `timeout` seconds (queueing included).
+
+    The one way async code parses XML: `await parse_in_thread(parse_notification, body,
+    max_bytes=limit, error=NotificationParseError)`. `parse` is any of rsnotify's parsers
+    (parse_root, parse_notification, parse_document, ...); its own errors pass through.
+    """
+    loop = asyncio.get_running_loop()
+    future = loop.run_in_executor(_parse_executor(), functools.partial(parse, data, **kwargs))
+    try:
+        return await asyncio.wait_for(future, timeout)
+    except TimeoutError:
+        raise error(f"parsing took longer than {timeout:g} s; refused") from None
+
+
+def iterparse(
+    source: IO[bytes],
+    events: Sequence[str] = ("end",),
+    tag: str | Sequence[str] | None = None,
+    *,
+    max_bytes: int | None = None,
+    max_elements: int = MAX_ELEMENTS,
+    chunk_size: int = 65_536,
+    error: type[DocumentParseError] = DocumentParseError,
+) -> Iterator[tuple[str, etree._Element]]:
+    """`lxml.etree.iterparse` with parse_root's protections, for documents too big to hold.
+
+    Yields (event, element) for `events` ("start", "end") on elements whose tag is in `tag`
+    (Clark names; None means every element), as lxml's iterparse does; the caller may clear
+    elements it is done with. The stream is screened as it is read: encoding and DTD as in
+    parse_root, at most `max_bytes` (default: the Sitemap limit), `max_elements` elements and
+    MAX_ATTRIBUTES attributes per element. Raises `error`. Synchronous: async code runs the
+    loop that consumes it in a thread.
+    """
+    wanted = frozenset(events)
+    unknown = wanted - {"start", "end"}
+    if unknown:
+        raise ValueError(f"events must be 'start' and/or 'end', got {sorted(unknown)}")
+    tags = None if tag is None else frozenset([tag] if isinstance(tag, str) else tag)
+    limit = DEFAULT_MAX_BYTES if max_bytes is None else max_bytes
+    parser = _harden(etree.XMLPullParser(events=("start", "end"), **_PARSER_OPTIONS))
+    head = b""
+    tail = b""  # the last bytes of the previous chunk: a '<!DOCTYPE' may straddle two reads
+    read = 0
+    elements = 0
+    screened_head = False
+    while True:
+        chunk = source.read(chunk_size)
+        if not chunk:
+            break
+        if isinstance(chunk, str):  # a text stream: the screens and libxml2 want bytes
+            chunk = chunk.encode("utf-8")
+        read += len(chunk)
+        if read > limit:
+            raise error(f"document is more than {limit} bytes; expected at most {limit} bytes")
+        if not screened_head:
+            head += chunk
+            if len(head) < _PROLOG_WINDOW:
+                continue
+            screen_prolog(head[:_PROLOG_WINDOW], error)
+            screened_head = True
+            chunk, head = head, b""
+        window = tail + chunk
+        screen_body(window, error, offset=read - len(window))
+        tail = window[-8:]
+        elements = yield from _feed(parser, chunk, wanted, tags, elements, max_elements, error)
+    if read == 0:
+        raise error("not an XML document: it is empty; expected a <urlset> or <sitemapindex>")
+    if not screened_head:
+        screen_prolog(head, error)
+        screen_body(head, error)
+        elements = yield from _feed(parser, head, wanted, tags, elements, max_elements, error)
+    try:
+        root = parser.close()
+    except (_ExternalReferenceRefused, etree.XMLSyntaxError, ValueError) as exc:
+        raise _translate(exc, error) from None
+    yield from _events(parser, wanted, tags, elements, max_elements, error)
+    if root is None:
+        raise error("not an XML document: it is empty; expected a <urlset> or <sitemapindex>")
+
+
+def _feed(
+    parser: etree.XMLPullParser,
+    chunk: bytes,
+    wanted: frozenset[str],
+    tags: frozenset[str] | None,
+    elements: int,
+    max_elements: int,
+    error: type[DocumentParseError],
+) -> Iterator[tuple[str, etree._Element]]:
+    try:
+        parser.feed(chunk)
+    except (_ExternalReferenceRefused, etree.XMLSyntaxError, ValueError) as exc:
+        raise _translate(exc, error) from None
+    return (yield from _events(parser, wanted, tags, elements, max_elements, error))
+
+
+def _events(
+    parser: etree.XMLPullParser,
+    wanted: frozenset[str],
+    tags: frozenset[str] | None,
+    elements: int,
+    max_elements: int,
+    error: type[DocumentParseError],
+) -> Iterator[tuple[str, etree._Element]]:
+    """Pass on the events asked for, counting every element and its attributes on the way."""
+    for event, element in parser.read_events():
+        if event == "start":
+            elements += 1
+            if elements > max_elements:
+                raise error(f"document has more than {max_elements} elements; expected at most {max_elements}")
+            if len(element.attrib) > MAX_ATTRIBUTES:
+                raise error(
+                    f"{describe_element(element.tag)} has {len(element.attrib)} attributes; "
+                    f"expected at most {MAX_ATTRIBUTES}"
+                )
+        if event in wanted and (tags is None or element.tag in tags):
+            yield event, element
+    return elements
+
+
+_SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
+_HTTP_SCHEMES = ("http", "https")
+LOC_EXAMPLE = "http://example.com/res1"
+
+
+def loc_problem(loc: str, *, http_only: bool = True) -> str | None:
+    """Why `loc` cannot be a resource's `<loc>`, or None: it must be an absolute URI without
+    spaces or control characters, and (with `http_only`, as the hub and publishers require)
+    an http(s) URI with a host. The text reads after "<loc> '...' "."""
+    if any(char.isspace() or ord(char) < 0x20 or ord(char) == 0x7F for char in loc):
+        return f"has a space or control character; expected a URI such as {LOC_EXAMPLE} (spaces as %20)"
+    scheme = _SCHEME.match(loc)
+    if scheme is None:
+        return f"is relative; expected an absolute http(s) URI such as {LOC_EXAMPLE}"
+    name = scheme.group()[:-1].lower()
+    if name in _HTTP_SCHEMES:
+        if not loc[len(name) + 1 :].startswith("//") or len(loc.split("/", 3)[2]) == 0:
+            return f"has no host; expected an absolute http(s) URI such as {LOC_EXAMPLE}"
+    elif http_only:
+        return f"has scheme '{name}'; expected an http(s) URI such as {LOC_EXAMPLE}"
+    return None
 
 
 def tag_name(tag: object) -> str:

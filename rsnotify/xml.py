@@ -39,6 +39,7 @@ from .safexml import (
     URLSET,
     extra_attributes,
     hash_text,
+    loc_problem,
     new_root,
     optional_datetime,
     optional_int,
@@ -239,6 +240,8 @@ def _read_change(url: etree._Element, index: int, problems: list[str]) -> Resour
     changed_at = read_datetime(attrs.get("datetime"), f"<rs:md> {owner} has datetime", problems)
     hashes = read_hashes(attrs.get("hash"), f"<rs:md> {owner} has hash", problems)
     length = read_length(attrs.get("length"), f"<rs:md> {owner} has length", problems)
+    if loc is not None and (loc_issue := loc_problem(loc)):
+        problems.append(f"<loc> '{loc}' {loc_issue}")
     if len(problems) > before or loc is None or change is None:
         return None
     return ResourceChange(
@@ -280,8 +283,12 @@ def to_xml(notification: ChangeNotification) -> bytes:
 def write_change(parent: etree._Element, change: ResourceChange) -> etree._Element:
     """Append one resource change as a `<url>` to `parent`.
 
-    Raises `NotificationError` when a value cannot be XML text (control characters, NUL).
+    Raises `NotificationError` when a value cannot be XML text (control characters, NUL) or
+    the loc is not an absolute http(s) URI (a receiver could not fetch the resource).
     """
+    issue = loc_problem(change.loc)
+    if issue:
+        raise NotificationError(f"<loc> {change.loc!r} {issue}")
     try:
         return _write_change(parent, change)
     except ValueError as exc:  # lxml: "All strings must be XML compatible"

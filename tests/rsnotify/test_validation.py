@@ -223,7 +223,7 @@ def test_other_documents_get_the_core_checks(data: bytes, message: str) -> None:
 def test_text_xml_cannot_carry_is_refused_when_writing() -> None:
     now = datetime(2024, 1, 1, tzinfo=timezone.utc)
     notification = ChangeNotification(now, now, (ResourceChange("http://example.com/\x00", "created"),))
-    with pytest.raises(NotificationError, match="cannot be written as XML"):
+    with pytest.raises(NotificationError, match="control character|cannot be written as XML"):
         to_xml(notification)
 
 
