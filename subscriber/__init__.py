@@ -1,12 +1,18 @@
 """The Destination side: callback endpoint, subscription lifecycle, discovery, signatures, mirror.
 
-    from subscriber import Subscriber, ReceivedNotification
-    from subscriber.aiohttp_adapter import add_callback_routes, subscriber_context
-    from subscriber.asgi import ASGICallbackApp
-    from subscriber.wsgi import SubscriberThread
+    from rsnotify.subscriber import Subscriber, SubscriberSettings, ReceivedNotification
+    from rsnotify.subscriber.aiohttp_adapter import add_callback_routes, subscriber_context
+    from rsnotify.subscriber.asgi import ASGICallbackApp, subscriber_lifespan   # FastAPI, Starlette
+    from rsnotify.subscriber.wsgi import SubscriberThread, subscriber_thread
+    from rsnotify.subscriber.flask import callback_blueprint
+    from rsnotify.subscriber.django import callback_urls
+
+The framework modules are imported on their own, so each framework stays optional.
 """
 from .client import Subscriber
 from .core import (
+    ACK_AFTER_HANDLER,
+    ACK_AFTER_RESPONSE,
     CallbackCore,
     CallbackRequest,
     CallbackResponse,
@@ -15,11 +21,13 @@ from .core import (
 )
 from .discovery import (
     DiscoveredTopic,
+    discover,
     discover_capability_list,
     discover_source,
     discover_topic,
 )
 from .errors import (
+    DiagnosticsError,
     DiscoveryError,
     SettingsError,
     StoreError,
@@ -31,8 +39,29 @@ from .settings import SubscriberSettings
 from .store import JsonFileStore, MemoryStore, Subscription, SubscriptionStore
 
 __all__ = [
-    "CallbackCore", "CallbackRequest", "CallbackResponse", "DiscoveredTopic", "DiscoveryError", "Gap",
-    "JsonFileStore", "MemoryStore", "ReceivedNotification", "SettingsError", "StoreError", "Subscriber",
-    "SubscriberError", "SubscriberSettings", "Subscription", "SubscriptionDeniedError", "SubscriptionError",
-    "SubscriptionStore", "discover_capability_list", "discover_source", "discover_topic",
+    "ACK_AFTER_HANDLER",
+    "ACK_AFTER_RESPONSE",
+    "CallbackCore",
+    "CallbackRequest",
+    "CallbackResponse",
+    "DiagnosticsError",
+    "DiscoveredTopic",
+    "DiscoveryError",
+    "Gap",
+    "JsonFileStore",
+    "MemoryStore",
+    "ReceivedNotification",
+    "SettingsError",
+    "StoreError",
+    "Subscriber",
+    "SubscriberError",
+    "SubscriberSettings",
+    "Subscription",
+    "SubscriptionDeniedError",
+    "SubscriptionError",
+    "SubscriptionStore",
+    "discover",
+    "discover_capability_list",
+    "discover_source",
+    "discover_topic",
 ]

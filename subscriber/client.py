@@ -33,7 +33,14 @@ from rsnotify.websub import (
     normalize_url,
 )
 
-from .core import ACK_AFTER_RESPONSE, CallbackCore, DenialHandler, Hook, NotificationHandler, utc_now
+from .core import (
+    ACK_AFTER_RESPONSE,
+    CallbackCore,
+    DenialHandler,
+    Hook,
+    NotificationHandler,
+    utc_now,
+)
 from .diagnostics import read_diagnostics
 from .discovery import discover, discover_capability_list, discover_topic
 from .errors import (

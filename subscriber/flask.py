@@ -9,7 +9,8 @@ single-threaded server (`flask run --without-threads`, one sync gunicorn worker)
 """
 from __future__ import annotations
 
-from flask import Blueprint, Response, request
+from flask import Blueprint, request
+from werkzeug.wrappers import Response  # Flask's own dependency; what Response.from_app returns
 
 from .client import Subscriber
 from .wsgi import subscriber_thread
@@ -29,5 +30,9 @@ def callback_blueprint(subscriber: Subscriber, name: str = "rsnotify_callbacks")
 
     # Started when the app is set up, not at the first request: the subscriptions asked for
     # with *_when_listening are made once the server answers, before any request arrives.
-    blueprint.record_once(lambda state: subscriber_thread(subscriber))
+    blueprint.record_once(lambda state: _start(subscriber))
     return blueprint
+
+
+def _start(subscriber: Subscriber) -> None:
+    subscriber_thread(subscriber)

@@ -35,7 +35,7 @@ WAIT = 60.0  # s: generous, the machine is shared
 
 def readme_example(name: str) -> str:
     """The python block of the README that starts with `# <name>`, verbatim."""
-    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.S)
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)
     found = [block for block in blocks if block.startswith(f"# {name}")]
     assert len(found) == 1, f"expected one README example starting with '# {name}', found {len(found)}"
     return found[0]
