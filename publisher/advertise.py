@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import Any
 
 from rsnotify.errors import DocumentParseError, ValidationError, WireError
 from rsnotify.notification import (
@@ -69,11 +70,15 @@ def add_channel(capability_list: CapabilityList, topic_url: str, hub_urls: str |
 
 def new_capability_list(up: str, topic_url: str, hub_urls: str | Sequence[str]) -> CapabilityList:
     """A Capability List advertising only the channel; `up` is the Source Description's URL."""
+    return add_channel(empty_capability_list(up), topic_url, hub_urls)
+
+
+def empty_capability_list(up: str) -> CapabilityList:
+    """A Capability List with no entries yet; `up` is the Source Description's URL."""
     try:
-        source_description = check_url("Source Description URL (up)", up)
+        return CapabilityList(up=check_url("Source Description URL (up)", up))
     except WireError as exc:
         raise CapabilityListError(str(exc)) from None
-    return add_channel(CapabilityList(up=source_description), topic_url, hub_urls)
 
 
 def add_channel_to_document(data: bytes, topic_url: str, hub_urls: str | Sequence[str]) -> bytes:
@@ -81,10 +86,60 @@ def add_channel_to_document(data: bytes, topic_url: str, hub_urls: str | Sequenc
 
     Raises CapabilityListError, with every problem, when `data` is not a valid Capability List.
     """
+    return capability_list_to_xml(add_channel(_parse(data), topic_url, hub_urls))
+
+
+def _parse(data: bytes) -> CapabilityList:
     try:
-        capability_list = parse_capability_list(data)
+        return parse_capability_list(data)
     except ValidationError as exc:
         raise CapabilityListError("not a valid Capability List:\n" + "\n".join(exc.problems)) from None
     except DocumentParseError as exc:
         raise CapabilityListError(f"not a Capability List: {exc}") from None
-    return capability_list_to_xml(add_channel(capability_list, topic_url, hub_urls))
+
+
+def set_capabilities(
+    capability_list: CapabilityList,
+    *,
+    resourcelist: str | None = None,
+    changelist: str | None = None,
+    topic_url: str | None = None,
+    hub_urls: str | Sequence[str] = (),
+) -> CapabilityList:
+    """`capability_list` with exactly one entry for each capability given: `resourcelist` and
+    `changelist` (their document URLs) and `change-notification` (`topic_url` with a
+    rel="hub" link per hub). Each replaces the existing entry in place (keeping its other
+    links and attributes when the URL stays); every other entry is kept as it was."""
+    result = capability_list
+    for capability, url in (("resourcelist", resourcelist), ("changelist", changelist)):
+        if url is not None:
+            result = _set_entry(result, capability, url)
+    if topic_url is not None:
+        result = add_channel(result, topic_url, hub_urls)
+    return result
+
+
+def _set_entry(capability_list: CapabilityList, capability: str, url: str) -> CapabilityList:
+    try:
+        loc = check_url(f"{capability} URL", url)
+    except WireError as exc:
+        raise CapabilityListError(str(exc)) from None
+    entries: list[CapabilityEntry] = []
+    placed = False
+    for existing in capability_list.entries:
+        if existing.capability != capability:
+            entries.append(existing)
+        elif not placed:
+            entries.append(existing if existing.loc == loc else CapabilityEntry(loc=loc, capability=capability))
+            placed = True
+    if not placed:
+        entries.append(CapabilityEntry(loc=loc, capability=capability))
+    return dataclasses.replace(capability_list, entries=tuple(entries))
+
+
+def set_capabilities_in_document(data: bytes, **capabilities: Any) -> bytes:
+    """The Capability List document `data` with `set_capabilities(**capabilities)` applied.
+
+    Raises CapabilityListError, with every problem, when `data` is not a valid Capability List.
+    """
+    return capability_list_to_xml(set_capabilities(_parse(data), **capabilities))

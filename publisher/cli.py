@@ -20,7 +20,13 @@ import click
 from rsnotify.datetimes import format_datetime
 from rsnotify.notification import ChangeType, ResourceChange
 
-from .advertise import add_channel_to_document, new_capability_list
+from .advertise import (
+    add_channel_to_document,
+    empty_capability_list,
+    new_capability_list,
+    set_capabilities,
+    set_capabilities_in_document,
+)
 from .changes import parse_change_option, parse_json_lines
 from .client import Publisher, Receipt, utc_now, validate_document
 from .errors import (
@@ -267,6 +273,59 @@ def add_channel(ctx: click.Context, caplist: str, topic_url: str, hub_urls: tupl
         return
     _write_atomically(path, result)
     click.echo(f"{path}: advertises {topic_url} via {', '.join(hubs)}")
+
+
+@capability_list.command("set")
+@click.argument("caplist", metavar="CAPLIST.xml", type=click.Path(dir_okay=False, allow_dash=True))
+@click.option("--resourcelist", metavar="URL", help="The Resource List (or its index): the resourcelist entry.")
+@click.option("--changelist", metavar="URL", help="The Change List (or its index): the changelist entry.")
+@click.option("--topic", "topic_url", metavar="URL", envvar="RSNOTIFY_TOPIC_URL", show_envvar=True,
+              help="The topic URI: the change-notification entry (needs --hub).")
+@click.option("--hub", "hub_urls", multiple=True, metavar="URL", envvar="RSNOTIFY_HUB_URL", show_envvar=True,
+              help="A hub of the topic: an <rs:ln rel=\"hub\"> of its entry (repeatable).")
+@click.option("--up", "up", metavar="URL",
+              help="The Source Description's URL, to create CAPLIST.xml when it does not exist yet.")
+@click.option("--stdout", "to_stdout", is_flag=True, help="Print the result instead of editing the file.")
+@click.pass_context
+def set_entries(ctx: click.Context, caplist: str, resourcelist: str | None, changelist: str | None,
+                topic_url: str | None, hub_urls: tuple[str, ...], up: str | None, to_stdout: bool) -> None:
+    """Make CAPLIST.xml list exactly one entry per capability given (resourcelist, changelist,
+    change-notification), keeping every other entry as it was. Edits the file in place unless
+    --stdout (or - for standard input and output). A missing file is created when --up is given.
+
+    \b
+    rsnotify capability-list set capabilitylist.xml \\
+        --resourcelist https://example.org/dataset1/resourcelist.xml \\
+        --changelist https://example.org/dataset1/changelist.xml \\
+        --topic https://example.org/dataset1/changes --hub https://hub.example.org/
+    """
+    hubs = tuple(url for value in hub_urls for url in value.split())
+    if topic_url is not None and not hubs:
+        raise click.UsageError("--topic needs at least one --hub", ctx)
+    if resourcelist is None and changelist is None and topic_url is None:
+        raise click.UsageError("nothing to set: give --resourcelist, --changelist or --topic with --hub", ctx)
+    wanted = {"resourcelist": resourcelist, "changelist": changelist, "topic_url": topic_url, "hub_urls": hubs}
+    path = None if caplist == "-" else Path(caplist)
+    try:
+        if path is not None and not path.exists():
+            if not up:
+                raise click.BadParameter(f"{caplist} does not exist; give --up SOURCE_DESCRIPTION_URL to create it",
+                                         ctx, param_hint="CAPLIST.xml")
+            from rsnotify.xml import capability_list_to_xml
+
+            result = capability_list_to_xml(set_capabilities(empty_capability_list(up), **wanted))
+        else:
+            data = sys.stdin.buffer.read() if path is None else path.read_bytes()
+            result = set_capabilities_in_document(data, **wanted)
+    except CapabilityListError as exc:
+        raise click.BadParameter(str(exc), ctx, param_hint="CAPLIST.xml") from None
+    except OSError as exc:
+        raise click.BadParameter(f"cannot read {caplist}: {exc.strerror}", ctx, param_hint="CAPLIST.xml") from None
+    if path is None or to_stdout:
+        click.echo(result.decode("utf-8"), nl=False)
+        return
+    _write_atomically(path, result)
+    click.echo(f"{path}: " + ", ".join(f"{name} {value}" for name, value in wanted.items() if value and name != "hub_urls"))
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

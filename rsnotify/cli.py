@@ -15,11 +15,13 @@ from . import __version__
 # command name -> "module:attribute"; modules are imported only when the command runs
 LAZY_COMMANDS = {
     "validate": "rsnotify.validate_cli:validate",
+    "admin": "rsnotify.admin_cli:admin",
     "hub": "rsnotify.hub.cli:hub",
     "worker": "rsnotify.hub.cli:worker",
     "publish": "rsnotify.publisher.cli:publish",
     "capability-list": "rsnotify.publisher.cli:capability_list",
     "subscribe": "rsnotify.subscriber.cli:subscribe",
+    "source": "rsnotify.publisher.source_cli:source",
 }
 
 

@@ -1,0 +1,286 @@
+"""`rsnotify source` at work: a folder served as a ResourceSync Source over HTTP, its changes
+recorded in the change memory and published to the hub(s) through the outbox.
+
+Serves the files (GET/HEAD with Content-Length, ETag, Last-Modified), the Source Description,
+the Capability List, the Resource List (or index and parts), the Change List (or index) and
+each list, and the topic URI. Scans the folder at start against the memory, then follows it
+with watchfiles and a periodic rescan.
+"""
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import shutil
+import threading
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import watchfiles
+from aiohttp import web
+
+from rsnotify.notification import CapabilityEntry, CapabilityList, SourceDescription
+from rsnotify.xml import capability_list_to_xml, source_description_to_xml
+
+from .advertise import set_capabilities
+from .changelist import (
+    changelist_name,
+    find_changelist,
+    write_changelist,
+    write_changelist_document,
+)
+from .client import Publisher
+from .folder import Folder, changes_against, media_type
+from .memory import ChangeMemory, resource_hashes
+from .outbox import Outbox
+from .resourcelist import ResourceListFiles, snapshot_resource_list
+from .topic import Topic, topic_handler
+
+log = logging.getLogger(__name__)
+
+XML = "application/xml"
+IMMUTABLE = "public, max-age=31536000, immutable"
+RESERVED_NAMES = (
+    "sourcedescription.xml", "capabilitylist.xml", "resourcelist.xml", "resourcelist-*",
+    "changelist.xml", "changelist-*", "changes",
+)
+_FULL_RESCAN_PATHS = 200  # a batch touching more paths than this is handled by a full rescan
+
+
+@dataclass(frozen=True, slots=True)
+class SourceUrls:
+    """Where a Source's documents live, from its base URL (which ends with "/")."""
+
+    base: str
+
+    @property
+    def is_host_root(self) -> bool:
+        return urlsplit(self.base).path in ("", "/")
+
+    @property
+    def source_description(self) -> str:
+        parts = urlsplit(self.base)
+        if self.is_host_root:
+            return f"{parts.scheme}://{parts.netloc}/.well-known/resourcesync"
+        return self.base + "sourcedescription.xml"
+
+    @property
+    def capability_list(self) -> str:
+        return self.base + "capabilitylist.xml"
+
+    @property
+    def resource_list(self) -> str:
+        return self.base + "resourcelist.xml"
+
+    @property
+    def change_list(self) -> str:
+        return self.base + "changelist.xml"
+
+    @property
+    def topic(self) -> str:
+        return self.base + "changes"
+
+    def child(self, name: str) -> str:
+        return self.base + name
+
+
+class Source:
+    """A folder as a Source: scanning, publishing and the HTTP app serving it."""
+
+    def __init__(
+        self,
+        folder: Folder,
+        urls: SourceUrls,
+        publisher: Publisher,
+        outbox: Outbox,
+        memory: ChangeMemory,
+        cache_dir: Path,
+        *,
+        rescan_seconds: float = 60.0,
+    ) -> None:
+        self.folder = folder
+        self.urls = urls
+        self.publisher = publisher
+        self.outbox = outbox
+        self.memory = memory
+        self.cache_dir = cache_dir
+        self.rescan_seconds = rescan_seconds
+        self.topic = Topic.from_publisher(publisher)
+        self._scan_lock = threading.Lock()
+        self._render_lock = asyncio.Lock()
+        self._snapshots: list[ResourceListFiles] = []
+        self._capability_list = capability_list_to_xml(self._build_capability_list())
+        self._source_description = source_description_to_xml(
+            SourceDescription((CapabilityEntry(urls.capability_list, "capabilitylist"),))
+        )
+
+    def _build_capability_list(self) -> CapabilityList:
+        return set_capabilities(
+            CapabilityList(up=self.urls.source_description),
+            resourcelist=self.urls.resource_list,
+            changelist=self.urls.change_list,
+            topic_url=self.urls.topic,
+            hub_urls=self.publisher.hub_urls,
+        )
+
+    # -- changes -------------------------------------------------------------------------------
+
+    def sync_folder(self) -> int:
+        """Compare the whole folder with the memory; record and queue what changed."""
+        with self._scan_lock:
+            current = self.folder.scan()
+            recorded = self._recorded()
+            return self._publish(changes_against(current, recorded, complete=True))
+
+    def sync_paths(self, paths: Iterable[Path]) -> int:
+        """Look at `paths` only (from the watcher); record and queue what changed."""
+        paths = list(paths)
+        if len(paths) > _FULL_RESCAN_PATHS:
+            return self.sync_folder()
+        with self._scan_lock:
+            present, gone = self.folder.states(paths)
+            recorded = self._recorded()
+            return self._publish(changes_against(present, recorded, complete=False, gone=gone))
+
+    def _recorded(self) -> dict[str, str | None]:
+        with self.memory.snapshot() as db:
+            return resource_hashes(db, self.publisher.topic_url)
+
+    def _publish(self, changes: list) -> int:
+        if not changes:
+            return 0
+        ids = self.outbox.add(changes)
+        counts = Counter(change.change.value for change in changes)
+        log.info(
+            "recorded %d change(s) (%s) in notification(s) %s; queued for %s",
+            len(changes), ", ".join(f"{n} {kind}" for kind, n in sorted(counts.items())), ids,
+            ", ".join(self.publisher.hub_urls),
+        )
+        return len(changes)
+
+    async def watch(self, stop: asyncio.Event) -> None:
+        """Follow the folder until `stop` is set: watchfiles events, and a full rescan every
+        `rescan_seconds` as a safety net for events the OS did not report."""
+        rescan = asyncio.create_task(self._rescan_periodically(stop))
+        try:
+            async for batch in watchfiles.awatch(
+                self.folder.root, watch_filter=None, debounce=50, step=10, stop_event=stop, recursive=True
+            ):
+                paths = {Path(path) for _change, path in batch}
+                try:
+                    await asyncio.to_thread(self.sync_paths, paths)
+                except Exception:  # keep watching: the rescan retries what this missed
+                    log.exception("could not record the changes of %d path(s)", len(paths))
+        finally:
+            rescan.cancel()
+
+    async def _rescan_periodically(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.rescan_seconds)
+                return
+            except TimeoutError:
+                pass
+            try:
+                await asyncio.to_thread(self.sync_folder)
+            except Exception:
+                log.exception("the periodic rescan of %s failed", self.folder.root)
+
+    # -- HTTP ----------------------------------------------------------------------------------
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self.handle)
+        return app
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        if request.method not in ("GET", "HEAD"):
+            raise web.HTTPMethodNotAllowed(request.method, ["GET", "HEAD"], text="this Source answers GET and HEAD only")
+        path = request.rel_url.raw_path
+        base_path = urlsplit(self.urls.base).path or "/"
+        if path == "/.well-known/resourcesync" and self.urls.is_host_root:
+            return _xml(self._source_description)
+        if not path.startswith(base_path):
+            raise web.HTTPNotFound(text=f"{path} is not under this Source's base {base_path}")
+        name = path[len(base_path):]
+        if name == "capabilitylist.xml":
+            return _xml(self._capability_list)
+        if name == "sourcedescription.xml" and not self.urls.is_host_root:
+            return _xml(self._source_description)
+        if name == "changes":
+            return await topic_handler(self.topic)(request)
+        if name == "resourcelist.xml" or name.startswith("resourcelist-"):
+            return await self._resource_list(name)
+        if name == "changelist.xml":
+            return _xml(await asyncio.to_thread(self._render_changelist_document), cache="no-cache")
+        if name.startswith("changelist-"):
+            return await self._changelist(name)
+        file = self.folder.path_for(name)
+        if file is None:
+            raise web.HTTPNotFound(text=f"no resource at {path}")
+        return web.FileResponse(file, headers={"Content-Type": media_type(file)})
+
+    def _render_changelist_document(self) -> bytes:
+        out = io.BytesIO()
+        with self.memory.snapshot() as db:
+            write_changelist_document(
+                db, self.publisher.topic_url, out, up=self.urls.capability_list,
+                list_url=lambda record: self.urls.child(changelist_name(record)), now=lambda: datetime.now(UTC),
+            )
+        return out.getvalue()
+
+    async def _changelist(self, name: str) -> web.StreamResponse:
+        cached = self.cache_dir / "changelists" / name
+        if cached.is_file():  # closed lists are immutable: rendered once
+            return web.FileResponse(cached, headers={"Content-Type": XML, "Cache-Control": IMMUTABLE})
+        rendered = await asyncio.to_thread(self._render_changelist, name)
+        if rendered is None:
+            raise web.HTTPNotFound(text=f"no Change List {name} (unknown, or older than what this Source keeps)")
+        body, closed = rendered
+        if closed:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            temp = cached.with_suffix(".partial")
+            temp.write_bytes(body)
+            temp.replace(cached)
+        return _xml(body, cache=IMMUTABLE if closed else "no-cache")
+
+    def _render_changelist(self, name: str) -> tuple[bytes, bool] | None:
+        with self.memory.snapshot() as db:
+            record = find_changelist(db, self.publisher.topic_url, name)
+            if record is None:
+                return None
+            out = io.BytesIO()
+            write_changelist(db, record, out, up=self.urls.capability_list, index=self.urls.change_list)
+            return out.getvalue(), not record.is_open
+
+    async def _resource_list(self, name: str) -> web.StreamResponse:
+        async with self._render_lock:
+            until = self.memory.last_until(self.publisher.topic_url)
+            if not self._snapshots or (until is not None and self._snapshots[-1].at != until):
+                snapshot = await asyncio.to_thread(
+                    snapshot_resource_list, self.memory, self.publisher.topic_url, self.cache_dir / "resourcelists",
+                    up=self.urls.capability_list, part_url=self.urls.child,
+                )
+                self._snapshots.append(snapshot)
+                # The previous snapshot stays for clients reading its parts; older ones go.
+                for old in self._snapshots[:-2]:
+                    shutil.rmtree(old.folder, ignore_errors=True)
+                self._snapshots = self._snapshots[-2:]
+        if name == "resourcelist.xml":
+            return web.FileResponse(self._snapshots[-1].main, headers={"Content-Type": XML, "Cache-Control": "no-cache"})
+        for snapshot in reversed(self._snapshots):
+            part = next((p for p in snapshot.parts if p.name == name), None)
+            if part is not None:
+                return web.FileResponse(part, headers={"Content-Type": XML, "Cache-Control": IMMUTABLE})
+        raise web.HTTPNotFound(text=f"no Resource List part {name} (a newer Resource List replaced it)")
+
+
+def _xml(body: bytes, *, cache: str = "no-cache") -> web.Response:
+    return web.Response(body=body, headers={"Content-Type": XML, "Cache-Control": cache})
+
+
+__all__ = ["RESERVED_NAMES", "Source", "SourceUrls"]
