@@ -19,8 +19,14 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from rsnotify.datetimes import format_datetime
-from rsnotify.errors import DocumentParseError, ValidationError, WireError
+from rsnotify.errors import (
+    DocumentParseError,
+    NotificationParseError,
+    ValidationError,
+    WireError,
+)
 from rsnotify.notification import ChangeNotification
+from rsnotify.safexml import parse_in_thread
 from rsnotify.websub import (
     NOTIFICATION_ID_HEADER,
     SEQUENCE_HEADER,
@@ -472,16 +478,13 @@ class CallbackCore:
             await self._call(hook, received, what=what, raising=raising)
 
     async def _parse(self, received: ReceivedNotification) -> ReceivedNotification:
-        """The body parsed as a change notification (off the loop when big), or its problems."""
+        """The body parsed as a change notification (in a parser thread, time-bounded), or its problems."""
         media_type = received.content_type.split(";")[0].strip().lower()
         if media_type not in XML_TYPES and not media_type.endswith("+xml"):
             return received
         try:
-            if len(received.body) > 1_000_000:  # keep the loop free for big documents
-                notification = await asyncio.to_thread(parse_notification, received.body,
-                                                        max_bytes=self.max_body_bytes)
-            else:
-                notification = parse_notification(received.body, max_bytes=self.max_body_bytes)
+            notification = await parse_in_thread(parse_notification, received.body, max_bytes=self.max_body_bytes,
+                                                 error=NotificationParseError)
         except ValidationError as exc:
             return _evolve(received, problems=tuple(exc.problems))
         except DocumentParseError as exc:
