@@ -21,6 +21,8 @@ LAZY_COMMANDS = {
     "publish": "rsnotify.publisher.cli:publish",
     "capability-list": "rsnotify.publisher.cli:capability_list",
     "subscribe": "rsnotify.subscriber.cli:subscribe",
+    "sync": "rsnotify.subscriber.cli:sync",
+    "audit": "rsnotify.subscriber.cli:audit",
     "source": "rsnotify.publisher.source_cli:source",
 }
 

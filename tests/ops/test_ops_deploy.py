@@ -1,22 +1,31 @@
 """deploy/ is ready to use: each file parses, and every command, option, port, path and RSNOTIFY_*
 variable it uses exists in `rsnotify hub` / `rsnotify worker` (the same click commands their
---help prints) and in the hub's routes."""
+--help prints) and in the hub's routes; the Kubernetes manifests pass the API schema and the
+"restricted" Pod Security rules; the image's health check and constraints are checked for real."""
 from __future__ import annotations
 
+import asyncio
+import fnmatch
+import importlib.util
 import json
+import os
 import re
 import shlex
+import sys
+import tomllib
 from pathlib import Path
 
 import click
 import pytest
 import yaml
 
-from rsnotify.hub.app import build_app
-from rsnotify.hub.settings import HubSettings
 from rsnotify.cli import main as rsnotify_main
+from rsnotify.hub.settings import HubSettings
+from rsnotify.hub.web.app import build_app
+from rsnotify.redis_server import free_port
 
-DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+ROOT = Path(__file__).resolve().parents[2]
+DEPLOY = ROOT / "deploy"
 VAR = re.compile(r"\bRSNOTIFY_[A-Z_]+\b")
 
 
@@ -40,6 +49,24 @@ def check_command(argv: list[str]) -> str:
     return name
 
 
+def check_admin_command(argv: list[str]) -> None:
+    """`rsnotify admin [options] SUBCOMMAND... [args]` names real subcommands and parses."""
+    cmd: click.Command = command("admin")
+    args = argv[2:]
+    while isinstance(cmd, click.Group):
+        by_option = {o: p for p in cmd.params for o in p.opts}
+        while args and args[0].startswith("--"):
+            param = by_option.get(args[0])
+            assert param is not None, f"rsnotify admin has no option {args[0]}: {argv}"
+            args = args[1:] if getattr(param, "is_flag", False) else args[2:]
+        if not args:
+            return       # the group alone (`rsnotify admin`, `rsnotify admin --help`)
+        found = cmd.get_command(click.Context(cmd), args[0])
+        assert found is not None, f"{cmd.name} has no subcommand {args[0]}: {argv}"
+        cmd, args = found, args[1:]
+    cmd.make_context(cmd.name, list(args), resilient_parsing=False)
+
+
 def check_env(names: set[str], used_by: str, where: str) -> None:
     unknown = {n for n in names if n.startswith("RSNOTIFY_")} - variables(used_by)
     assert not unknown, f"{where}: rsnotify {used_by} has no variable {sorted(unknown)}"
@@ -54,7 +81,7 @@ DEFAULT_PORT = str(HubSettings().port)
 
 
 def test_every_variable_mentioned_anywhere_exists() -> None:
-    known = variables("hub") | variables("worker")
+    known = variables("hub") | variables("worker") | variables("admin")
     for path in sorted(DEPLOY.rglob("*")):
         if path.is_file():
             unknown = set(VAR.findall(path.read_text())) - known
@@ -68,34 +95,128 @@ def test_readme_commands_exist() -> None:
     for line in lines:
         argv = shlex.split(line.split("#", 1)[0].strip().rstrip("\\"))
         check_command(["rsnotify", *(a for a in argv[1:] if a != "--help")])
+    known = {o for name in ("hub", "worker") for p in command(name).params for o in p.opts}
+    admin = command("admin")
+    known |= {o for c in [admin, *admin.commands.values()] for p in c.params for o in p.opts}
     for option in set(re.findall(r"`(--[a-z-]+)", readme)):
-        assert any(option in p.opts for name in ("hub", "worker") for p in command(name).params), option
+        assert option in known, f"README names {option}, which no rsnotify hub/worker/admin option has"
+    admin_lines = re.findall(r"\brsnotify admin\b[^\n`|;)&]*", readme)
+    assert admin_lines
+    for line in admin_lines:
+        check_admin_command(shlex.split(line.split("#", 1)[0].strip().replace("SID", "a" * 32)))
+
+
+def dockerfile_instructions() -> list[str]:
+    text = (DEPLOY / "Dockerfile").read_text()
+    return [line.strip() for line in text.replace("\\\n", " ").splitlines() if line and not line.startswith("#")]
+
+
+def healthcheck_command() -> list[str]:
+    health = next(i for i in dockerfile_instructions() if i.startswith("HEALTHCHECK"))
+    return json.loads(health[health.index(" CMD ") + 5:])
 
 
 def test_dockerfile() -> None:
     text = (DEPLOY / "Dockerfile").read_text()
-    instructions = [line for line in text.replace("\\\n", " ").splitlines() if line and not line.startswith("#")]
+    instructions = dockerfile_instructions()
     cmd = [i for i in instructions if i.startswith("CMD ")][-1]
     assert check_command(json.loads(cmd[4:])) == "hub"
     expose = re.search(r"^EXPOSE (\d+)", text, flags=re.MULTILINE).group(1)
     env = dict(re.findall(r"(RSNOTIFY_[A-Z_]+)=(\S+)", text))
     check_env(set(env), "hub", "Dockerfile")
     assert expose == env.get("RSNOTIFY_PORT", DEFAULT_PORT)
-    health = next(i for i in instructions if i.startswith("HEALTHCHECK"))
-    assert f"127.0.0.1:{expose}/health" in health and "/health" in routes()
-    assert re.search(r"^USER (?!root)\S+", text, flags=re.MULTILINE), "the image must not run as root"
+    health = " ".join(healthcheck_command())
+    assert "RSNOTIFY_PORT" in health and f":{expose}/" not in health, "the health check must follow RSNOTIFY_PORT"
+    assert "/health" in health and "/health" in routes()
+    assert re.search(r"^USER (?!root|0\b)\S+", text, flags=re.MULTILINE), "the image must not run as root"
+    [install] = [i for i in instructions if i.startswith("RUN pip install")]
+    assert "-c deploy/constraints.txt" in install and "'.[hub]'" in install, install
+
+
+async def test_image_health_check_follows_rsnotify_port(ops_hub) -> None:
+    """The HEALTHCHECK command itself, run with the hub's port in RSNOTIFY_PORT: healthy; another port: not."""
+    port = ops_hub.url.rsplit(":", 1)[1].strip("/")
+    argv = [sys.executable if a == "python" else a for a in healthcheck_command()]
+
+    async def run(with_port: str) -> int:
+        process = await asyncio.create_subprocess_exec(*argv, env={**os.environ, "RSNOTIFY_PORT": with_port},
+                                                       stdout=asyncio.subprocess.DEVNULL,
+                                                       stderr=asyncio.subprocess.DEVNULL)
+        return await asyncio.wait_for(process.wait(), 60)
+
+    assert await run(port) == 0
+    assert await run(str(free_port())) != 0
+
+
+def dockerignore_excludes(path: str, patterns: list[str]) -> bool:
+    """Docker's rule: the last pattern matching the path or one of its parents decides ("!" re-includes)."""
+    parts = path.split("/")
+    excluded = False
+    for pattern in patterns:
+        negate = pattern.startswith("!")
+        pattern = pattern.lstrip("!").strip("/")
+        candidates = ["/".join(parts[:n]) for n in range(1, len(parts) + 1)]
+        glob = pattern.replace("**/", "*/") if pattern.startswith("**/") else pattern
+        if any(fnmatch.fnmatchcase(c, glob) or (pattern.startswith("**/") and fnmatch.fnmatchcase(c, pattern[3:]))
+               for c in candidates):
+            excluded = not negate
+    return excluded
+
+
+def test_dockerignore_lets_in_only_what_the_image_copies() -> None:
+    patterns = [line.strip() for line in (ROOT / ".dockerignore").read_text().splitlines()
+                if line.strip() and not line.startswith("#")]
+    copied = [i.split()[1] for i in dockerfile_instructions() if i.startswith("COPY ") and "--from" not in i]
+    for source in copied:
+        assert (ROOT / source).exists(), f"the Dockerfile copies {source}, which does not exist"
+        assert not dockerignore_excludes(source, patterns), f".dockerignore keeps out {source}"
+    for private in ("deploy/tokens.txt", ".git/config", ".venv/bin/python", "tests/conftest.py",
+                    "hub/__pycache__/app.cpython-311.pyc", "rsnotify-data/secret.key", ".env"):
+        assert dockerignore_excludes(private, patterns), f".dockerignore lets {private} into the image"
+
+
+def test_constraints_pin_exactly_what_the_hub_extra_installs() -> None:
+    """deploy/constraints.txt names every distribution `rsnotify[hub]` needs (and nothing else), at
+    versions that satisfy pyproject's ranges."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    spec = importlib.util.spec_from_file_location("pin_constraints", DEPLOY / "pin_constraints.py")
+    pin_constraints = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pin_constraints)
+    pins = dict(line.split("==") for line in (DEPLOY / "constraints.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    needed = pin_constraints.closure()
+    assert set(pins) == set(needed), ("run `python deploy/pin_constraints.py > deploy/constraints.txt`: "
+                                      f"missing {sorted(set(needed) - set(pins))}, extra {sorted(set(pins) - set(needed))}")
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    for line in project["dependencies"] + project["optional-dependencies"]["hub"]:
+        requirement = Requirement(line)
+        pinned = pins[canonicalize_name(requirement.name)]
+        assert requirement.specifier.contains(pinned, prereleases=True), f"{requirement.name}=={pinned} is outside {line}"
 
 
 def test_compose() -> None:
     compose = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
     services = compose["services"]
     assert {"redis", "hub", "worker", "prometheus"} <= set(services)
-    assert "--appendonly" in services["redis"]["command"] and "yes" in services["redis"]["command"]
+    redis = services["redis"]
+    assert "--appendonly" in redis["command"] and "yes" in redis["command"]
+    password = redis["command"][redis["command"].index("--requirepass") + 1]
+    assert password.startswith("${REDIS_PASSWORD:?"), "Redis must refuse to start without a password"
+    assert redis["environment"]["REDISCLI_AUTH"] == "${REDIS_PASSWORD}"   # its health check authenticates
     for name in ("hub", "worker"):
         service = services[name]
         used = check_command(service["command"])
         assert used == name
         check_env(set(service["environment"]), used, f"compose service {name}")
+        assert service["environment"]["RSNOTIFY_REDIS_URL"] == "redis://:${REDIS_PASSWORD}@redis:6379/0"
+        assert "redis" in service["networks"] and "default" in service["networks"]   # Redis, and subscribers
+    for name, service in services.items():
+        assert service.get("read_only") is True and service.get("cap_drop") == ["ALL"], name
+        assert "no-new-privileges:true" in service.get("security_opt", []), name
+    assert redis["networks"] == ["redis"] and compose["networks"]["redis"]["internal"] is True
+    assert [n for n, s in services.items() if "redis" in s.get("networks", [])] == ["redis", "hub", "worker"]
     hub_env = services["hub"]["environment"]
     assert services["hub"]["ports"] == [f"{hub_env['RSNOTIFY_PORT']}:{hub_env['RSNOTIFY_PORT']}"]
     secret_file = hub_env["RSNOTIFY_TOKENS_FILE"]
@@ -113,50 +234,126 @@ def test_tokens_example_is_a_valid_tokens_file() -> None:
     assert pairs and all(prefix.startswith("https://") for _, prefix in pairs)
 
 
-def k8s_documents() -> list[dict]:
+def k8s_documents(names: list[str] | None = None) -> list[dict]:
     docs = []
     for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
-        docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
+        if path.name != "kustomization.yaml" and (names is None or path.name in names):
+            docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     return docs
 
 
+def applied_files() -> list[str]:
+    """The manifests `kubectl apply -k deploy/k8s` applies (the README's command)."""
+    return yaml.safe_load((DEPLOY / "k8s" / "kustomization.yaml").read_text())["resources"]
+
+
+def check_restricted(pod: dict, where: str) -> None:
+    """The "restricted" Pod Security Standard, for the fields these manifests use, plus a read-only root."""
+    pod_context = pod.get("securityContext", {})
+    assert pod.get("automountServiceAccountToken") is False, where
+    for container in pod["containers"] + pod.get("initContainers", []):
+        context = {**pod_context, **container.get("securityContext", {})}
+        name = f"{where} container {container['name']}"
+        assert context.get("runAsNonRoot") is True and context.get("runAsUser", 0) != 0, name
+        assert context.get("allowPrivilegeEscalation") is False, name
+        assert context.get("capabilities", {}).get("drop") == ["ALL"] and not context["capabilities"].get("add"), name
+        assert context.get("seccompProfile", {}).get("type") == "RuntimeDefault", name
+        assert context.get("readOnlyRootFilesystem") is True, name
+        assert not container.get("ports") or all("hostPort" not in p for p in container["ports"]), name
+        resources = container.get("resources", {})
+        for kind in ("cpu", "memory"):
+            assert kind in resources.get("requests", {}) and kind in resources.get("limits", {}), f"{name}: {kind}"
+    for volume in pod.get("volumes", []):
+        assert set(volume) - {"name"} <= {"secret", "configMap", "emptyDir", "persistentVolumeClaim", "projected"}, where
+        assert "hostPath" not in volume, where
+
+
 def test_kubernetes() -> None:
-    docs = k8s_documents()
+    applied = applied_files()
+    assert sorted(applied) == sorted(p.name for p in (DEPLOY / "k8s").glob("*.yaml")
+                                     if p.name not in ("kustomization.yaml", "secret.example.yaml"))
+    docs = k8s_documents(applied)
+    assert not [d for d in docs if d["kind"] == "Secret"], "an applied manifest would overwrite the real Secret"
+    [example] = k8s_documents(["secret.example.yaml"])
+    secret = example["stringData"]
     by_kind: dict[tuple[str, str], dict] = {(d["kind"], d["metadata"]["name"]): d for d in docs}
+    by_kind[("Secret", example["metadata"]["name"])] = example
     config = by_kind[("ConfigMap", "rsnotify-config")]["data"]
-    secret = by_kind[("Secret", "rsnotify-secrets")]["stringData"]
     deployments = [d for d in docs if d["kind"] == "Deployment"]
     assert {d["metadata"]["name"] for d in deployments} == {"rsnotify-hub", "rsnotify-worker"}
+    for workload in [d for d in docs if d["kind"] in ("Deployment", "StatefulSet")]:
+        check_restricted(workload["spec"]["template"]["spec"], workload["metadata"]["name"])
     for deployment in deployments:
         spec = deployment["spec"]["template"]["spec"]
-        assert spec["securityContext"]["runAsNonRoot"] is True
         [container] = spec["containers"]
         used = check_command(container["command"])
         env = set()
         for source in container.get("envFrom", []):
             assert ("ConfigMap", source["configMapRef"]["name"]) in by_kind
             env |= set(config)
+        defined: list[str] = []
         for item in container.get("env", []):
             env.add(item["name"])
             ref = item.get("valueFrom", {}).get("secretKeyRef")
             if ref:
                 assert ("Secret", ref["name"]) in by_kind and ref["key"] in secret
+            for needed in re.findall(r"\$\((\w+)\)", item.get("value", "")):
+                assert needed in defined, f"{item['name']} uses $({needed}) before it is defined"
+            defined.append(item["name"])
         check_env(env, used, f"k8s {deployment['metadata']['name']}")
+        redis_url = next(i["value"] for i in container["env"] if i["name"] == "RSNOTIFY_REDIS_URL")
+        host = re.fullmatch(r"redis://:\$\(REDIS_PASSWORD\)@([^:/]+):6379/0", redis_url).group(1)
+        assert ("Service", host) in by_kind
         if used == "hub":
             [port] = container["ports"]
             assert str(port["containerPort"]) == config["RSNOTIFY_PORT"]
-            for probe in ("readinessProbe", "livenessProbe"):
-                assert container[probe]["httpGet"]["path"] == "/health" and container[probe]["httpGet"]["port"] == port["name"]
+            assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": port["name"]}
+            # liveness must not depend on Redis: a Redis outage should not restart every hub pod
+            assert container["livenessProbe"]["httpGet"] == {"path": "/live", "port": port["name"]}
             tokens = next(i["value"] for i in container["env"] if i["name"] == "RSNOTIFY_TOKENS_FILE")
-            [mount] = container["volumeMounts"]
-            [volume] = spec["volumes"]
-            assert volume["name"] == mount["name"]
+            mount = next(m for m in container["volumeMounts"] if m["mountPath"] == os.path.dirname(tokens))
+            volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
             assert tokens == mount["mountPath"] + "/" + volume["secret"]["items"][0]["path"]
             assert volume["secret"]["items"][0]["key"] in secret
             service = by_kind[("Service", "rsnotify-hub")]
             assert service["spec"]["ports"][0]["targetPort"] == port["name"]
-    redis_url = config["RSNOTIFY_REDIS_URL"]
-    assert ("Service", re.match(r"redis://([^:/]+)", redis_url).group(1)) in by_kind
+
+
+def test_kubernetes_redis_needs_a_password_and_only_hub_and_workers_reach_it() -> None:
+    docs = k8s_documents(applied_files())
+    [redis] = [d for d in docs if d["kind"] == "StatefulSet"]
+    [container] = redis["spec"]["template"]["spec"]["containers"]
+    args = container["args"]
+    assert args[args.index("--requirepass") + 1] == "$(REDISCLI_AUTH)"
+    [auth] = [e for e in container["env"] if e["name"] == "REDISCLI_AUTH"]    # redis-cli in the probes reads it
+    assert auth["valueFrom"]["secretKeyRef"] == {"name": "rsnotify-secrets", "key": "REDIS_PASSWORD"}
+    [policy] = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    redis_labels = redis["spec"]["template"]["metadata"]["labels"]
+    assert policy["spec"]["podSelector"]["matchLabels"].items() <= redis_labels.items()
+    assert policy["spec"]["policyTypes"] == ["Ingress"]
+    [rule] = policy["spec"]["ingress"]
+    [peer] = rule["from"]
+    allowed = {e["key"]: set(e["values"]) for e in peer["podSelector"]["matchExpressions"]}
+    assert allowed == {"app": {"rsnotify"}, "component": {"hub", "worker"}}
+    clients = {d["metadata"]["name"]: d["spec"]["template"]["metadata"]["labels"] for d in docs if d["kind"] == "Deployment"}
+    assert all(labels["component"] in allowed["component"] for labels in clients.values())
+    assert rule["ports"] == [{"protocol": "TCP", "port": 6379}]
+
+
+def test_kubernetes_manifests_pass_the_api_schema() -> None:
+    """kubernetes-validate checks each document against the Kubernetes OpenAPI schema (strict:
+    a misspelt field fails), the way kubeconform does."""
+    validator = pytest.importorskip("kubernetes_validate",
+                                    reason="kubernetes-validate is not installed (pip install kubernetes-validate)")
+    docs = k8s_documents()
+    assert len(docs) >= 8
+    version = validator.latest_version()
+    for doc in docs:
+        validator.validate(doc, version, strict=True)
+    broken = json.loads(json.dumps(next(d for d in docs if d["kind"] == "Deployment")))
+    broken["spec"]["template"]["spec"]["containers"][0]["livenessProbes"] = {}
+    with pytest.raises(validator.ValidationError):       # the check is real: a typo fails it
+        validator.validate(broken, version, strict=True)
 
 
 def systemd_unit(path: Path) -> dict[str, list[str]]:
