@@ -10,6 +10,9 @@ import json
 import logging
 import signal
 import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -29,6 +32,9 @@ from .errors import SubscriberError
 from .mirror import Mirror, MirrorOutcome
 from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
 from .store import ACTIVE, EXPIRED, JsonFileStore, Subscription
+
+if TYPE_CHECKING:
+    from .sync.runner import SyncCommand
 
 log = logging.getLogger(__name__)
 
@@ -244,3 +250,128 @@ def _default_callback(runner: web.AppRunner, settings: SubscriberSettings) -> st
         host = f"[{host}]"
     return f"http://{host}:{_bound_port(runner)}{CALLBACK_PATH}"
 
+
+
+# --- rsnotify sync / rsnotify sync status / rsnotify audit ------------------------------------
+
+def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    command = click.option("--dir", "directory", metavar="DIR", envvar="RSNOTIFY_SYNC_DIR",
+                           show_envvar=True, type=click.Path(file_okay=False, path_type=Path),
+                           help="The local copy: files at DIR/<host>[_<port>]/<path>, state in DIR/.rsnotify/.")(command)
+    command = click.option("--capability-list", metavar="URL", envvar="RSNOTIFY_SYNC_CAPABILITY_LIST",
+                           show_envvar=True, help="The Source's Capability List.")(command)
+    command = click.option("--source", metavar="URL", envvar="RSNOTIFY_SYNC_SOURCE", show_envvar=True,
+                           help="The Source's base URL (its /.well-known/resourcesync is read).")(command)
+    command = click.option("--allow-network", "allow_network", metavar="CIDR", multiple=True,
+                           envvar="RSNOTIFY_SYNC_ALLOW_NETWORK", show_envvar=True,
+                           help="Also fetch from this private/loopback network (the Source's own address is "
+                                "always allowed). Repeatable.")(command)
+    command = click.option("--allow-host", "allow_host", metavar="HOST", multiple=True,
+                           envvar="RSNOTIFY_SYNC_ALLOW_HOST", show_envvar=True,
+                           help="Also fetch resources whose locs are on HOST ('*': any host). Repeatable.")(command)
+    command = click.option("--concurrency", type=click.IntRange(1, 256), default=16, show_default=True,
+                           envvar="RSNOTIFY_SYNC_CONCURRENCY", show_envvar=True,
+                           help="Resource GETs in flight at most.")(command)
+    command = click.option("--json", "json_events", is_flag=True,
+                           help="One JSON object per event on stdout (with an \"event\" key).")(command)
+    command = click.option("-v", "--verbose", is_flag=True, help="Log details on stderr.")(command)
+    return command
+
+
+def _sync_command(directory: Path, source: str | None, capability_list: str | None, allow_network: tuple[str, ...],
+                  allow_host: tuple[str, ...], concurrency: int, json_events: bool, verbose: bool,
+                  **extra: Any) -> SyncCommand:
+    from .sync.netguard import parse_networks
+    if directory is None:
+        raise click.UsageError("--dir DIR is required")
+    from .sync.runner import SyncCommand as _SyncCommand
+    if source and capability_list:
+        raise click.UsageError("give --source or --capability-list, not both")
+    if not source and not capability_list and not (directory / ".rsnotify" / "state.db").exists():
+        raise click.UsageError("give --source URL or --capability-list URL (DIR holds no earlier sync to resume)")
+    for name, url in (("--source", source), ("--capability-list", capability_list)):
+        if url and urlsplit(url).scheme not in ("http", "https"):
+            raise click.BadParameter(f"must be an http(s) URL, got {url!r}", param_hint=name)
+    try:
+        networks = parse_networks(allow_network)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--allow-network") from None
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from .sync.context import SyncOptions
+    options = SyncOptions(concurrency=concurrency, keep_deleted=extra.get("keep_deleted", False),
+                          dry_run=extra.get("dry_run", False))
+    return _SyncCommand(directory, source, capability_list, options, networks, tuple(allow_host),
+                        json_events=json_events)
+
+
+@click.group(invoke_without_command=True)
+@_source_options
+@click.option("--listen", metavar="HOST:PORT", envvar="RSNOTIFY_SYNC_LISTEN", show_envvar=True,
+              help="Where the callback server binds [default: the address of the last run, else 127.0.0.1 "
+                   "and any free port].")
+@click.option("--callback-url", metavar="URL", envvar="RSNOTIFY_SYNC_CALLBACK_URL", show_envvar=True,
+              help=f"Public base URL of the callbacks [default: http://HOST:PORT{CALLBACK_PATH}].")
+@click.option("--once", is_flag=True, help="Baseline or catch up to the Source's lists, then exit: 0 in sync, "
+                                            "1 differences or an unrecoverable gap, 3 Source unreachable.")
+@click.option("--unsubscribe-on-exit", is_flag=True,
+              help="Unsubscribe when stopped (by default the subscription stays, so the hub keeps "
+                   "notifications for the next start).")
+@click.option("--keep-deleted", is_flag=True, help="Keep files of resources that left the Resource List.")
+@click.option("--dry-run", is_flag=True, help="With --once: read the lists and count, change nothing.")
+@click.option("--poll-interval", type=click.FloatRange(min=1), default=60.0, show_default=True,
+              envvar="RSNOTIFY_SYNC_POLL_INTERVAL", show_envvar=True,
+              help="Seconds between pulls of the Source's Change List when push is silent or unavailable.")
+@click.option("--lease-seconds", type=click.IntRange(min=1), metavar="N", envvar="RSNOTIFY_SYNC_LEASE_SECONDS",
+              show_envvar=True, help="Lease to ask of the hub.")
+@click.pass_context
+def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once: bool, unsubscribe_on_exit: bool,
+         keep_deleted: bool, dry_run: bool, poll_interval: float, lease_seconds: int | None, **common: Any) -> None:
+    """Keep DIR equal to a Source: baseline, live notifications, catch-up after any gap.
+
+    Without --once it runs until Ctrl-C or SIGTERM (exit 0) and keeps its subscription, so a
+    restart picks up where it stopped. `rsnotify sync status --dir DIR` shows where it stands.
+    """
+    if ctx.invoked_subcommand is not None:
+        return
+    if dry_run and not once:
+        raise click.UsageError("--dry-run needs --once")
+    from .sync.runner import run_sync, saved_listen
+    command = _sync_command(keep_deleted=keep_deleted, dry_run=dry_run, **common)
+    command.unsubscribe_on_exit = unsubscribe_on_exit
+    command.poll_interval = poll_interval
+    if not once:
+        listen = listen or saved_listen(command.root) or "127.0.0.1:0"
+        try:
+            host, port = parse_listen(listen)
+            command.push = SubscriberSettings(listen_host=host, listen_port=port, callback_url=callback_url,
+                                              lease_seconds=lease_seconds, remembered_ids=50)
+        except SubscriberError as exc:
+            raise click.BadParameter(str(exc)) from None
+    sys.exit(asyncio.run(run_sync(command, once=once)))
+
+
+@sync.command("status")
+@click.option("--dir", "directory", metavar="DIR", required=True, type=click.Path(file_okay=False, path_type=Path),
+              envvar="RSNOTIFY_SYNC_DIR", show_envvar=True, help="The synced folder.")
+@click.option("--json", "json_out", is_flag=True, help="One JSON object instead of text.")
+def sync_status(directory: Path, json_out: bool) -> None:
+    """Where the copy in DIR stands: state, high-water mark and lag, resources by state, last runs."""
+    from .sync.runner import format_status, status_of
+    info = status_of(directory)
+    if info is None:
+        raise click.ClickException(f"{directory} holds no sync state ({directory}/.rsnotify/state.db); "
+                                   "start one with rsnotify sync")
+    click.echo(json.dumps(info, default=str) if json_out else format_status(info))
+
+
+@click.command()
+@_source_options
+@click.option("--deep", is_flag=True, help="Re-hash every file (finds local edits and bit rot).")
+@click.option("--repair", is_flag=True, help="Fetch missing and changed resources, delete extra tracked ones.")
+def audit(deep: bool, repair: bool, **common: Any) -> None:
+    """Compare DIR with the Source's current Resource List: exit 0 in sync, 1 differences,
+    3 Source unreachable."""
+    from .sync.runner import run_audit
+    command = _sync_command(**common)
+    sys.exit(asyncio.run(run_audit(command, deep=deep, repair=repair)))

@@ -1,0 +1,204 @@
+"""Audit: the folder and its records against the Source's current Resource List (core §5.2).
+
+Counts: same, missing (listed, no good copy), changed (hash or length differs; with `deep`,
+also files whose bytes no longer hash to their record: bit rot or local edits), extra
+(tracked, no longer listed), untracked (files with no record), newer locally (a change
+applied after the list's `at`: the list is older than the copy, not a difference),
+unverifiable (neither hash nor length nor lastmod to compare). `repair` fetches missing and
+changed resources and deletes extra tracked ones; untracked files are never touched.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from rsnotify.datetimes import format_datetime
+from rsnotify.lists import Resource
+
+from .apply import STORED, hashes_match
+from .context import SyncContext
+from .remote import SourceDocumentError
+from .resources import ResourceListRead, resource_chunks
+from .state import DELETED, OK, ResourceRecord
+
+
+@dataclass
+class AuditReport:
+    at: datetime | None = None
+    listed: int = 0
+    same: int = 0
+    missing: int = 0
+    changed: int = 0
+    extra: int = 0
+    untracked: int = 0
+    newer_locally: int = 0
+    unverifiable: int = 0
+    corrupt: int = 0          # part of `changed` (deep only)
+    repaired: int = 0
+    repair_failed: int = 0
+    seconds: float = 0.0
+    examples: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def differences(self) -> int:
+        return self.missing + self.changed + self.extra + self.untracked
+
+    @property
+    def in_sync(self) -> bool:
+        return self.differences == 0 or (self.repaired and self.repair_failed == 0 and self.untracked == 0)
+
+    def note(self, kind: str, loc: str) -> None:
+        items = self.examples.setdefault(kind, [])
+        if len(items) < 5:
+            items.append(loc)
+
+    def to_json(self) -> dict[str, object]:
+        return {"at": format_datetime(self.at) if self.at else None, "listed": self.listed, "same": self.same,
+                "missing": self.missing, "changed": self.changed, "extra": self.extra, "untracked": self.untracked,
+                "newer_locally": self.newer_locally, "unverifiable": self.unverifiable, "corrupt": self.corrupt,
+                "repaired": self.repaired, "repair_failed": self.repair_failed,
+                "seconds": round(self.seconds, 3), "examples": self.examples}
+
+
+def file_hashes(path: Path) -> tuple[str, str, int] | None:
+    try:
+        md5, sha256, size = hashlib.md5(), hashlib.sha256(), 0
+        with path.open("rb") as file:
+            while chunk := file.read(1 << 20):
+                md5.update(chunk)
+                sha256.update(chunk)
+                size += len(chunk)
+        return md5.hexdigest(), sha256.hexdigest(), size
+    except OSError:
+        return None
+
+
+def _corrupt(record: ResourceRecord, path: Path) -> bool:
+    found = file_hashes(path)
+    if found is None:
+        return True
+    md5, sha256, size = found
+    if record.length is not None and size != record.length:
+        return True
+    if record.sha256 is not None:
+        return sha256 != record.sha256
+    return record.md5 is not None and md5 != record.md5
+
+
+async def run_audit(ctx: SyncContext, *, deep: bool = False, repair: bool = False) -> AuditReport:
+    started = time.monotonic()
+    report = AuditReport()
+    read = ResourceListRead(ctx.resourcelist_url or "")
+    if not ctx.resourcelist_url:
+        raise SourceDocumentError("the Source advertises no Resource List to audit against")
+    ctx.progress.start("audit")
+    ctx.state.clear_seen()
+    to_repair: list[tuple[Resource, ResourceRecord | None, Path]] = []
+    async for resources in resource_chunks(ctx.session, ctx.resourcelist_url, read):
+        report.at = read.at
+        ctx.progress.total = read.hint
+        ctx.state.mark_seen(r.loc for r in resources)
+        records = ctx.state.records(r.loc for r in resources)
+        checks = []
+        for resource in resources:
+            report.listed += 1
+            ctx.progress.seen += 1
+            record = records.get(resource.loc)
+            if record is not None and record.changed_at is not None and report.at is not None \
+                    and record.changed_at > report.at:
+                report.newer_locally += 1
+                continue
+            try:
+                path = ctx.sink.path_for(resource.loc)
+            except ValueError:
+                report.missing += 1
+                report.note("missing", resource.loc)
+                continue
+            checks.append((resource, record, path))
+        verdicts = await asyncio.to_thread(_judge_all, checks, deep)
+        for (resource, record, path), verdict in zip(checks, verdicts):
+            if verdict == "same":
+                report.same += 1
+                continue
+            if verdict == "unverifiable":
+                report.unverifiable += 1
+                continue
+            if verdict == "corrupt":
+                report.corrupt += 1
+                verdict = "changed"
+            setattr(report, verdict, getattr(report, verdict) + 1)
+            report.note(verdict, resource.loc)
+            if repair:
+                to_repair.append((resource, record, path))
+        if repair and len(to_repair) >= 500:
+            await _repair(ctx, to_repair, report)
+            to_repair = []
+    if repair and to_repair:
+        await _repair(ctx, to_repair, report)
+    extras = []
+    for record in ctx.state.unseen_records():
+        if record.changed_at is not None and report.at is not None and record.changed_at > report.at:
+            report.newer_locally += 1
+            continue
+        report.extra += 1
+        report.note("extra", record.loc)
+        extras.append(record)
+    if repair:
+        for record in extras:
+            if record.path:
+                await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
+            ctx.state.commit([ResourceRecord(record.loc, record.path, DELETED, changed_at=record.changed_at,
+                                             last_change="deleted")])
+            report.repaired += 1
+    report.untracked = await asyncio.to_thread(_count_untracked, ctx, report)
+    report.seconds = time.monotonic() - started
+    ctx.state.add_run("audit", time.time() - report.seconds, report.to_json(),
+                      "in sync" if report.in_sync else "differences")
+    return report
+
+
+def _judge_all(checks: list[tuple[Resource, ResourceRecord | None, Path]], deep: bool) -> list[str]:
+    return [_judge(resource, record, path, deep) for resource, record, path in checks]
+
+
+def _judge(resource: Resource, record: ResourceRecord | None, path: Path, deep: bool) -> str:
+    if record is None or record.state == DELETED or not path.is_file():
+        return "missing"
+    match = hashes_match(record, resource.hashes)
+    if match is None:
+        if resource.length is None and resource.lastmod is None:
+            return "corrupt" if deep and _corrupt(record, path) else "unverifiable"
+        match = resource.length == record.length and (resource.lastmod is None or resource.lastmod == record.lastmod)
+    elif resource.length is not None and resource.length != record.length:
+        match = False
+    if not match or record.state != OK:
+        return "changed"
+    if deep and _corrupt(record, path):
+        return "corrupt"
+    return "same"
+
+
+async def _repair(ctx: SyncContext, items: list[tuple[Resource, ResourceRecord | None, Path]],
+                  report: AuditReport) -> None:
+    results = await asyncio.gather(*(ctx.applier.fetch_resource(r, rec, p) for r, rec, p in items))
+    ctx.state.commit([record for record, _ in results])
+    for _, outcome in results:
+        if outcome.outcome == STORED:
+            report.repaired += 1
+        else:
+            report.repair_failed += 1
+            report.note("repair_failed", outcome.loc)
+
+
+def _count_untracked(ctx: SyncContext, report: AuditReport) -> int:
+    count = 0
+    for relative in ctx.sink.walk():
+        record = ctx.state.record_by_path(relative)
+        if record is None or record.state == DELETED:
+            count += 1
+            report.note("untracked", relative)
+    return count

@@ -1,0 +1,155 @@
+"""Baseline: make the folder equal to the Source's Resource List (or Resource List Index).
+
+The list is streamed a chunk at a time; each chunk's records are read in one query, resources
+already held (hash, else length + lastmod) are skipped, the rest fetched concurrently. Tracked
+resources the list no longer has are deleted. H becomes the list's `at` (never `completed`),
+committed with the last records. A crash part-way resumes cheaply: what was fetched is recorded
+and skipped the next time.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from rsnotify.datetimes import format_datetime
+from rsnotify.lists import Resource
+
+from .apply import STORED, Outcome
+from .context import SyncContext
+from .remote import SourceDocumentError
+from .resources import ResourceListRead, resource_chunks
+from .state import DELETED, REFUSED, ResourceRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class BaselineReport:
+    at: datetime | None
+    listed: int = 0
+    fetched: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    failed: int = 0
+    newer_locally: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return {"at": format_datetime(self.at) if self.at else None, "listed": self.listed,
+                "fetched": self.fetched, "unchanged": self.unchanged, "deleted": self.deleted,
+                "failed": self.failed, "seconds": round(self.seconds, 3)}
+
+
+class _Batch:
+    """Records waiting for their transaction (flushed by count or age)."""
+
+    def __init__(self, ctx: SyncContext) -> None:
+        self.ctx = ctx
+        self.records: list[ResourceRecord] = []
+        self.flushed_at = time.monotonic()
+
+    def add(self, record: ResourceRecord) -> None:
+        self.records.append(record)
+        if len(self.records) >= self.ctx.options.commit_every or time.monotonic() - self.flushed_at > 0.2:
+            self.flush()
+
+    def flush(self, **commit: object) -> None:
+        self.ctx.state.commit(self.records, **commit)  # type: ignore[arg-type]
+        self.records = []
+        self.flushed_at = time.monotonic()
+
+
+async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> BaselineReport:
+    """Bring the folder to the Resource List's state; raises SourceUnreachableError /
+    SourceDocumentError when the list cannot be had (nothing is deleted then)."""
+    if not ctx.resourcelist_url:
+        raise SourceDocumentError("the Source advertises no Resource List")
+    started = time.monotonic()
+    read = ResourceListRead(ctx.resourcelist_url)
+    report = BaselineReport(at=None)
+    ctx.progress.start(phase)
+    ctx.state.clear_seen()
+    batch = _Batch(ctx)
+    in_flight: set[asyncio.Task[None]] = set()
+    room = asyncio.Semaphore(ctx.options.concurrency * 4)
+
+    async def fetch(resource: Resource, record: ResourceRecord | None, path: Path) -> None:
+        try:
+            new, outcome = await ctx.applier.fetch_resource(resource, record, path)
+            batch.add(new)
+            _count(report, ctx, outcome)
+        finally:
+            room.release()
+
+    try:
+        async for resources in resource_chunks(ctx.session, ctx.resourcelist_url, read):
+            report.at = read.at
+            ctx.progress.total = read.hint
+            ctx.state.mark_seen(r.loc for r in resources)
+            records = ctx.state.records(r.loc for r in resources)
+            for resource in resources:
+                report.listed += 1
+                ctx.progress.seen += 1
+                record = records.get(resource.loc)
+                if (record is not None and record.changed_at is not None and report.at is not None
+                        and record.changed_at > report.at):
+                    report.newer_locally += 1   # a change applied after the list's `at` wins
+                    continue
+                try:
+                    path = ctx.sink.path_for(resource.loc)
+                except ValueError as exc:
+                    batch.add(ResourceRecord(resource.loc, None, REFUSED, last_error=str(exc)[:500]))
+                    report.failed += 1
+                    continue
+                if not ctx.applier.needs_fetch(resource, record, path):
+                    report.unchanged += 1
+                    ctx.progress.unchanged += 1
+                    continue
+                if ctx.options.dry_run:
+                    report.fetched += 1
+                    continue
+                await room.acquire()
+                task = asyncio.create_task(fetch(resource, record, path))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+        if in_flight:
+            await asyncio.gather(*list(in_flight))
+    finally:
+        for task in list(in_flight):
+            task.cancel()
+        batch.flush()
+    if not ctx.options.keep_deleted:
+        await _delete_unlisted(ctx, report, batch)
+    report.seconds = time.monotonic() - started
+    if not ctx.options.dry_run:
+        batch.flush(high_water=report.at, baseline_at=report.at)
+    return report
+
+
+async def _delete_unlisted(ctx: SyncContext, report: BaselineReport, batch: _Batch) -> None:
+    for record in list(ctx.state.unseen_records()):
+        if record.changed_at is not None and report.at is not None and record.changed_at > report.at:
+            continue   # created after the list's snapshot
+        if ctx.options.dry_run:
+            report.deleted += 1
+            continue
+        if record.path:
+            await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
+        batch.add(ResourceRecord(record.loc, record.path, DELETED, changed_at=record.changed_at,
+                                 last_change="deleted"))
+        report.deleted += 1
+        ctx.progress.deleted += 1
+
+
+def _count(report: BaselineReport, ctx: SyncContext, outcome: Outcome) -> None:
+    if outcome.outcome == STORED:
+        report.fetched += 1
+        ctx.progress.fetched += 1
+    else:
+        report.failed += 1
+        ctx.progress.failed += 1
+        log.warning("baseline: %s %s: %s", outcome.loc, outcome.outcome, outcome.detail)

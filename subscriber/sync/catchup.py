@@ -1,0 +1,157 @@
+"""Catch-up from the Source's Change Lists: every change in [H, now), applied idempotently.
+
+Lists are chosen by their from/until, never by URI order: a list whose `until` is at or before
+H is never fetched. When the earliest usable list starts after H, the lists cannot close the
+gap and the caller re-baselines. Entries are applied in document order, a chunk at a time (the
+last change per loc within a chunk), so memory stays flat; H moves to each closed list's
+`until` in the transaction that records its last changes, and to the open list's last entry.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rsnotify.datetimes import format_datetime
+from rsnotify.lists import ListRef
+from rsnotify.notification import ResourceChange
+
+from .apply import FAILED_OUTCOME, SKIPPED_OLDER, STALE_OUTCOME, STORED, UNCHANGED
+from .context import SyncContext
+from .remote import RemoteList, SourceDocumentError
+
+log = logging.getLogger(__name__)
+
+CHUNK = 5000
+
+
+class CatchupImpossibleError(Exception):
+    """The Change Lists do not reach back to H (rotated or expired, or none at all)."""
+
+
+@dataclass
+class CatchupReport:
+    start: datetime | None
+    end: datetime | None = None
+    lists: list[str] = field(default_factory=list)
+    changes: int = 0
+    fetched: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    skipped: int = 0
+    failed: int = 0
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, object]:
+        return {"from": format_datetime(self.start) if self.start else None,
+                "until": format_datetime(self.end) if self.end else None, "lists": self.lists,
+                "changes": self.changes, "fetched": self.fetched, "unchanged": self.unchanged,
+                "deleted": self.deleted, "skipped": self.skipped, "failed": self.failed,
+                "seconds": round(self.seconds, 3)}
+
+
+async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef | RemoteList]:
+    """The Change Lists that may hold changes after H, in `from` order; raises
+    CatchupImpossibleError when they start after H."""
+    if not ctx.changelist_url:
+        raise CatchupImpossibleError("the Source advertises no Change List")
+    top = await RemoteList.open(ctx.session, ctx.changelist_url, "Change List")
+    if not top.info.is_index:
+        if top.info.from_ is not None and top.info.from_ > high_water:
+            top.close()
+            raise CatchupImpossibleError(
+                f"the Change List {top.url} starts at {format_datetime(top.info.from_)}, after the high-water "
+                f"mark {format_datetime(high_water)}")
+        if top.info.until is not None and top.info.until <= high_water:
+            top.close()
+            return []
+        return [top]
+    refs: list[ListRef] = []
+    async for chunk in top.chunks():
+        refs.extend(e for e in chunk if isinstance(e, ListRef))
+    bounded = [r for r in refs if r.from_ is not None]
+    unbounded = [r for r in refs if r.from_ is None]   # fetched to learn their bounds
+    if not bounded and not unbounded:
+        raise CatchupImpossibleError(f"the Change List Index {top.url} lists no Change List")
+    for ref in unbounded:
+        remote = await RemoteList.open(ctx.session, ref.loc, "Change List")
+        remote.close()
+        bounded.append(ListRef(ref.loc, from_=remote.info.from_, until=remote.info.until))
+    bounded.sort(key=lambda r: (r.from_ or high_water))
+    selected = [r for r in bounded if r.until is None or r.until > high_water]
+    if not selected:
+        return []
+    if selected[0].from_ is not None and selected[0].from_ > high_water:
+        raise CatchupImpossibleError(
+            f"the oldest Change List still needed ({selected[0].loc}) starts at "
+            f"{format_datetime(selected[0].from_)}, after the high-water mark {format_datetime(high_water)}: "
+            "older lists were rotated away")
+    return list(selected)
+
+
+async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
+    """Apply every change after H from the Change Lists; returns what was done.
+
+    Raises CatchupImpossibleError (re-baseline instead), SourceUnreachableError or
+    SourceDocumentError.
+    """
+    started = time.monotonic()
+    report = CatchupReport(start=high_water, end=high_water)
+    ctx.progress.start("catch-up")
+    for item in await select_lists(ctx, high_water):
+        remote = item if isinstance(item, RemoteList) else await RemoteList.open(ctx.session, item.loc, "Change List")
+        if remote.info.is_index:
+            remote.close()
+            raise SourceDocumentError(f"{remote.url} is an index inside a Change List Index; expected a Change List")
+        report.lists.append(remote.url)
+        last_datetime = await _apply_list(ctx, remote, high_water, report)
+        if remote.info.until is not None:
+            high_water = max(high_water, remote.info.until)
+        elif last_datetime is not None:
+            high_water = max(high_water, last_datetime)
+        ctx.state.commit(high_water=high_water)
+        report.end = high_water
+    report.seconds = time.monotonic() - started
+    return report
+
+
+async def _apply_list(ctx: SyncContext, remote: RemoteList, high_water: datetime,
+                      report: CatchupReport) -> datetime | None:
+    last_datetime: datetime | None = None
+    pending: list[ResourceChange] = []
+    async for chunk in remote.chunks(CHUNK):
+        for change in chunk:
+            if not isinstance(change, ResourceChange):
+                continue
+            if change.changed_at is not None:
+                last_datetime = change.changed_at
+                if change.changed_at < high_water:
+                    continue
+            pending.append(change)
+        if pending:
+            await _apply(ctx, pending, report)
+            pending = []
+    return last_datetime
+
+
+async def _apply(ctx: SyncContext, changes: list[ResourceChange], report: CatchupReport) -> None:
+    report.changes += len(changes)
+    ctx.progress.seen += len(changes)
+    records, outcomes = await ctx.applier.apply_changes(changes)
+    ctx.state.commit(records)
+    for outcome in outcomes:
+        if outcome.outcome == STORED:
+            report.fetched += 1
+            ctx.progress.fetched += 1
+        elif outcome.outcome == UNCHANGED:
+            report.unchanged += 1
+            ctx.progress.unchanged += 1
+        elif outcome.outcome in ("deleted", "absent"):
+            report.deleted += 1
+            ctx.progress.deleted += 1
+        elif outcome.outcome == SKIPPED_OLDER:
+            report.skipped += 1
+        elif outcome.outcome in (FAILED_OUTCOME, STALE_OUTCOME):
+            report.failed += 1
+            ctx.progress.failed += 1

@@ -1,0 +1,85 @@
+"""Sync events: what `--json` prints (one object per line, with an "event" key) and what
+library users receive from `SyncEngine.events`, plus the progress counters behind the stderr
+status line. No I/O here besides calling the listeners.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Event names (the CLI contract)
+BASELINE_PROGRESS = "baseline.progress"
+BASELINE_DONE = "baseline.done"
+CATCHUP_START = "catchup.start"
+CATCHUP_DONE = "catchup.done"
+CATCHUP_IMPOSSIBLE = "catchup.impossible"
+LIVE = "live"
+NOTIFICATION_APPLIED = "notification.applied"
+GAP = "gap"
+DEGRADED = "degraded"
+AUDIT_DONE = "audit.done"
+SUBSCRIBED = "subscribed"
+
+
+@dataclass(frozen=True)
+class SyncEvent:
+    event: str
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"event": self.event, **self.data}
+
+
+Listener = Callable[[SyncEvent], None]
+
+
+class Events:
+    """Fans events out to listeners (the CLI's printer, a library user's callback)."""
+
+    def __init__(self) -> None:
+        self.listeners: list[Listener] = []
+
+    def emit(self, event: str, **data: Any) -> None:
+        item = SyncEvent(event, data)
+        for listener in self.listeners:
+            try:
+                listener(item)
+            except Exception:
+                log.exception("sync event listener failed on %s", event)
+
+
+@dataclass
+class Progress:
+    """Counters of the running baseline/catch-up/audit, read by the status line."""
+
+    phase: str = "starting"
+    total: int | None = None       # expected entries, when known
+    seen: int = 0                  # entries read from the list(s)
+    fetched: int = 0
+    unchanged: int = 0
+    deleted: int = 0
+    failed: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def start(self, phase: str, total: int | None = None) -> None:
+        self.phase, self.total = phase, total
+        self.seen = self.fetched = self.unchanged = self.deleted = self.failed = 0
+        self.started = time.monotonic()
+
+    def line(self) -> str:
+        elapsed = max(time.monotonic() - self.started, 1e-6)
+        rate = self.seen / elapsed
+        text = f"{self.phase}: {self.seen:,}"
+        if self.total:
+            share = min(100, int(100 * self.seen / self.total))
+            text += f"/{self.total:,} ({share}%)"
+            if rate > 0 and self.seen < self.total:
+                text += f" eta {int((self.total - self.seen) / rate)} s"
+        text += (f", {rate:,.0f}/s; fetched {self.fetched:,}, unchanged {self.unchanged:,}, "
+                 f"deleted {self.deleted:,}, failed {self.failed:,}")
+        return text

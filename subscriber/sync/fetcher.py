@@ -1,0 +1,248 @@
+"""The fetch scheduler: resource GETs made concurrently on one keep-alive session, checked and
+written atomically.
+
+A global cap (`concurrency`) that halves on 429/503 (honouring Retry-After) and grows back by
+one per 100 successes; the connector caps connections per host. Each body is streamed to a
+temp file beside its target while md5 and sha-256 are computed, compared with the announced
+length and hashes, and renamed into place only when they match. Redirects are followed only
+within the same scheme, host and port; the guard in `netguard` refuses other addresses.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+from collections.abc import Iterable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
+from pathlib import Path
+from typing import Self
+from typing import Self
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+
+from rsnotify import __version__
+
+from .netguard import Network, make_session
+from .sink import FolderSink, PathConflictError
+
+log = logging.getLogger(__name__)
+
+USER_AGENT = f"rsnotify-sync/{__version__}"
+HASHLIB_NAMES = {"md5": "md5", "sha-1": "sha1", "sha1": "sha1", "sha-256": "sha256", "sha256": "sha256",
+                 "sha-512": "sha512"}
+MAX_REDIRECTS = 5
+_REDIRECTS = (301, 302, 303, 307, 308)
+
+# FetchResult.outcome values
+STORED = "stored"
+MISMATCH = "mismatch"    # bytes differ from the announced length/hash: not installed
+GONE = "gone"            # 404 / 410
+FAILED = "failed"        # other errors, after the retries
+CONFLICT = "conflict"
+REFUSED = "refused"
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    loc: str
+    outcome: str
+    md5: str | None = None
+    sha256: str | None = None
+    length: int | None = None
+    detail: str = ""
+    expected: str | None = None    # for MISMATCH: the announced hash or length
+
+
+class FetchError(Exception):
+    def __init__(self, message: str, *, retry: bool, gone: bool = False, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry = retry
+        self.gone = gone
+        self.retry_after = retry_after
+
+
+class Fetcher:
+    """Fetches resources into a FolderSink. Use `async with` or call `close()`."""
+
+    def __init__(self, sink: FolderSink, *, allowed_networks: Iterable[Network] = (),
+                 allowed_hosts: Iterable[str] | None = None, concurrency: int = 16, per_host: int | None = None,
+                 timeout: float = 30.0, tries: int = 5, retry_base: float = 1.0,
+                 max_bytes: int = 10 * 1024**3) -> None:
+        self.sink = sink
+        self.max_concurrency = concurrency
+        self.limit = concurrency
+        self.allowed_hosts = {h.lower() for h in allowed_hosts} if allowed_hosts is not None else None
+        self.tries = tries
+        self.retry_base = retry_base
+        self.max_bytes = max_bytes
+        self.session = make_session(allowed_networks, limit=concurrency, limit_per_host=per_host or concurrency,
+                                    timeout=timeout, user_agent=USER_AGENT)
+        self._active = 0
+        self._wake = asyncio.Condition()
+        self._successes = 0
+        self.requests = 0          # GETs sent (each try and redirect counts)
+        self.throttled = 0         # 429/503 answers
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        await self.session.close()
+
+    # --- the cap ---------------------------------------------------------------------------
+
+    async def _acquire(self) -> None:
+        async with self._wake:
+            await self._wake.wait_for(lambda: self._active < self.limit)
+            self._active += 1
+
+    async def _release(self) -> None:
+        async with self._wake:
+            self._active -= 1
+            self._wake.notify_all()
+
+    def _throttle(self) -> None:
+        self.throttled += 1
+        self.limit = max(1, self.limit // 2)
+        self._successes = 0
+
+    def _succeeded(self) -> None:
+        self._successes += 1
+        if self._successes >= 100 and self.limit < self.max_concurrency:
+            self.limit += 1
+            self._successes = 0
+
+    def host_allowed(self, loc: str) -> bool:
+        if self.allowed_hosts is None:
+            return True
+        parts = urlsplit(loc)
+        return (parts.hostname or "").lower() in self.allowed_hosts
+
+    # --- one resource ----------------------------------------------------------------------
+
+    async def fetch(self, loc: str, path: Path, *, length: int | None = None,
+                    hashes: tuple[tuple[str, str], ...] = ()) -> FetchResult:
+        """GET `loc` into `path`; never raises for a fetch problem (the outcome says it)."""
+        if not self.host_allowed(loc):
+            return FetchResult(loc, REFUSED, detail=f"{loc} is not on the Source's host(s) (allow it with --allow-host)")
+        attempt = 0
+        while True:
+            attempt += 1
+            await self._acquire()
+            try:
+                result = await self._fetch_once(loc, path, length, hashes)
+            except FetchError as exc:
+                if exc.gone:
+                    return FetchResult(loc, GONE, detail=str(exc))
+                if not exc.retry or attempt >= self.tries:
+                    return FetchResult(loc, FAILED, detail=str(exc))
+                delay = exc.retry_after if exc.retry_after is not None else \
+                    self.retry_base * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
+                log.info("retrying %s in %.1f s (try %d of %d): %s", loc, delay, attempt + 1, self.tries, exc)
+            except PathConflictError as exc:
+                return FetchResult(loc, CONFLICT, detail=str(exc))
+            else:
+                self._succeeded()
+                return result
+            finally:
+                await self._release()
+            await asyncio.sleep(min(delay, 300.0))
+
+    async def _fetch_once(self, loc: str, path: Path, length: int | None,
+                          hashes: tuple[tuple[str, str], ...]) -> FetchResult:
+        url = loc
+        for _ in range(MAX_REDIRECTS + 1):
+            self.requests += 1
+            try:
+                async with self.session.get(url, allow_redirects=False) as response:
+                    status = response.status
+                    if status in _REDIRECTS and response.headers.get("Location"):
+                        target = urljoin(url, response.headers["Location"])
+                        if _origin(target) != _origin(url):
+                            raise FetchError(f"GET {url} redirected to another host ({target}); refused",
+                                             retry=False)
+                        url = target
+                        continue
+                    if status in (404, 410):
+                        raise FetchError(f"GET {url} answered {status}", retry=False, gone=True)
+                    if status in (429, 503):
+                        self._throttle()
+                        raise FetchError(f"GET {url} answered {status}", retry=True,
+                                         retry_after=_retry_after(response.headers.get("Retry-After")))
+                    if status >= 500:
+                        raise FetchError(f"GET {url} answered {status}", retry=True)
+                    if status != 200:
+                        raise FetchError(f"GET {url} answered {status}; expected 200", retry=False)
+                    return await self._receive(loc, response, path, length, hashes)
+            except (TimeoutError, aiohttp.ClientError) as exc:
+                raise FetchError(f"cannot fetch {url}: {exc or type(exc).__name__}", retry=True) from exc
+        raise FetchError(f"GET {loc} redirected more than {MAX_REDIRECTS} times", retry=False)
+
+    async def _receive(self, loc: str, response: aiohttp.ClientResponse, path: Path, length: int | None,
+                       hashes: tuple[tuple[str, str], ...]) -> FetchResult:
+        md5, sha256 = hashlib.md5(), hashlib.sha256()
+        others = {alg.lower(): hashlib.new(HASHLIB_NAMES[alg.lower()]) for alg, _ in hashes
+                  if alg.lower() in HASHLIB_NAMES and HASHLIB_NAMES[alg.lower()] not in ("md5", "sha256")}
+        out, tmp = self.sink.open_partial(path)
+        size = 0
+        try:
+            with out:
+                async for chunk in response.content.iter_chunked(256 * 1024):
+                    size += len(chunk)
+                    if size > self.max_bytes:
+                        raise FetchError(f"{loc} is larger than {self.max_bytes} bytes", retry=False)
+                    out.write(chunk)
+                    md5.update(chunk)
+                    sha256.update(chunk)
+                    for hasher in others.values():
+                        hasher.update(chunk)
+            computed = {"md5": md5.hexdigest(), "sha-256": sha256.hexdigest(), "sha256": sha256.hexdigest()}
+            computed.update({alg: hasher.hexdigest() for alg, hasher in others.items()})
+            problem = _fixity_problem(size, computed, length, hashes)
+            if problem is not None:
+                self.sink.discard(tmp)
+                detail, expected = problem
+                return FetchResult(loc, MISMATCH, computed["md5"], computed["sha256"], size, detail, expected)
+            self.sink.install(tmp, path)
+        except BaseException:
+            self.sink.discard(tmp)
+            raise
+        return FetchResult(loc, STORED, computed["md5"], computed["sha256"], size)
+
+
+def _fixity_problem(size: int, computed: dict[str, str], length: int | None,
+                    hashes: tuple[tuple[str, str], ...]) -> tuple[str, str] | None:
+    if length is not None and size != length:
+        return f"length is {size} bytes; the Source announced {length}", f"length:{length}"
+    for algorithm, expected in hashes:
+        actual = computed.get(algorithm.lower())
+        if actual is not None and actual != expected.lower():
+            return f"{algorithm} is {actual}; the Source announced {expected}", f"{algorithm}:{expected}"
+    return None
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    parts = urlsplit(url)
+    return parts.scheme, (parts.hostname or "").lower(), parts.port
+
+
+def _retry_after(value: str | None) -> float | None:
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())

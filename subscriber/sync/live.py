@@ -1,0 +1,117 @@
+"""Live: the inbox drained in chain order, each notification applied and H moved to its `until`
+in one transaction with its records.
+
+A notification whose interval is already covered (until <= H) is marked `covered`; one that
+starts at or before H is applied (overlap is safe: every change is applied idempotently); one
+that starts after H is a gap, unless the list the engine just read was fetched after it arrived
+(the Source writes its lists before notifying, so that list already held it: `bridge_id`).
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from datetime import datetime
+
+from rsnotify.datetimes import format_datetime
+from rsnotify.errors import DocumentParseError, ValidationError
+from rsnotify.notification import ChangeNotification
+from rsnotify.xml import parse_notification
+
+from . import events as ev
+from .context import SyncContext
+from .state import APPLIED, COVERED, INVALID, InboxRow
+
+log = logging.getLogger(__name__)
+
+DONE = "done"
+WAIT = "wait"
+GAP = "gap"
+
+
+@dataclass
+class DrainResult:
+    status: str                       # done, wait (a young gap: give reordering a chance), gap
+    applied: int = 0
+    gap_from: datetime | None = None  # H when the gap was met
+    gap_until: datetime | None = None  # the first pending notification's `from`
+    wait: float = 0.0
+
+
+def _parse(row: InboxRow) -> ChangeNotification | str:
+    try:
+        return parse_notification(row.body)
+    except ValidationError as exc:
+        return "; ".join(exc.problems)
+    except DocumentParseError as exc:
+        return str(exc)
+
+
+async def drain(ctx: SyncContext, *, bridge_id: int = 0, settle: float | None = None) -> DrainResult:
+    """Apply what the inbox holds, in chain order, until it is empty or a gap is met."""
+    settle = ctx.options.settle if settle is None else settle
+    result = DrainResult(DONE)
+    last_sequences = ctx.state.last_sequences()
+    while True:
+        rows = ctx.state.pending_inbox()
+        if not rows:
+            return result
+        parsed = [(row, _parse(row)) for row in rows]
+        invalid = [(row, problem) for row, problem in parsed if isinstance(problem, str)]
+        if invalid:
+            row, problem = invalid[0]
+            ctx.state.commit(inbox_status=[(row.id, INVALID, problem[:500])])
+            ctx.events.emit(ev.GAP, kind="invalid", notification_id=row.notification_id, sequence=row.sequence,
+                            detail=problem)
+            high_water = ctx.state.high_water
+            return DrainResult(GAP, result.applied, high_water, None)
+        good = [(row, n) for row, n in parsed if isinstance(n, ChangeNotification)]
+        good.sort(key=lambda item: (item[1].from_time, item[0].id))
+        progressed = False
+        for row, notification in good:
+            high_water = ctx.state.high_water
+            if high_water is not None and notification.until_time <= high_water:
+                _check_sequence(ctx, row, last_sequences)
+                ctx.state.commit(inbox_status=[(row.id, COVERED, None)], sequences=_seq(row))
+                progressed = True
+                continue
+            if high_water is not None and notification.from_time > high_water and row.id > bridge_id:
+                age = time.time() - row.received_at
+                if age < settle:
+                    return DrainResult(WAIT, result.applied, wait=settle - age)
+                return DrainResult(GAP, result.applied, high_water, notification.from_time)
+            _check_sequence(ctx, row, last_sequences)
+            await _apply(ctx, row, notification)
+            result.applied += 1
+            progressed = True
+            break   # H moved: re-read the pending rows in chain order
+        if not progressed:
+            return result
+
+
+def _seq(row: InboxRow) -> list[tuple[str, int]]:
+    return [(row.hub or "", row.sequence)] if row.sequence is not None else []
+
+
+def _check_sequence(ctx: SyncContext, row: InboxRow, last_sequences: dict[str, int]) -> None:
+    if row.sequence is None:
+        return
+    hub = row.hub or ""
+    last = last_sequences.get(hub)
+    if last is not None and row.sequence > last + 1:
+        missing = f"{last + 1}" if row.sequence == last + 2 else f"{last + 1}..{row.sequence - 1}"
+        ctx.events.emit(ev.GAP, kind="sequence", hub=hub, missing=missing, after=last, sequence=row.sequence)
+        log.warning("sequence jump at %s: %s missing", hub, missing)
+    last_sequences[hub] = max(last or 0, row.sequence)
+
+
+async def _apply(ctx: SyncContext, row: InboxRow, notification: ChangeNotification) -> None:
+    records, outcomes = await ctx.applier.apply_changes(notification.changes)
+    ctx.state.commit(records, high_water=notification.until_time, inbox_status=[(row.id, APPLIED, None)],
+                     sequences=_seq(row), last_notification_id=row.notification_id,
+                     last_until_received=format_datetime(notification.until_time))
+    ctx.events.emit(ev.NOTIFICATION_APPLIED, notification_id=row.notification_id, sequence=row.sequence,
+                    hub=row.hub, **{"from": format_datetime(notification.from_time)},
+                    until=format_datetime(notification.until_time),
+                    changes=[o.to_json() for o in outcomes],
+                    latency_ms=round((time.time() - row.received_at) * 1000, 1))

@@ -1,0 +1,110 @@
+"""Push for sync: the callback server, the subscription (reused across restarts), and the
+inbox hook that stores each delivery before the hub gets its 2xx.
+
+The core runs with ack="after_handler": the inbox insert runs before the answer, and when it
+fails the hub is answered 503 and delivers again. Subscriptions live in the same state file
+as the engine's records (a `subscriptions` table), so a restart finds the callback URL and
+secret again and the hub keeps the subscription's place in its log.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from ..aiohttp_adapter import add_callback_routes
+from ..client import Subscriber
+from ..core import ACK_AFTER_HANDLER, ReceivedNotification
+from ..discovery import DiscoveredTopic
+from ..errors import SubscriberError
+from ..settings import CALLBACK_PATH, SubscriberSettings
+from ..store import SqliteStore, Subscription
+from .state import SyncState
+
+log = logging.getLogger(__name__)
+
+REPLAY_FIELD = "rsnotify.replay_from"   # rsnotify hub extension: deliver from this sequence on
+
+
+class Push:
+    """The callback server and subscription of one synced folder."""
+
+    def __init__(self, state: SyncState, settings: SubscriberSettings, wake: asyncio.Event,
+                 status: Callable[[str], None] = lambda message: None) -> None:
+        self.state = state
+        self.settings = settings
+        self.wake = wake
+        self.status = status
+        self.store = SqliteStore(state.path)
+        self.subscriber = Subscriber(None, self.store, settings=settings, ack=ACK_AFTER_HANDLER)
+        self.subscriber.core.add_hook("notification", self._receive)
+        self.subscriber.intent_extras = self._replay_field
+        self.subscription: Subscription | None = None
+        self._runner: web.AppRunner | None = None
+        self.port: int | None = None
+
+    async def _receive(self, received: ReceivedNotification) -> None:
+        # Raising here answers 503: the hub keeps the notification and retries.
+        self.state.add_to_inbox(received.hub, received.sequence, received.notification_id,
+                                received.content_type, received.body)
+        self.wake.set()
+
+    def _replay_field(self, subscription: Subscription, mode: str) -> dict[str, str]:
+        if mode != "subscribe":
+            return {}
+        last = self.state.last_sequences().get(subscription.hub)
+        return {REPLAY_FIELD: str(last + 1)} if last is not None else {}
+
+    async def start(self) -> str:
+        """Serve the callbacks; returns the callback base URL."""
+        app = web.Application(client_max_size=self.settings.max_body_bytes + 1024)
+        path = urlsplit(self.settings.callback_url).path.rstrip("/") if self.settings.callback_url else CALLBACK_PATH
+        add_callback_routes(app, self.subscriber.core, path or CALLBACK_PATH)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.settings.listen_host, self.settings.listen_port)
+        try:
+            await site.start()
+        except OSError as exc:
+            raise SubscriberError(f"cannot listen on {self.settings.listen_host}:{self.settings.listen_port}: "
+                                  f"{exc}") from None
+        self.port = int(self._runner.addresses[0][1])
+        host = self.settings.listen_host
+        if host in ("0.0.0.0", "::", ""):
+            host = "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        base = self.settings.callback_url or f"http://{host}:{self.port}{CALLBACK_PATH}"
+        self.subscriber.callback_base_url = base
+        await self.subscriber.start()
+        return base
+
+    async def subscribe(self, channel: DiscoveredTopic) -> Subscription:
+        """Reuse this folder's subscription to the channel (renewed, asking for a replay), else
+        subscribe anew at the first hub that accepts."""
+        problems = []
+        for hub in channel.hubs:
+            try:
+                self.subscription = await self.subscriber.ensure(
+                    channel.topic, hub, self.settings.lease_seconds, secret=self.settings.use_secret, wait=True,
+                    discovered_from=channel.discovered_from, discovery=channel.discovery)
+                return self.subscription
+            except SubscriberError as exc:
+                problems.append(str(exc))
+        raise SubscriberError("; ".join(problems))
+
+    async def close(self, *, unsubscribe: bool) -> None:
+        if unsubscribe and self.subscription is not None:
+            try:
+                await self.subscriber.unsubscribe(self.subscription)
+                self.status(f"unsubscribed from {self.subscription.topic}")
+            except SubscriberError as exc:
+                self.status(f"could not unsubscribe from {self.subscription.topic}: {exc}")
+        await self.subscriber.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        self.store.close()
+

@@ -1,0 +1,96 @@
+"""Reading a Source's lists over HTTP: each document is streamed to a temp file (bounded), then
+read with `rsnotify.lists.open_list` in a worker thread, a chunk of entries at a time, so memory
+stays flat however many resources the Source has.
+"""
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from collections.abc import AsyncIterator
+from typing import IO
+
+import aiohttp
+
+from rsnotify.errors import DocumentParseError
+from rsnotify.lists import Entry, ListInfo, ListStream, open_list
+
+MAX_LIST_BYTES = 52_428_800 + 1_048_576   # the Sitemap limit, with room for an XML prologue
+_SPOOL = 1_048_576
+
+
+class SourceUnreachableError(Exception):
+    """A Source document could not be fetched (connection, timeout, 5xx, 429)."""
+
+
+class SourceDocumentError(Exception):
+    """A Source document was fetched but is not usable (4xx, not a list, too big)."""
+
+
+class RemoteList:
+    """One downloaded list document. `info` is its head; `chunks()` yields its entries."""
+
+    def __init__(self, url: str, file: IO[bytes], stream: ListStream, entries_hint: int) -> None:
+        self.url = url
+        self.info: ListInfo = stream.info
+        self.entries_hint = entries_hint      # '<url>'/'<sitemap>' tags counted while downloading
+        self._file = file
+        self._stream = stream
+
+    @classmethod
+    async def open(cls, session: aiohttp.ClientSession, url: str, what: str) -> RemoteList:
+        file = tempfile.SpooledTemporaryFile(max_size=_SPOOL)  # noqa: SIM115 - closed by RemoteList.close
+        count = 0
+        tail = b""
+        try:
+            async with session.get(url) as response:
+                if response.status >= 500 or response.status == 429:
+                    raise SourceUnreachableError(f"{what} {url} answered {response.status}")
+                if response.status != 200:
+                    raise SourceDocumentError(f"{what} {url} answered {response.status}; expected 200")
+                size = 0
+                async for chunk in response.content.iter_chunked(256 * 1024):
+                    size += len(chunk)
+                    if size > MAX_LIST_BYTES:
+                        raise SourceDocumentError(f"{what} {url} is larger than {MAX_LIST_BYTES} bytes")
+                    window = tail + chunk
+                    count += window.count(b"<url>") + window.count(b"<sitemap>") \
+                        - tail.count(b"<url>") - tail.count(b"<sitemap>")
+                    tail = window[-9:]
+                    file.write(chunk)
+        except (TimeoutError, aiohttp.ClientError) as exc:
+            file.close()
+            raise SourceUnreachableError(f"cannot fetch {what} {url}: {exc or type(exc).__name__}") from exc
+        except BaseException:
+            file.close()
+            raise
+        file.seek(0)
+        try:
+            stream = await asyncio.to_thread(open_list, file)
+        except DocumentParseError as exc:
+            file.close()
+            raise SourceDocumentError(f"{what} {url} cannot be read: {exc}") from exc
+        return cls(url, file, stream, count)
+
+    async def chunks(self, size: int = 1000) -> AsyncIterator[list[Entry]]:
+        try:
+            while True:
+                chunk = await asyncio.to_thread(_take, self._stream, size)
+                if not chunk:
+                    return
+                yield chunk
+        except DocumentParseError as exc:
+            raise SourceDocumentError(f"{self.url} cannot be read: {exc}") from exc
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self._file.close()
+
+
+def _take(stream: ListStream, size: int) -> list[Entry]:
+    chunk = []
+    for entry in stream:
+        chunk.append(entry)
+        if len(chunk) >= size:
+            break
+    return chunk

@@ -1,0 +1,40 @@
+"""The Source's Resource List (or Resource List Index) as one stream of chunks of Resources,
+with the snapshot instant `at` (the index's, else the oldest part's)."""
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import datetime
+
+import aiohttp
+
+from rsnotify.lists import ListRef, Resource
+
+from .remote import RemoteList
+
+
+@dataclass
+class ResourceListRead:
+    url: str
+    at: datetime | None = None
+    hint: int | None = None       # expected entries (from the first document), for progress
+
+
+async def resource_chunks(session: aiohttp.ClientSession, url: str, read: ResourceListRead
+                          ) -> AsyncIterator[list[Resource]]:
+    top = await RemoteList.open(session, url, "Resource List")
+    read.at = top.info.at
+    if not top.info.is_index:
+        read.hint = top.entries_hint
+        async for chunk in top.chunks():
+            yield [e for e in chunk if isinstance(e, Resource)]
+        return
+    parts: list[ListRef] = []
+    async for chunk in top.chunks():
+        parts.extend(e for e in chunk if isinstance(e, ListRef))
+    for ref in parts:
+        remote = await RemoteList.open(session, ref.loc, "Resource List")
+        if top.info.at is None and remote.info.at is not None and (read.at is None or remote.info.at < read.at):
+            read.at = remote.info.at   # an index without `at`: the oldest part's
+        async for chunk in remote.chunks():
+            yield [e for e in chunk if isinstance(e, Resource)]

@@ -1,0 +1,107 @@
+"""The folder sink: where a loc's bytes live under DIR, and the file operations on them.
+
+Files live at DIR/<host>[_<port>]/<path>; a path ending in "/" is stored as `_index`, a query
+is kept percent-encoded in the last segment. No loc can reach outside DIR (".." segments are
+dropped, the resolved path is checked), and DIR/.rsnotify (the state) is never a target,
+because a host name cannot start with ".". Bodies go to a `.partial-*` temp file beside the
+target and are renamed into place only when complete and checked.
+"""
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import BinaryIO
+from urllib.parse import quote, unquote, urlsplit
+
+INDEX_NAME = "_index"      # the file for a URL whose path ends with "/"
+PARTIAL_PREFIX = ".partial-"
+_UNSAFE = re.compile(r"[^A-Za-z0-9._~!$&'()*+,;=@%-]")
+
+
+class PathConflictError(OSError):
+    """The loc's file cannot exist: a file stands where a folder is needed, or the reverse."""
+
+
+class FolderSink:
+    """Resources as files under `root`."""
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).resolve()
+
+    def path_for(self, loc: str) -> Path:
+        """The local file for `loc`; ValueError for a URL that is not http(s) with a host."""
+        parts = urlsplit(loc)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"cannot store {loc!r}: expected an absolute http or https URL")
+        host = parts.hostname + (f"_{parts.port}" if parts.port else "")
+        segments = [_safe_segment(unquote(s)) for s in parts.path.split("/") if s not in ("", ".", "..")]
+        if not segments or parts.path.endswith("/"):
+            segments.append(INDEX_NAME)
+        if parts.query:
+            segments[-1] += "%3F" + quote(parts.query, safe="")
+        path = self.root.joinpath(_safe_segment(host), *segments)
+        if not path.resolve().is_relative_to(self.root):
+            raise ValueError(f"cannot store {loc!r}: its path leaves {self.root}")
+        return path
+
+    def relative(self, path: Path) -> str:
+        return path.relative_to(self.root).as_posix()
+
+    def absolute(self, relative: str) -> Path:
+        return self.root / relative
+
+    def open_partial(self, path: Path) -> tuple[BinaryIO, Path]:
+        """A new temp file beside `path`. PathConflictError when the folder cannot exist."""
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise PathConflictError(f"cannot create folder {path.parent}: a file of that name exists") from exc
+        if path.is_dir():
+            raise PathConflictError(f"cannot store a file at {path}: a folder of that name exists")
+        fd, tmp = tempfile.mkstemp(prefix=PARTIAL_PREFIX, dir=path.parent)
+        return os.fdopen(fd, "wb"), Path(tmp)
+
+    @staticmethod
+    def install(tmp: Path, path: Path) -> None:
+        try:
+            os.replace(tmp, path)
+        except IsADirectoryError as exc:
+            tmp.unlink(missing_ok=True)
+            raise PathConflictError(f"cannot store a file at {path}: a folder of that name exists") from exc
+
+    @staticmethod
+    def discard(tmp: Path) -> None:
+        tmp.unlink(missing_ok=True)
+
+    def delete(self, path: Path) -> bool:
+        """Remove the file (and folders left empty, up to its host folder); True if it existed."""
+        try:
+            path.unlink()
+        except (FileNotFoundError, NotADirectoryError):
+            return False
+        except IsADirectoryError:
+            return False
+        parent = path.parent
+        while parent != self.root and parent.parent != self.root:
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+            parent = parent.parent
+        return True
+
+    def walk(self):  # type: ignore[no-untyped-def]
+        """Every stored file (relative path), skipping the state folder and temp files."""
+        for folder, dirs, files in os.walk(self.root):
+            if Path(folder) == self.root:
+                dirs[:] = [d for d in dirs if not d.startswith(".")]
+            for name in files:
+                if not name.startswith(PARTIAL_PREFIX):
+                    yield Path(folder, name).relative_to(self.root).as_posix()
+
+
+def _safe_segment(segment: str) -> str:
+    cleaned = _UNSAFE.sub(lambda m: quote(m.group(0), safe=""), segment)
+    return cleaned if cleaned not in ("", ".", "..") else "_"

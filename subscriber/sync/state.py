@@ -1,0 +1,363 @@
+"""The Destination's state database: one SQLite file (WAL) per synced folder.
+
+Tables: `channel` (key/value: Source URLs, engine state, the high-water mark H, gaps),
+`resources` (one record per loc), `inbox` (every delivery, written before its 2xx),
+`hubs` (last sequence per hub), `seen` (scratch: locs met in the current Resource List),
+`runs` (baselines, catch-ups, audits). Write transactions are short and never held across
+an await, so an inbox insert from the callback handler is never blocked by a batch.
+"""
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from rsnotify.datetimes import format_datetime, parse_w3c_datetime
+
+STATE_DIR = ".rsnotify"
+STATE_FILE = "state.db"
+
+# resource states
+OK = "ok"
+STALE = "stale"          # fetched bytes did not match the announced hash/length; old copy kept
+FAILED = "failed"        # could not be fetched (reason in last_error)
+CONFLICT = "conflict"    # its path collides with another resource's (a file where a folder is needed)
+REFUSED = "refused"      # unsafe loc: another host, or an address the guard refuses
+DELETED = "deleted"      # tombstone: the Source deleted it (kept for newer-wins)
+
+# inbox row states
+PENDING = "pending"
+APPLIED = "applied"
+COVERED = "covered"      # its interval was already applied (a repeat, or caught up by pull)
+INVALID = "invalid"      # not a change notification; treated as a gap
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS channel (key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS resources (
+    loc TEXT PRIMARY KEY,
+    path TEXT,
+    state TEXT NOT NULL,
+    md5 TEXT,
+    sha256 TEXT,
+    length INTEGER,
+    lastmod TEXT,
+    changed_at TEXT,
+    last_change TEXT,
+    expected_hash TEXT,
+    last_error TEXT
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS resources_path ON resources(path);
+CREATE INDEX IF NOT EXISTS resources_state ON resources(state) WHERE state != 'ok';
+CREATE TABLE IF NOT EXISTS inbox (
+    id INTEGER PRIMARY KEY,
+    hub TEXT,
+    sequence INTEGER,
+    notification_id TEXT,
+    content_type TEXT,
+    body BLOB,
+    received_at REAL,
+    status TEXT NOT NULL DEFAULT 'pending',
+    from_time TEXT,
+    until_time TEXT,
+    detail TEXT
+);
+CREATE INDEX IF NOT EXISTS inbox_pending ON inbox(status) WHERE status = 'pending';
+CREATE TABLE IF NOT EXISTS hubs (hub TEXT PRIMARY KEY, last_sequence INTEGER);
+CREATE TABLE IF NOT EXISTS seen (loc TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS runs (
+    id INTEGER PRIMARY KEY, kind TEXT, started REAL, ended REAL, counts TEXT, outcome TEXT
+);
+"""
+
+
+def to_text(value: datetime | None) -> str | None:
+    """A fixed-width UTC form, so text order is time order inside SQLite."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def from_text(value: str | None) -> datetime | None:
+    return parse_w3c_datetime(value) if value else None
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceRecord:
+    """What the Destination knows of one loc."""
+
+    loc: str
+    path: str | None
+    state: str
+    md5: str | None = None
+    sha256: str | None = None
+    length: int | None = None
+    lastmod: datetime | None = None
+    changed_at: datetime | None = None     # datetime of the last applied change (Source clock)
+    last_change: str | None = None         # created / updated / deleted / baseline
+    expected_hash: str | None = None       # for STALE: what the Source announced
+    last_error: str | None = None
+
+    def row(self) -> tuple[Any, ...]:
+        return (self.loc, self.path, self.state, self.md5, self.sha256, self.length, to_text(self.lastmod),
+                to_text(self.changed_at), self.last_change, self.expected_hash, self.last_error)
+
+    @classmethod
+    def from_row(cls, row: tuple[Any, ...]) -> ResourceRecord:
+        return cls(row[0], row[1], row[2], row[3], row[4], row[5], from_text(row[6]), from_text(row[7]),
+                   row[8], row[9], row[10])
+
+    def hash_of(self, algorithm: str) -> str | None:
+        algorithm = algorithm.lower()
+        if algorithm == "md5":
+            return self.md5
+        if algorithm in ("sha-256", "sha256"):
+            return self.sha256
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class InboxRow:
+    id: int
+    hub: str | None
+    sequence: int | None
+    notification_id: str | None
+    content_type: str
+    body: bytes
+    received_at: float
+
+
+_RESOURCE_COLUMNS = "loc, path, state, md5, sha256, length, lastmod, changed_at, last_change, expected_hash, last_error"
+
+
+class SyncState:
+    """The state database. Methods are synchronous and quick (WAL, synchronous=NORMAL).
+
+    One connection, shared by the event loop and the threads `asyncio.to_thread` uses, behind a
+    lock. Every write method is one transaction.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.RLock()
+        self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+        self.db.execute("PRAGMA journal_mode=WAL")
+        self.db.execute("PRAGMA synchronous=NORMAL")
+        self.db.execute("PRAGMA busy_timeout=30000")
+        with self._lock:
+            self.db.executescript(_SCHEMA)
+
+    @classmethod
+    def in_dir(cls, root: str | Path) -> SyncState:
+        return cls(Path(root) / STATE_DIR / STATE_FILE)
+
+    def close(self) -> None:
+        with self._lock:
+            self.db.close()
+
+    # --- transactions ------------------------------------------------------------------
+
+    def _write(self, statements: Iterable[tuple[str, Any]]) -> None:
+        with self._lock:
+            self.db.execute("BEGIN IMMEDIATE")
+            try:
+                for sql, params in statements:
+                    if isinstance(params, list):
+                        self.db.executemany(sql, params)
+                    else:
+                        self.db.execute(sql, params)
+                self.db.execute("COMMIT")
+            except BaseException:
+                self.db.execute("ROLLBACK")
+                raise
+
+    def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
+        with self._lock:
+            return self.db.execute(sql, params).fetchall()
+
+    # --- channel ---------------------------------------------------------------------------
+
+    def get(self, key: str) -> str | None:
+        rows = self._query("SELECT value FROM channel WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    def get_json(self, key: str) -> Any:
+        value = self.get(key)
+        return json.loads(value) if value else None
+
+    def set(self, **values: Any) -> None:
+        self._write([(("INSERT INTO channel(key, value) VALUES (?, ?) "
+                      "ON CONFLICT(key) DO UPDATE SET value = excluded.value"),
+                      [(k, _encode(v)) for k, v in values.items()])])
+
+    def channel(self) -> dict[str, str]:
+        return dict(self._query("SELECT key, value FROM channel"))
+
+    @property
+    def high_water(self) -> datetime | None:
+        return from_text(self.get("high_water"))
+
+    @property
+    def exists(self) -> bool:
+        return self.get("engine_state") is not None
+
+    # --- resources -------------------------------------------------------------------------
+
+    def record(self, loc: str) -> ResourceRecord | None:
+        rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE loc = ?", (loc,))
+        return ResourceRecord.from_row(rows[0]) if rows else None
+
+    def records(self, locs: Iterable[str]) -> dict[str, ResourceRecord]:
+        found: dict[str, ResourceRecord] = {}
+        batch = list(locs)
+        for start in range(0, len(batch), 500):
+            part = batch[start:start + 500]
+            marks = ",".join("?" * len(part))
+            for row in self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE loc IN ({marks})",
+                                   tuple(part)):
+                found[row[0]] = ResourceRecord.from_row(row)
+        return found
+
+    def record_by_path(self, path: str) -> ResourceRecord | None:
+        rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE path = ? LIMIT 1", (path,))
+        return ResourceRecord.from_row(rows[0]) if rows else None
+
+    def iter_records(self, batch: int = 1000) -> Iterator[ResourceRecord]:
+        """Every record, in loc order, read in batches (memory stays flat)."""
+        last = ""
+        while True:
+            rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE loc > ? ORDER BY loc LIMIT ?",
+                               (last, batch))
+            if not rows:
+                return
+            for row in rows:
+                yield ResourceRecord.from_row(row)
+            last = rows[-1][0]
+
+    def counts_by_state(self) -> dict[str, int]:
+        return dict(self._query("SELECT state, count(*) FROM resources GROUP BY state"))
+
+    def commit(self, records: Iterable[ResourceRecord] = (), *, high_water: datetime | None = None,
+               inbox_status: Iterable[tuple[int, str, str | None]] = (),
+               sequences: Iterable[tuple[str, int]] = (), **channel: Any) -> None:
+        """One transaction: resource records, then H (never backwards), inbox rows, hub sequences.
+
+        H is committed together with the records it covers (invariant I1).
+        """
+        statements: list[tuple[str, Any]] = []
+        rows = [r.row() for r in records]
+        if rows:
+            statements.append(((f"INSERT OR REPLACE INTO resources({_RESOURCE_COLUMNS}) "
+                               f"VALUES ({','.join('?' * 11)})"), rows))
+        if high_water is not None:
+            statements.append((("INSERT INTO channel(key, value) VALUES ('high_water', ?) "
+                               "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)"),
+                               (to_text(high_water),)))
+        status = [(state, detail, row_id) for row_id, state, detail in inbox_status]
+        if status:
+            statements.append(("UPDATE inbox SET status = ?, detail = ? WHERE id = ?", status))
+        seqs = list(sequences)
+        if seqs:
+            statements.append((("INSERT INTO hubs(hub, last_sequence) VALUES (?, ?) ON CONFLICT(hub) "
+                               "DO UPDATE SET last_sequence = max(last_sequence, excluded.last_sequence)"), seqs))
+        if channel:
+            statements.append((("INSERT INTO channel(key, value) VALUES (?, ?) "
+                               "ON CONFLICT(key) DO UPDATE SET value = excluded.value"),
+                               [(k, _encode(v)) for k, v in channel.items()]))
+        if statements:
+            self._write(statements)
+
+    def set_high_water(self, value: datetime, *, force: bool = False) -> None:
+        """H := value; only a re-baseline (`force`) may move it backwards."""
+        if force:
+            self.set(high_water=to_text(value))
+        else:
+            self.commit(high_water=value)
+
+    # --- the Resource List pass (locs seen) --------------------------------------------------
+
+    def clear_seen(self) -> None:
+        self._write([("DELETE FROM seen", ())])
+
+    def mark_seen(self, locs: Iterable[str]) -> None:
+        self._write([("INSERT OR IGNORE INTO seen(loc) VALUES (?)", [(loc,) for loc in locs])])
+
+    def unseen_records(self, batch: int = 1000) -> Iterator[ResourceRecord]:
+        """Live records (not tombstones) whose loc the last Resource List pass did not see."""
+        last = ""
+        while True:
+            rows = self._query(
+                f"SELECT {_RESOURCE_COLUMNS} FROM resources r WHERE loc > ? AND state != 'deleted' "
+                "AND NOT EXISTS (SELECT 1 FROM seen s WHERE s.loc = r.loc) ORDER BY loc LIMIT ?", (last, batch))
+            if not rows:
+                return
+            for row in rows:
+                yield ResourceRecord.from_row(row)
+            last = rows[-1][0]
+
+    # --- inbox -----------------------------------------------------------------------------
+
+    def add_to_inbox(self, hub: str | None, sequence: int | None, notification_id: str | None,
+                     content_type: str, body: bytes) -> int | None:
+        """Append one delivery (autocommit). None when this notification id is already there."""
+        with self._lock:
+            if notification_id is not None:
+                seen = self.db.execute("SELECT 1 FROM inbox WHERE notification_id = ? AND hub IS ? LIMIT 1",
+                                       (notification_id, hub)).fetchone()
+                if seen:
+                    return None
+            cursor = self.db.execute(
+                "INSERT INTO inbox(hub, sequence, notification_id, content_type, body, received_at) "
+                "VALUES (?, ?, ?, ?, ?, ?)", (hub, sequence, notification_id, content_type, body, time.time()))
+            return cursor.lastrowid
+
+    def pending_inbox(self, limit: int = 1000) -> list[InboxRow]:
+        rows = self._query("SELECT id, hub, sequence, notification_id, content_type, body, received_at "
+                           "FROM inbox WHERE status = 'pending' ORDER BY id LIMIT ?", (limit,))
+        return [InboxRow(*row) for row in rows]
+
+    def inbox_counts(self) -> dict[str, int]:
+        return dict(self._query("SELECT status, count(*) FROM inbox GROUP BY status"))
+
+    def last_inbox_id(self) -> int:
+        rows = self._query("SELECT max(id) FROM inbox")
+        return int(rows[0][0] or 0)
+
+    def prune_inbox(self, older_than_seconds: float = 86_400.0) -> None:
+        cutoff = time.time() - older_than_seconds
+        self._write([("DELETE FROM inbox WHERE status != 'pending' AND received_at < ?", (cutoff,))])
+
+    def last_sequences(self) -> dict[str, int]:
+        return dict(self._query("SELECT hub, last_sequence FROM hubs"))
+
+    # --- runs ------------------------------------------------------------------------------
+
+    def add_run(self, kind: str, started: float, counts: dict[str, Any], outcome: str) -> None:
+        self._write([("INSERT INTO runs(kind, started, ended, counts, outcome) VALUES (?, ?, ?, ?, ?)",
+                      (kind, started, time.time(), json.dumps(counts), outcome))])
+
+    def last_run(self, kind: str) -> dict[str, Any] | None:
+        rows = self._query("SELECT started, ended, counts, outcome FROM runs WHERE kind = ? ORDER BY id DESC LIMIT 1",
+                           (kind,))
+        if not rows:
+            return None
+        started, ended, counts, outcome = rows[0]
+        return {"started": started, "ended": ended, "counts": json.loads(counts), "outcome": outcome}
+
+
+def _encode(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, datetime):
+        return to_text(value)
+    return json.dumps(value)
+
+
+def format_optional(value: datetime | None) -> str | None:
+    return format_datetime(value) if value else None
