@@ -1,7 +1,12 @@
 """The Source side: build, split and submit change notifications; advertise the channel.
 
-    from publisher import Publisher
-    ids = await Publisher(hub_url, topic_url).publish([("https://example.org/a", "updated")])
+    from rsnotify.publisher import Publisher
+    async with Publisher(hub_url, topic_url) as publisher:     # closes its HTTP session
+        ids = await publisher.publish([("https://example.org/a", "updated")])
+
+Framework glue, imported on its own so each framework stays optional:
+`rsnotify.publisher.flask` (add_topic_rule, publish_after_request) and
+`rsnotify.publisher.django` (topic_path, publish_on_commit).
 
 Importing this package starts nothing; the names below load their modules on first use.
 """
@@ -16,6 +21,8 @@ _EXPORTS = {
     "Outbox": "rsnotify.publisher.outbox",
     "OutboxEntry": "rsnotify.publisher.outbox",
     "Topic": "rsnotify.publisher.topic",
+    "TopicResponse": "rsnotify.publisher.topic",
+    "topic_response": "rsnotify.publisher.topic",
     "topic_handler": "rsnotify.publisher.topic",
     "add_topic_route": "rsnotify.publisher.topic",
     "asgi_topic_app": "rsnotify.publisher.topic",
@@ -34,7 +41,8 @@ _EXPORTS = {
 }
 
 __all__ = [  # noqa: RUF022  (grouped by module, as in _EXPORTS)
-    "Publisher", "Receipt", "Outbox", "OutboxEntry", "Topic", "topic_handler", "add_topic_route",
+    "Publisher", "Receipt", "Outbox", "OutboxEntry", "Topic", "TopicResponse", "topic_response", "topic_handler",
+    "add_topic_route",
     "asgi_topic_app", "wsgi_topic_app", "add_channel", "add_channel_to_document", "new_capability_list",
     "PublisherSettings", "PublisherError", "PublishError", "HubUnreachableError", "ChangeInputError",
     "CapabilityListError", "SettingsError", "StateError",

@@ -3,7 +3,11 @@
 body is the latest notification, or empty with `Content-Length: 0`.
 
 One pure `topic_response`, and three thin adapters: an aiohttp handler, an ASGI app and a
-WSGI app, for whatever framework the Source runs.
+WSGI app, for whatever framework the Source runs. Flask and Django apps take
+`rsnotify.publisher.flask.add_topic_rule` / `rsnotify.publisher.django.topic_path`; the WSGI
+app is mounted at the topic's path in any other WSGI app, e.g. with werkzeug:
+
+    app.wsgi_app = DispatcherMiddleware(app.wsgi_app, {"/dataset1/change": wsgi_topic_app(topic)})
 """
 from __future__ import annotations
 
