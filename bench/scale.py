@@ -13,7 +13,7 @@ import time
 
 from redis.asyncio import Redis
 
-from rsnotify.hub import store
+from rsnotify.hub import keys, store
 
 from .scenarios import Bench, fanout_run, setup_topic
 
@@ -36,8 +36,8 @@ async def subscription_bytes(redis: Redis, topic: str, callbacks: list[str]) -> 
     sample = callbacks[:SAMPLE]
     total = 0
     for callback in sample:
-        sid = store.subscription_id(topic, callback)
-        for key in (store.sub_key(sid), *store.delivery_keys(sid)):
+        sid = keys.subscription_id(topic, callback)
+        for key in (keys.sub_key(sid), *keys.delivery_keys(sid)):
             total += await redis.memory_usage(key) or 0
     return total / max(1, len(sample))
 

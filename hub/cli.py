@@ -16,6 +16,7 @@ from typing import Any
 import click
 
 from .errors import SettingsError
+from .logs import configure_logging
 from .settings import HubSettings, env_name, parse_token
 
 # option names that differ from the field name (singular, because they repeat)
@@ -67,13 +68,6 @@ def build_settings(values: dict[str, Any]) -> HubSettings:
         raise click.UsageError(str(exc)) from None
 
 
-def configure_logging(level: str, log_format: str = "text") -> None:
-    # text or JSON lines (--log-format), from hub/logs.py
-    from .logs import configure_logging as configure
-
-    configure(level, log_format)
-
-
 @click.command()
 @settings_options()
 @click.option("--log-level", type=LOG_LEVELS, default="INFO", show_default=True, envvar="RSNOTIFY_LOG_LEVEL",
@@ -84,6 +78,7 @@ def hub(log_level: str, **values: Any) -> None:
     Without --redis-url it starts its own redis-server (data and AOF in --data-dir) and
     --workers delivery workers; Ctrl-C stops everything cleanly.
     """
+    # imported when the command runs: aiohttp, Redis and RQ stay unloaded for `--help` and the other commands
     from .embedded import EmbeddedError, run_hub
 
     settings = build_settings(values)
@@ -113,7 +108,8 @@ def hub(log_level: str, **values: Any) -> None:
 def worker(burst: bool, queues: tuple[str, ...], concurrency: int | None, name: str | None, log_level: str,
            parent_pid: int | None, **values: Any) -> None:
     """Run a hub worker: verifications, thin-ping fetches, lease sweeps and fan-out deliveries."""
-    from .worker import run_worker
+    # imported when the command runs: RQ, aiohttp and the worker's code stay unloaded for `--help`
+    from .worker.process import run_worker
 
     settings = build_settings(values)
     if settings.redis_url is None:
@@ -147,6 +143,6 @@ def watch_parent(parent_pid: int, interval: float = 1.0) -> None:
 
 
 def _redis_errors() -> tuple[type[BaseException], ...]:
-    import redis
+    import redis  # only once a command failed: `--help` does not load the Redis client
 
     return (redis.RedisError,)

@@ -76,9 +76,7 @@ async def check_key_matches(redis: Redis, fernet: Fernet) -> None:
 
     Raises SettingsError when another key was used, so a mismatch shows at start, not on first delivery.
     """
-    key = store.key_check_key()
-    await redis.set(key, fernet.encrypt(_KEY_CHECK_PLAINTEXT), nx=True)
-    token = await redis.get(key)
+    token = await store.key_check_token(redis, fernet.encrypt(_KEY_CHECK_PLAINTEXT))
     try:
         fernet.decrypt(token or b"")
     except (InvalidToken, TypeError):

@@ -26,9 +26,9 @@ from redis.retry import Retry
 
 from rsnotify.redis_server import RedisServer, RedisServerError, start_redis_server
 
-from .app import build_app
-from .secrets import load_fernet
+from .crypto import load_fernet
 from .settings import HubSettings
+from .web.app import build_app
 
 log = logging.getLogger(__name__)
 

@@ -1,211 +1,61 @@
-"""Every Redis key and operation of the hub: topics and their logs, subscriptions, leases, intents.
+"""Every Redis operation of the hub outside a delivery claim: topics and their logs,
+subscriptions, leases, intents, dead letters, counters (worker/claims.py holds the claims).
 
-Key builders come first, so the whole key space reads in one screen. Functions take a
-`redis.asyncio.Redis` client (created with decode_responses=False) and do few round trips:
-multi-key updates are Lua scripts or MULTI pipelines. No HTTP here.
+Keys come from hub/keys.py. Functions take a `redis.asyncio.Redis` client (created with
+decode_responses=False) and do few round trips: multi-key updates are Lua scripts or MULTI
+pipelines. No HTTP here.
 """
 from __future__ import annotations
 
-import hashlib
-import json
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
+import redis as redis_sync
 from redis.asyncio import Redis
-from redis.exceptions import NoScriptError
 
-PREFIX = "rsnotify:"
-
-# --- keys ---------------------------------------------------------------------------------
-
-
-def topics_key() -> str:                    # set of topic ids
-    return f"{PREFIX}topics"
-
-
-def topic_key(tid: str) -> str:             # hash: url, created (epoch s)
-    return f"{PREFIX}topic:{tid}"
-
-
-def topic_log_key(tid: str) -> str:         # stream: body, ctype, rs, seq, at (ms); entry id = notification id
-    return f"{PREFIX}topic:{tid}:log"
-
-
-def topic_seq_key(tid: str) -> str:         # INCR counter: the entries' seq 1, 2, 3...
-    return f"{PREFIX}topic:{tid}:seq"
-
-
-def topic_subs_key(tid: str) -> str:        # set of active subscription ids of the topic
-    return f"{PREFIX}topic:{tid}:subs"
-
-
-def sub_key(sid: str) -> str:               # hash: see Subscription below
-    return f"{PREFIX}sub:{sid}"
-
-
-def leases_key() -> str:                    # zset: subscription id -> expires (epoch s)
-    return f"{PREFIX}leases"
-
-
-def intent_key(challenge: str) -> str:      # hash: pending intent (see Intent); TTL; single use
-    return f"{PREFIX}intent:{challenge}"
-
-
-def sub_lock_key(sid: str) -> str:          # owner lock of a subscription's deliveries (SET NX PX)
-    return f"{PREFIX}sub:{sid}:lock"
-
-
-def sub_dead_key(sid: str) -> str:          # dead letters of a subscription (fan-out's)
-    return f"{PREFIX}sub:{sid}:dead"
-
-
-def fanout_queued_key(tid: str) -> str:     # "a fan-out job for this topic is queued" flag (fan-out's)
-    return f"{PREFIX}fanout:{tid}:queued"
-
-
-def fanout_followers_key(tid: str) -> str:  # zset: workers following the topic's log -> until (ms) (fan-out's)
-    return f"{PREFIX}fanout:{tid}:followers"
-
-
-def verify_pending_key() -> str:            # list: challenges waiting for a verify_pending job, oldest first
-    return f"{PREFIX}verify:pending"
-
-
-def verify_queued_key() -> str:             # flag: "a verify_pending job is queued" (TTL)
-    return f"{PREFIX}verify:queued"
-
-
-def key_check_key() -> str:                 # a Fernet token proving which secret key this Redis uses
-    return f"{PREFIX}keycheck"
-
-
-# operations (hub/status.py, hub/metrics.py, hub/diagnostics.py); counters live in stats_key() below
-
-
-def activity_key(minute: int) -> str:       # zset per minute (epoch s // 60): tid -> publishes, "*" -> all; 1 h TTL
-    return f"{PREFIX}activity:{minute}"
-
-
-def diagnostics_token_key(sid: str) -> str:  # sha256 hex of a subscriber's diagnostics token, with TTL
-    return f"{PREFIX}sub:{sid}:diag"
-
-
-def diagnostics_sent_key(sid: str) -> str:  # "a diagnostics link went to the callback lately" (rate limit)
-    return f"{PREFIX}sub:{sid}:diag:sent"
-
-
-# --- ids ----------------------------------------------------------------------------------
-
-
-def topic_id(topic: str) -> str:
-    """Id of a topic: sha256 of the exact topic URL (topics are compared exactly), 32 hex."""
-    return hashlib.sha256(topic.encode("utf-8")).hexdigest()[:32]
-
-
-def subscription_id(topic: str, callback: str) -> str:
-    """Id of the subscription (topic, callback): its identity, so a renewal never duplicates it."""
-    return hashlib.sha256(f"{topic}\n{callback}".encode("utf-8")).hexdigest()[:32]
-
-
-# --- values -------------------------------------------------------------------------------
-
-
-def _text(value: Any, default: str = "") -> str:
-    if value is None:
-        return default
-    return value.decode("utf-8") if isinstance(value, bytes) else value
-
-
-def _int(value: Any, default: int = 0) -> int:
-    text = _text(value)
-    return int(text) if text else default
-
-
-@dataclass(frozen=True, slots=True)
-class Intent:
-    """A subscribe / unsubscribe / denial waiting for its verification job.
-
-    `secret` is the Fernet token of the requested secret ("" for none), never the plain text.
-    `mode` is subscribe, unsubscribe or denied (then `reason` says why).
-    """
-
-    mode: str
-    topic: str
-    callback: str
-    lease_seconds: int = 0
-    secret: str = field(default="", repr=False)
-    reason: str = ""
-
-    def to_hash(self) -> dict[Any, Any]:  # redis-py types its mapping invariantly
-        return {"mode": self.mode, "topic": self.topic, "callback": self.callback,
-                "lease": str(self.lease_seconds), "secret": self.secret, "reason": self.reason}
-
-    @classmethod
-    def from_hash(cls, raw: Mapping[Any, Any]) -> Intent:
-        return cls(mode=_text(raw.get(b"mode")), topic=_text(raw.get(b"topic")),
-                   callback=_text(raw.get(b"callback")), lease_seconds=_int(raw.get(b"lease")),
-                   secret=_text(raw.get(b"secret")), reason=_text(raw.get(b"reason")))
-
-
-@dataclass(frozen=True, slots=True)
-class Subscription:
-    """An active (verified) subscription as stored in `sub_key(sid)`.
-
-    `secret` is the Fernet token ("" for none). Delivery fields (attempts, next_attempt,
-    last_status, last_error, last_attempt_at) are written by fan-out and absent until then.
-    """
-
-    sid: str
-    topic: str
-    callback: str
-    tid: str
-    secret: str = field(default="", repr=False)
-    lease_seconds: int = 0
-    expires: int = 0          # epoch seconds
-    created: int = 0          # epoch seconds
-    state: str = "active"     # active | paused
-    cursor: str = "0-0"       # last confirmed log entry id
-    attempts: int = 0
-    next_attempt: int = 0
-    last_status: str = ""
-    last_error: str = ""
-    last_attempt_at: int = 0
-
-    @property
-    def has_secret(self) -> bool:
-        return bool(self.secret)
-
-    def is_expired(self, now: float) -> bool:
-        return self.expires < now
-
-    @classmethod
-    def from_hash(cls, sid: str, raw: Mapping[Any, Any]) -> Subscription:
-        return cls(
-            sid=sid, topic=_text(raw.get(b"topic")), callback=_text(raw.get(b"callback")),
-            tid=_text(raw.get(b"tid")), secret=_text(raw.get(b"secret")),
-            lease_seconds=_int(raw.get(b"lease_seconds")), expires=_int(raw.get(b"expires")),
-            created=_int(raw.get(b"created")), state=_text(raw.get(b"state"), "active"),
-            cursor=_text(raw.get(b"cursor"), "0-0"), attempts=_int(raw.get(b"attempts")),
-            next_attempt=_int(raw.get(b"next_attempt")), last_status=_text(raw.get(b"last_status")),
-            last_error=_text(raw.get(b"last_error")), last_attempt_at=_int(raw.get(b"last_attempt_at")),
-        )
-
-
-class _Script:
-    """A Lua script run by EVALSHA (one round trip), loaded on first use on each server."""
-
-    def __init__(self, source: str) -> None:
-        self.source = source
-        self.sha = hashlib.sha1(source.encode("utf-8")).hexdigest()
-
-    async def __call__(self, redis: Redis, keys: list[str], args: list[Any]) -> Any:
-        try:
-            return await redis.evalsha(self.sha, len(keys), *keys, *args)
-        except NoScriptError:
-            return await redis.eval(self.source, len(keys), *keys, *args)
-
+from .keys import (
+    PREFIX,
+    activity_key,
+    delivery_keys,
+    diagnostics_sent_key,
+    diagnostics_token_key,
+    due_key,
+    intent_key,
+    key_check_key,
+    leases_key,
+    rq_keys,
+    rq_workers_key,
+    stats_key,
+    sub_attempts_key,
+    sub_dead_body_key,
+    sub_dead_key,
+    sub_key,
+    sub_resend_key,
+    subscription_id,
+    topic_id,
+    topic_key,
+    topic_log_key,
+    topic_seq_key,
+    topic_subs_key,
+    topics_key,
+    verification_field,
+    verify_pending_key,
+    verify_queued_key,
+)
+from .lua import Script
+from .records import (
+    RECENT_ATTEMPTS,
+    AppendedNotification,
+    Attempt,
+    DeadLetter,
+    Intent,
+    LogEntry,
+    Subscription,
+    text,
+    to_int,
+)
 
 # --- intents ------------------------------------------------------------------------------
 
@@ -241,7 +91,7 @@ async def queue_intent(redis: Redis, challenge: str, intent: Intent, ttl: int) -
 async def take_pending_challenges(redis: Redis, limit: int) -> list[str]:
     """Up to `limit` challenges from the head of the line (each is taken once)."""
     taken = await redis.lpop(verify_pending_key(), limit)
-    return [_text(c) for c in taken or []]
+    return [text(c) for c in taken or []]
 
 
 async def pending_verifications(redis: Redis) -> int:
@@ -265,7 +115,7 @@ async def take_intent(redis: Redis, challenge: str) -> Intent | None:
 # A new subscription's cursor is the log's end when its verification was sent (ARGV 9-10, see
 # log_end), else its current end, so it gets everything published after the subscriber said
 # yes; a renewal keeps its cursor and delivery state. Returns 1 when new.
-_ACTIVATE = _Script("""
+_ACTIVATE = Script("""
 local is_new = redis.call('EXISTS', KEYS[1]) == 0
 if is_new then
   local cursor, cursor_seq = ARGV[9], ARGV[10]
@@ -291,7 +141,7 @@ return 0
 # KEYS: sub, leases, due, then every per-subscription key to delete (delivery_keys)
 # ARGV: sid, topic-subs key prefix, topic-subs key suffix[, now]
 # With `now`, only a subscription still expired at that moment goes (a renewal may have raced).
-_REMOVE = _Script("""
+_REMOVE = Script("""
 if ARGV[4] then
   local expires = tonumber(redis.call('HGET', KEYS[1], 'expires') or '0')
   if expires >= tonumber(ARGV[4]) then return 0 end
@@ -334,7 +184,7 @@ async def log_end(redis: Redis, topic: str) -> tuple[str, str]:
         pipe.xrevrange(topic_log_key(tid), "+", "-", count=1)
         pipe.get(topic_seq_key(tid))
         last, seq = await pipe.execute()
-    return (_text(last[0][0]) if last else "0-0"), _text(seq, "0")
+    return (text(last[0][0]) if last else "0-0"), text(seq, "0")
 
 
 async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | None = None) -> bool:
@@ -358,7 +208,7 @@ async def get_subscription(redis: Redis, sid: str) -> Subscription | None:
 async def expired_subscriptions(redis: Redis, now: float, limit: int = 1000) -> list[str]:
     """Ids of subscriptions whose lease ended before `now`, oldest first (at most `limit`)."""
     sids = await redis.zrangebyscore(leases_key(), "-inf", f"({int(now)}", start=0, num=limit)
-    return [_text(s) for s in sids]
+    return [text(s) for s in sids]
 
 
 async def count_subscriptions(redis: Redis) -> int:
@@ -370,7 +220,7 @@ async def count_subscriptions(redis: Redis) -> int:
 # KEYS: log, seq, topics, topic, stats, activity ; ARGV: body, ctype, rs, at_ms, maxlen, tid, url, now_s
 # seq and the stream id are assigned together, so both grow in the same order. The counters for
 # /metrics and the status page ride in the same call (ops: hub/metrics.py reads them).
-_APPEND = _Script("""
+_APPEND = Script("""
 local seq = redis.call('INCR', KEYS[2])
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*',
                       'body', ARGV[1], 'ctype', ARGV[2], 'rs', ARGV[3], 'seq', seq, 'at', ARGV[4])
@@ -385,14 +235,6 @@ return {id, seq}
 """)
 
 
-@dataclass(frozen=True, slots=True)
-class AppendedNotification:
-    """Where a notification landed: its id (the stream entry id), its topic and position."""
-
-    notification_id: str
-    topic_id: str
-    sequence: int
-
 
 async def append_notification(
     redis: Redis, topic: str, body: bytes, *, content_type: str, resourcesync: str = "",
@@ -404,219 +246,12 @@ async def append_notification(
             activity_key(int(now) // 60)]
     args = [body, content_type, resourcesync, int(now * 1000), max_len, tid, topic, int(now)]
     entry_id, seq = await _APPEND(redis, keys, args)
-    return AppendedNotification(_text(entry_id), tid, int(seq))
+    return AppendedNotification(text(entry_id), tid, int(seq))
 
 
-# --- delivery: cursors, locks, dead letters ---------------------------------------------
-# Fan-out's part (hub/delivery.py, hub/reconciler.py). Its extra keys, beside sub_lock_key,
-# sub_dead_key and fanout_queued_key above:
 
-
-def sub_attempts_key(sid: str) -> str:      # list: recent failed delivery attempts, newest first (JSON each)
-    return f"{PREFIX}sub:{sid}:attempts"
-
-
-def sub_dead_body_key(sid: str) -> str:     # hash: notification id -> a dead letter's exact body
-    return f"{PREFIX}sub:{sid}:dead:body"
-
-
-def sub_resend_key(sid: str) -> str:        # list: dead letters queued for re-sending, oldest first
-    return f"{PREFIX}sub:{sid}:resend"
-
-
-def sub_queued_key(sid: str) -> str:        # flag: "a deliver_subscription job is queued"
-    return f"{PREFIX}sub:{sid}:queued"
-
-
-def due_key() -> str:                       # zset: sid -> epoch s its next attempt is due (retry, re-send, resume)
-    return f"{PREFIX}due"
-
-
-def stats_key() -> str:                     # hash: delivery counters and latency histograms (delivery_stats)
-    return f"{PREFIX}stats"
-
-
-def maintenance_key(task: str) -> str:      # one worker's claim on a periodic task (reconcile, retention, sweep)
-    return f"{PREFIX}maintenance:{task}"
-
-
-def delivery_keys(sid: str) -> list[str]:
-    """Every per-subscription key of the delivery part (remove_subscription deletes them)."""
-    return [sub_lock_key(sid), sub_dead_key(sid), sub_dead_body_key(sid), sub_attempts_key(sid),
-            sub_resend_key(sid), sub_queued_key(sid)]
-
-
-# Fields of the sub hash a delivery run needs, in this order (claim returns them).
-DELIVERY_FIELDS = ("topic", "callback", "tid", "secret", "state", "expires", "cursor", "cursor_seq",
-                   "attempts", "retry_at", "resend")
-# Upper bounds (seconds) of the latency histograms in stats_key(); the last bucket is "+Inf".
-LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
-RECENT_ATTEMPTS = 20   # failed attempts (retry, gone, dead) kept per subscription in sub_attempts_key
-
-
-def parse_entry_id(entry_id: str) -> tuple[int, int]:
-    """A stream entry id "ms-seq" as a tuple that compares in log order."""
-    ms, _, seq = entry_id.partition("-")
-    return int(ms), int(seq or 0)
-
-
-@dataclass(frozen=True, slots=True)
-class LogEntry:
-    """One notification of a topic log: the exact body and what to relay with it."""
-
-    notification_id: str      # the stream entry id
-    body: bytes
-    content_type: str
-    resourcesync: str         # the publisher's rel="resourcesync" href, or ""
-    sequence: int             # 1, 2, 3... per topic
-    published_ms: int         # publish time, epoch milliseconds
-
-    @classmethod
-    def from_stream(cls, entry_id: bytes | str, raw: Mapping[bytes, bytes]) -> LogEntry:
-        return cls(notification_id=_text(entry_id), body=raw.get(b"body", b""),
-                   content_type=_text(raw.get(b"ctype"), "application/xml"),
-                   resourcesync=_text(raw.get(b"rs")), sequence=_int(raw.get(b"seq")),
-                   published_ms=_int(raw.get(b"at")))
-
-
-@dataclass(frozen=True, slots=True)
-class Attempt:
-    """One delivery attempt, as listed for operators (newest first in sub_attempts_key)."""
-
-    at: float                 # when the attempt ended, epoch seconds
-    notification_id: str
-    sequence: int
-    status: int | None        # HTTP status; None when no response (timeout, connection error)
-    error: str                # "" on a 2xx
-    latency_ms: float
-    outcome: str              # delivered | retry | gone | dead
-    attempt: int              # 1 for the first try of this notification
-
-    def to_json(self) -> str:
-        return json.dumps({"at": round(self.at, 3), "id": self.notification_id, "seq": self.sequence,
-                           "status": self.status, "error": self.error,
-                           "ms": round(self.latency_ms, 2), "outcome": self.outcome, "attempt": self.attempt},
-                          separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: bytes | str) -> Attempt:
-        d = json.loads(text)
-        return cls(at=d["at"], notification_id=d["id"], sequence=d["seq"], status=d["status"],
-                   error=d["error"], latency_ms=d["ms"], outcome=d["outcome"], attempt=d["attempt"])
-
-
-@dataclass(frozen=True, slots=True)
-class DeadLetter:
-    """A notification a subscription never confirmed within max_attempts; kept until re-sent."""
-
-    notification_id: str
-    sequence: int
-    published_ms: int
-    content_type: str
-    resourcesync: str
-    attempts: int
-    status: int | None        # the last attempt's status (None: no response)
-    error: str                # the last attempt's error
-    dead_at: float            # epoch seconds
-    resend: bool = False      # queued for re-sending
-
-    def to_json(self) -> str:
-        return json.dumps({"id": self.notification_id, "seq": self.sequence, "at": self.published_ms,
-                           "ctype": self.content_type, "rs": self.resourcesync, "attempts": self.attempts,
-                           "status": self.status, "error": self.error, "dead_at": round(self.dead_at, 3),
-                           "resend": self.resend}, separators=(",", ":"))
-
-    @classmethod
-    def from_json(cls, text: bytes | str) -> DeadLetter:
-        d = json.loads(text)
-        return cls(notification_id=d["id"], sequence=d["seq"], published_ms=d["at"], content_type=d["ctype"],
-                   resourcesync=d["rs"], attempts=d["attempts"], status=d["status"], error=d["error"],
-                   dead_at=d["dead_at"], resend=d.get("resend", False))
-
-
-# KEYS: lock, sub ; ARGV: token, ttl_ms. The sub's DELIVERY_FIELDS once this worker owns it, else false.
-CLAIM_SCRIPT = _Script("""
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
-  return redis.call('HMGET', KEYS[2], 'topic', 'callback', 'tid', 'secret', 'state', 'expires',
-                    'cursor', 'cursor_seq', 'attempts', 'retry_at', 'resend')
-end
-return false
-""")
-
-# KEYS: locks... ; ARGV: ttl_ms, then each lock's token. 1 per lock still ours (extended), 0 per lost one.
-RENEW_SCRIPT = _Script("""
-local out = {}
-for i, key in ipairs(KEYS) do
-  if redis.call('GET', key) == ARGV[i + 1] then
-    redis.call('PEXPIRE', key, ARGV[1]); out[i] = 1
-  else out[i] = 0 end
-end
-return out
-""")
-
-# KEYS: lock, sub, attempts, due, log
-# ARGV: token, release (1/0), sid, recent max, delivered +n, gaps +n, due at ("" = none),
-#       n = number of HSET args, the n HSET args (field, value...), then attempt records (JSON).
-# The delivery state is written only while the lock is ours: a worker that lost its claim
-# must not move a cursor another worker owns now. Attempts are facts and are kept anyway.
-# Returns {1, state, expires, log's last id, resend count, retry_at} ; {0} lock lost ; {-1} sub gone.
-CHECKPOINT_SCRIPT = _Script("""
-local owned = redis.call('GET', KEYS[1]) == ARGV[1]
-if redis.call('EXISTS', KEYS[2]) == 0 then
-  if owned then redis.call('DEL', KEYS[1]) end
-  return {-1}
-end
-local nf = tonumber(ARGV[8])
-if #ARGV >= 9 + nf then
-  redis.call('LPUSH', KEYS[3], unpack(ARGV, 9 + nf, #ARGV))
-  redis.call('LTRIM', KEYS[3], 0, tonumber(ARGV[4]) - 1)
-end
-if not owned then return {0} end
-if nf > 0 then redis.call('HSET', KEYS[2], unpack(ARGV, 9, 8 + nf)) end
-if ARGV[5] ~= '0' then redis.call('HINCRBY', KEYS[2], 'delivered', ARGV[5]) end
-if ARGV[6] ~= '0' then redis.call('HINCRBY', KEYS[2], 'gaps', ARGV[6]) end
-if ARGV[7] ~= '' then redis.call('ZADD', KEYS[4], ARGV[7], ARGV[3]) end
-if ARGV[2] == '1' then redis.call('DEL', KEYS[1]) end
-local last = redis.call('XREVRANGE', KEYS[5], '+', '-', 'COUNT', 1)
-local last_id = ''
-if #last > 0 then last_id = last[1][1] end
-local info = redis.call('HMGET', KEYS[2], 'state', 'expires', 'resend', 'retry_at')
-return {1, info[1] or 'active', info[2] or '0', last_id, info[3] or '0', info[4] or '0'}
-""")
-
-# KEYS: lock, sub, dead, dead body, resend ; ARGV: token, nid, dead letter JSON, body, cursor, cursor_seq
-# (cursor "" for a re-sent dead letter, which stays dead and leaves the re-send queue).
-# The cursor moves past it so later notifications still flow. 1 ok, 0 lock lost, -1 sub gone.
-DEAD_LETTER_SCRIPT = _Script("""
-if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
-if redis.call('GET', KEYS[1]) ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[3], ARGV[2], ARGV[3])
-redis.call('HSET', KEYS[4], ARGV[2], ARGV[4])
-if ARGV[5] ~= '' then
-  redis.call('HSET', KEYS[2], 'cursor', ARGV[5], 'cursor_seq', ARGV[6])
-end
-redis.call('LREM', KEYS[5], 0, ARGV[2])
-redis.call('HSET', KEYS[2], 'attempts', 0, 'next_attempt', 0, 'retry_at', 0,
-           'resend', redis.call('LLEN', KEYS[5]))
-return 1
-""")
-
-# KEYS: lock, sub, dead, dead body, resend ; ARGV: token, nid. A re-sent dead letter got its 2xx.
-RESENT_SCRIPT = _Script("""
-redis.call('HDEL', KEYS[3], ARGV[2])
-redis.call('HDEL', KEYS[4], ARGV[2])
-redis.call('LREM', KEYS[5], 0, ARGV[2])
-if redis.call('EXISTS', KEYS[2]) == 0 then return -1 end
-redis.call('HSET', KEYS[2], 'resend', redis.call('LLEN', KEYS[5]))
-if redis.call('GET', KEYS[1]) == ARGV[1] then
-  redis.call('HSET', KEYS[2], 'attempts', 0, 'next_attempt', 0, 'retry_at', 0)
-end
-return 1
-""")
-
-# KEYS: sub, dead, resend, due ; ARGV: sid, now, nids... Queue dead letters for re-sending and wake
 # the subscription (no earlier than a pending retry). Returns how many were queued.
-_RESEND = _Script("""
+_RESEND = Script("""
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 local queued = 0
 for i = 3, #ARGV do
@@ -631,7 +266,7 @@ return queued
 """)
 
 # KEYS: sub, due ; ARGV: sid, state (paused|active), now. Resuming clears any backoff and wakes it.
-_SET_STATE = _Script("""
+_SET_STATE = Script("""
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 redis.call('HSET', KEYS[1], 'state', ARGV[2])
 if ARGV[2] == 'active' then
@@ -641,91 +276,14 @@ end
 return 1
 """)
 
-# KEYS: topic subs, log, followers ; ARGV: token prefix, ttl_ms, now, limit, sub key prefix, now_ms, share
-# One pass over a topic's subscriptions, in Redis: claim every active one that lags the log and
-# is not backing off, and return its DELIVERY_FIELDS; each claim's token is the prefix + sid.
-# At most `limit` (free slots; more = 1 when that cut it short). With share = 1, a follower
-# takes only its part: the lagging subscriptions divided by the live followers of the topic,
-# and the others take the rest. Returns {log's last id, {sid, fields...}, more, busy}.
-CLAIM_LAGGING_SCRIPT = _Script("""
-local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-if #last == 0 then return {'', {}, 0, 0} end
-local last_id = last[1][1]
-local lms, lseq = string.match(last_id, '(%d+)-(%d+)')
-lms, lseq = tonumber(lms), tonumber(lseq)
-local now, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
-local lagging = {}
-for _, sid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  local key = ARGV[5] .. sid
-  local f = redis.call('HMGET', key, 'topic', 'callback', 'tid', 'secret', 'state', 'expires', 'cursor',
-                       'cursor_seq', 'attempts', 'retry_at', 'resend')
-  if f[2] and (f[5] or 'active') == 'active' and tonumber(f[6] or '0') >= now
-     and tonumber(f[10] or '0') <= now then
-    local cms, cseq = string.match(f[7] or '0-0', '(%d+)-(%d+)')
-    cms, cseq = tonumber(cms), tonumber(cseq)
-    if cms < lms or (cms == lms and cseq < lseq) or tonumber(f[11] or '0') > 0 then
-      lagging[#lagging + 1] = {sid, key, f}
-    end
-  end
-end
-local part = #lagging
-if ARGV[7] == '1' then
-  local followers = redis.call('ZCOUNT', KEYS[3], ARGV[6], '+inf')
-  if followers > 1 then part = math.ceil(#lagging / followers) end
-end
-local out, claimed, more, busy = {}, 0, 0, 0
-for _, item in ipairs(lagging) do
-  if claimed >= part then break end
-  if claimed >= limit then more = 1; break end
-  if redis.call('SET', item[2] .. ':lock', ARGV[1] .. item[1], 'NX', 'PX', ARGV[2]) then
-    claimed = claimed + 1
-    out[#out + 1] = item[1]
-    out[#out + 1] = item[3]
-  else
-    busy = busy + 1
-  end
-end
-return {last_id, out, more, busy}
-""")
-
-# KEYS: followers, flag ; ARGV: token, until_ms, lease_ms, now_ms. A worker follows the topic (or
-# renews that) until `until_ms`, and keeps the "queued" flag set meanwhile. Returns the live
-# followers.
-FOLLOW_SCRIPT = _Script("""
-redis.call('ZADD', KEYS[1], ARGV[2], ARGV[1])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('SET', KEYS[2], 'following', 'PX', ARGV[3])
-return redis.call('ZCOUNT', KEYS[1], ARGV[4], '+inf')
-""")
-
-# KEYS: followers, flag ; ARGV: token, now_ms. A follower stops; the last one clears the flag
-# (then publishes queue jobs again). Returns the followers left.
-UNFOLLOW_SCRIPT = _Script("""
-redis.call('ZREM', KEYS[1], ARGV[1])
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', '(' .. ARGV[2])
-local left = redis.call('ZCARD', KEYS[1])
-if left == 0 then redis.call('DEL', KEYS[2]) end
-return left
-""")
-
-# KEYS: key ; ARGV: token. Delete the key only while it still holds our token.
-RELEASE_SCRIPT = _Script("""
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-""")
-
 # KEYS: due ; ARGV: now, limit. Take the subscriptions whose next attempt is due.
-_POP_DUE = _Script("""
+_POP_DUE = Script("""
 local sids = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
 if #sids > 0 then redis.call('ZREM', KEYS[1], unpack(sids)) end
 return sids
 """)
 
 
-async def read_log(redis: Redis, tid: str, after: str, count: int) -> list[LogEntry]:
-    """Up to `count` entries of the topic's log after entry id `after` (exclusive), oldest first."""
-    raw: Any = await redis.xrange(topic_log_key(tid), f"({after}", "+", count=count)
-    return [LogEntry.from_stream(entry_id, fields) for entry_id, fields in raw]
 
 
 async def list_dead_letters(redis: Redis, sid: str) -> list[DeadLetter]:
@@ -784,26 +342,31 @@ async def subscription_backlog(redis: Redis, sid: str) -> int:
     tid, cursor_seq, cursor = await redis.hmget(sub_key(sid), "tid", "cursor_seq", "cursor")
     if not tid:
         return 0
-    log_key, cursor_text = topic_log_key(_text(tid)), _text(cursor, "0-0")
+    log_key, cursor_text = topic_log_key(text(tid)), text(cursor, "0-0")
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.get(topic_seq_key(_text(tid)))
+        pipe.get(topic_seq_key(text(tid)))
         pipe.xrange(log_key, cursor_text, cursor_text, count=1)
         pipe.xrange(log_key, "-", "+", count=1)
         last_seq, at_cursor, first = await pipe.execute()
     if cursor_seq is not None:
-        done = _int(cursor_seq)
+        done = to_int(cursor_seq)
     elif at_cursor:            # nothing delivered yet: the seq of the entry it started after
-        done = _int(at_cursor[0][1].get(b"seq"))
+        done = to_int(at_cursor[0][1].get(b"seq"))
     elif first:                # that entry was trimmed: everything still in the log is due
-        done = _int(first[0][1].get(b"seq")) - 1
+        done = to_int(first[0][1].get(b"seq")) - 1
     else:
-        done = _int(last_seq)
-    return max(0, _int(last_seq) - done)
+        done = to_int(last_seq)
+    return max(0, to_int(last_seq) - done)
 
 
 async def pop_due(redis: Redis, now: float, limit: int = 500) -> list[str]:
     """Take (remove and return) the subscriptions whose next attempt is due at `now`."""
-    return [_text(s) for s in await _POP_DUE(redis, [due_key()], [now, limit])]
+    return [text(s) for s in await _POP_DUE(redis, [due_key()], [now, limit])]
+
+
+def pop_due_sync(connection: redis_sync.Redis, now: float, limit: int = 500) -> list[str]:
+    """pop_due on a synchronous client (the workers' maintenance runs in a thread)."""
+    return [text(s) for s in _POP_DUE.run_sync(connection, [due_key()], [repr(now), limit])]
 
 
 async def delivery_stats(redis: Redis) -> dict[str, float]:
@@ -815,4 +378,152 @@ async def delivery_stats(redis: Redis) -> dict[str, float]:
     (non-cumulative counts), `<name>:sum` and `<name>:count`.
     """
     raw = await redis.hgetall(stats_key())
-    return {_text(k): float(v) for k, v in raw.items()}
+    return {text(k): float(v) for k, v in raw.items()}
+
+
+async def delete_delivery_state(redis: Redis, sid: str) -> None:
+    """Delete the subscription's per-subscription delivery keys (after it ended with a 410)."""
+    await redis.delete(*delivery_keys(sid))
+
+
+# --- counters ---------------------------------------------------------------------------------
+
+
+async def count_verifications(redis: Redis, counts: Mapping[str, int]) -> None:
+    """Add verification outcomes (VerificationOutcome.result -> how many) to the hub's counters."""
+    if len(counts) == 1:
+        (result, count), = counts.items()
+        await redis.hincrby(stats_key(), verification_field(result), count)
+        return
+    async with redis.pipeline(transaction=False) as pipe:
+        for result, count in counts.items():
+            pipe.hincrby(stats_key(), verification_field(result), count)
+        await pipe.execute()
+
+
+# --- what /health, /metrics and the status page read about the queue ------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCounts:
+    """What /health reports: RQ's queue by state, live workers, and the hub's totals."""
+
+    queued: int
+    started: int
+    scheduled: int
+    failed: int
+    workers: int
+    subscriptions: int
+    topics: int
+    verifications_pending: int
+
+
+async def live_workers(redis: Redis, members: Iterable[Any]) -> int:
+    """How many of RQ's registered workers (keys.rq_workers_key() members) are still alive."""
+    members = list(members)
+    if not members:
+        return 0
+    async with redis.pipeline(transaction=False) as pipe:
+        for member in members:
+            pipe.exists(member)
+        return sum(await pipe.execute())
+
+
+async def health_counts(redis: Redis, queue: str) -> HealthCounts:
+    """One round trip (PING first: an unreachable Redis raises) plus one for the workers."""
+    rq = rq_keys(queue)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.ping()
+        pipe.smembers(rq_workers_key())
+        pipe.llen(rq["queued"])
+        for registry in ("started", "scheduled", "failed"):
+            pipe.zcard(rq[registry])
+        pipe.zcard(leases_key())
+        pipe.scard(topics_key())
+        pipe.llen(verify_pending_key())
+        _, members, queued, started, scheduled, failed, subscriptions, topics, pending = await pipe.execute()
+    return HealthCounts(queued, started, scheduled, failed, await live_workers(redis, members), subscriptions,
+                        topics, pending)
+
+
+async def queue_depths(redis: Redis, queue: str, now: float) -> dict[str, Any]:
+    """RQ queue depths, retries waiting (due zset), and live workers."""
+    rq = rq_keys(queue)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.llen(rq["queued"])
+        for name in ("started", "scheduled", "failed"):
+            pipe.zcard(rq[name])
+        pipe.zcard(due_key())
+        pipe.zcount(due_key(), "-inf", now)
+        pipe.smembers(rq_workers_key())
+        queued, started, scheduled, failed, due, due_now, members = await pipe.execute()
+    return {"queue": queue, "queued": queued, "started": started, "scheduled": scheduled,
+            "failed": failed, "waiting_retries": due, "due_now": due_now, "workers": await live_workers(redis, members)}
+
+
+# --- what operators browse (admin API, status page, diagnostics) -----------------------------
+
+
+async def topic_ids(redis: Redis) -> list[str]:
+    """Every topic id, sorted."""
+    return sorted(text(t) for t in await redis.smembers(topics_key()))
+
+
+async def topic_subscription_ids(redis: Redis, tid: str) -> list[str]:
+    """The ids of the topic's active subscriptions, sorted."""
+    return sorted(text(s) for s in await redis.smembers(topic_subs_key(tid)))
+
+
+async def subscription_ids_by_lease(redis: Redis, offset: int, limit: int) -> list[str]:
+    """Subscription ids in lease-end order (soonest first), `limit` of them from `offset`."""
+    return [text(s) for s in await redis.zrange(leases_key(), offset, offset + limit - 1)]
+
+
+async def get_notification(redis: Redis, tid: str, nid: str) -> LogEntry | None:
+    """One entry of the topic's log (None when it was never there, or was trimmed)."""
+    found: list[Any] = await redis.xrange(topic_log_key(tid), nid, nid, count=1) or []
+    return LogEntry.from_stream(*found[0]) if found else None
+
+
+async def get_dead_letter(redis: Redis, sid: str, nid: str) -> DeadLetter | None:
+    """One dead letter's record (None when there is no such dead letter)."""
+    meta = await redis.hget(sub_dead_key(sid), nid)
+    return None if meta is None else DeadLetter.from_json(meta)
+
+
+async def count_topics(redis: Redis) -> int:
+    return int(await redis.scard(topics_key()))
+
+
+async def subscription_secret(redis: Redis, sid: str) -> bytes | None:
+    """The stored (encrypted) secret of the subscription; None or b"" when it has none."""
+    secret: Any = await redis.hget(sub_key(sid), "secret")
+    return secret
+
+
+async def diagnostics_token_digest(redis: Redis, sid: str) -> str | None:
+    """The sha256 hex of the subscription's current diagnostics token (None: none, or expired)."""
+    stored = await redis.get(diagnostics_token_key(sid))
+    return None if stored is None else text(stored)
+
+
+async def mark_diagnostics_link_sent(redis: Redis, sid: str, interval: int) -> bool:
+    """True when no diagnostics link went to the callback within `interval` s (and now one may)."""
+    return bool(await redis.set(diagnostics_sent_key(sid), 1, nx=True, ex=interval))
+
+
+async def keep_diagnostics_token(redis: Redis, sid: str, digest: str, ttl: int) -> None:
+    """Keep the digest of a new diagnostics token for `ttl` s (the previous token stops working)."""
+    await redis.set(diagnostics_token_key(sid), digest, ex=ttl)
+
+
+async def clear_verify_queued(redis: Redis) -> None:
+    """A verify_pending job started: requests lined up from now on queue the next one."""
+    await redis.delete(verify_queued_key())
+
+
+async def key_check_token(redis: Redis, proposed: bytes) -> bytes | None:
+    """The token recording which secret key this Redis's secrets use (`proposed` on first use)."""
+    await redis.set(key_check_key(), proposed, nx=True)
+    token: Any = await redis.get(key_check_key())
+    return token

@@ -5,6 +5,8 @@ file). Bad input never produces a traceback.
 """
 from __future__ import annotations
 
+import sys
+
 import click
 
 from .documents import ParsedDocument, parse_document
@@ -37,7 +39,7 @@ def validate(files: tuple[str, ...]) -> None:
 def _read(path: str) -> bytes:
     try:
         if path == "-":
-            return click.get_binary_stream("stdin").read()
+            return sys.stdin.buffer.read()
         with open(path, "rb") as file:
             return file.read()
     except OSError as exc:  # raced away or unreadable after click's checks: still a usage error

@@ -18,6 +18,7 @@ SIGNATURE_HEADER = "X-Hub-Signature"
 SIGNATURE_ALGORITHMS = ("sha1", "sha256", "sha384", "sha512")
 MAX_SECRET_BYTES = 200  # hub.secret MUST be less than 200 bytes (WebSub §5.1)
 MODES = ("subscribe", "unsubscribe")
+MAX_LEASE_DIGITS = 10  # hub.lease_seconds: up to ~317 years, which every hub clamps anyway
 
 # Headers rsnotify's hub adds to every content distribution (documented in the README):
 NOTIFICATION_ID_HEADER = "X-RSNotify-Id"         # stable id of the notification (same on every retry)
@@ -124,18 +125,50 @@ def verify_signature(body: bytes, secret: str | bytes, header: str | None) -> bo
 
 # --- The subscription form ---------------------------------------------------------------
 
+MAX_URL_LENGTH = 2048  # characters; longer topic or callback URLs are refused (request lines, logs, keys)
+_URL_FORBIDDEN = re.compile(r'[\x00-\x20\x7f<>"{}|\\^`]')  # controls, space and what RFC 3986 never allows
+_HOST = re.compile(r"[A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\]")
+_DOT_SEGMENT = re.compile(r"^(?:\.|%2e){1,2}$", re.IGNORECASE)
+
+
 def check_url(name: str, value: str | None) -> str:
-    """`value` when it is an absolute http(s) URL with a host; else WireError naming `name`."""
+    """`value` (outer whitespace stripped) when it is an absolute http(s) URL with a host; else
+    WireError naming `name`.
+
+    Refused too: more than MAX_URL_LENGTH characters, control characters, spaces and characters
+    URIs never hold (`<`, `"`, a backslash...), a fragment, a host that is not a DNS name or an
+    IP literal, and dot segments (`/../`, `/%2e%2e/`), so a URL means one resource however it
+    is resolved and a prefix comparison cannot be walked around.
+    """
     if not value:
         raise WireError(f"{name} is required, got nothing")
-    parts = urlsplit(value.strip())
-    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
-        raise WireError(f"{name} must be an absolute http or https URL, got {value!r}")
+    text = value.strip()
+    if len(text) > MAX_URL_LENGTH:
+        raise WireError(f"{name} must be at most {MAX_URL_LENGTH} characters, got {len(text)}")
+    forbidden = _URL_FORBIDDEN.search(text)
+    if forbidden:
+        raise WireError(f"{name} must not contain {forbidden.group()!r} (spaces and control characters "
+                        f"must be percent-encoded), got {text!r}")
+    try:
+        parts = urlsplit(text)
+        hostname = parts.hostname
+    except ValueError:  # an unbalanced IPv6 bracket, for instance
+        raise WireError(f"{name} has an invalid host, got {text!r}") from None
+    if parts.scheme.lower() not in ("http", "https") or not hostname:
+        raise WireError(f"{name} must be an absolute http or https URL, got {text!r}")
+    if "#" in text:
+        raise WireError(f"{name} must not have a fragment (#...), got {text!r}")
+    host = parts.netloc.rpartition("@")[2]
+    host = host[: host.find("]") + 1] if host.startswith("[") else host.partition(":")[0]
+    if not _HOST.fullmatch(host):
+        raise WireError(f"{name} has an invalid host, got {text!r}")
     try:
         parts.port  # noqa: B018  (raises on a bad port)
     except ValueError:
-        raise WireError(f"{name} has an invalid port, got {value!r}") from None
-    return value.strip()
+        raise WireError(f"{name} has an invalid port, got {text!r}") from None
+    if any(_DOT_SEGMENT.match(segment) for segment in parts.path.split("/")):
+        raise WireError(f"{name} must not have '.' or '..' path segments, got {text!r}")
+    return text
 
 
 def normalize_url(url: str) -> str:
@@ -177,7 +210,10 @@ def check_lease_seconds(value: str | int | None) -> int | None:
     if value is None or value == "":
         return None
     text = str(value).strip()
-    if not text.isdigit() or int(text) <= 0:
+    # ASCII digits only ('²'.isdigit() is true) and few enough that int() stays cheap
+    if len(text) > MAX_LEASE_DIGITS:
+        raise WireError(f"hub.lease_seconds must have at most {MAX_LEASE_DIGITS} digits, got {len(text)} characters")
+    if not (text.isascii() and text.isdigit()) or int(text) <= 0:
         raise WireError(f"hub.lease_seconds must be a positive integer, got {value!r}")
     return int(text)
 

@@ -6,52 +6,29 @@ answers only loopback clients that did not come through a proxy. Refusals are Hu
 """
 from __future__ import annotations
 
-import hmac
 import logging
 import secrets
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from aiohttp import web
 
-from . import jobs, reports, store
-from .errors import AuthenticationError, BadRequestError, ForbiddenError, NotFoundError
-from .handlers import CLOCK, QUEUE, REDIS, SETTINGS, _is_loopback
+from .. import enqueue, keys, records, store
+from ..errors import BadRequestError, NotFoundError
+from . import reports
+from .appkeys import CLOCK, QUEUE, REDIS, SCAN, SETTINGS
+from .auth import Handler, check_admin
 
 log = logging.getLogger(__name__)
 
-SCAN = web.AppKey("scan", reports.ScanCache)
 PAGE_DEFAULT = 100
 PAGE_MAX = 1000
-PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Real-IP")
 DEFAULT_REMOVAL_REASON = "the hub's operator removed this subscription"
-
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-
 
 # --- authorization --------------------------------------------------------------------------
 
 
-def check_admin(request: web.Request) -> None:
-    """Raise AuthenticationError (401) or ForbiddenError (403) unless `request` may use the admin API."""
-    token = request.app[SETTINGS].admin_token
-    if not token:
-        proxied = [h for h in PROXY_HEADERS if h in request.headers]
-        if not _is_loopback(request.remote) or proxied:
-            seen = f"a request through a proxy ({proxied[0]})" if proxied else f"a request from {request.remote}"
-            raise ForbiddenError(f"this hub has no admin token (--admin-token / RSNOTIFY_ADMIN_TOKEN), so only "
-                                 f"loopback clients not behind a proxy may use it, got {seen}")
-        return
-    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() != "bearer" or not given.strip():
-        raise AuthenticationError("the admin API needs 'Authorization: Bearer <admin token>', got none")
-    if not hmac.compare_digest(given.strip().encode(), token.encode()):
-        raise AuthenticationError("the bearer token is not this hub's admin token")
-
-
 def admin_only(handler: Handler) -> Handler:
     async def guarded(request: web.Request) -> web.StreamResponse:
-        check_admin(request)
+        check_admin(request, request.app[SETTINGS])
         return await handler(request)
 
     guarded.__name__ = handler.__name__
@@ -91,13 +68,13 @@ def _id(request: web.Request, name: str) -> str:
 def _nid(request: web.Request) -> str:
     value = request.match_info["nid"]
     try:
-        store.parse_entry_id(value)
+        records.parse_entry_id(value)
     except ValueError:
         raise BadRequestError(f"a notification id looks like 1700000000000-0, got {value!r}") from None
     return value
 
 
-async def _require_subscription(request: web.Request, sid: str) -> store.Subscription:
+async def _require_subscription(request: web.Request, sid: str) -> records.Subscription:
     found = await store.get_subscription(request.app[REDIS], sid)
     if found is None:
         raise NotFoundError(f"no subscription {sid} on this hub")
@@ -140,10 +117,10 @@ async def list_topics(request: web.Request) -> web.Response:
     redis = request.app[REDIS]
     offset, limit = _page(request)
     if "url" in request.query:
-        tids = [store.topic_id(request.query["url"])]
+        tids = [keys.topic_id(request.query["url"])]
         total = 1
     else:
-        everything = sorted(store._text(t) for t in await redis.smembers(store.topics_key()))
+        everything = await store.topic_ids(redis)
         tids, total = everything[offset:offset + limit], len(everything)
     return web.json_response({"total": total, "offset": offset, "topics": await reports.topic_rows(redis, tids)})
 
@@ -162,10 +139,9 @@ async def get_topic(request: web.Request) -> web.Response:
 async def get_notification(request: web.Request) -> web.Response:
     """GET /admin/topics/{tid}/notifications/{nid}: the exact body, with its Content-Type."""
     tid, nid = _id(request, "tid"), _nid(request)
-    found: list[Any] = await request.app[REDIS].xrange(store.topic_log_key(tid), nid, nid, count=1) or []
-    if not found:
+    entry = await store.get_notification(request.app[REDIS], tid, nid)
+    if entry is None:
         raise NotFoundError(f"no notification {nid} in the log of topic {tid} (never there, or trimmed)")
-    entry = store.LogEntry.from_stream(*found[0])
     return web.Response(body=entry.body, headers={"Content-Type": entry.content_type})
 
 
@@ -178,15 +154,15 @@ async def list_subscriptions(request: web.Request) -> web.Response:
     if state not in (None, "active", "paused", "expired"):
         raise BadRequestError(f"state must be active, paused or expired, got {state!r}")
     if "topic" in query and "callback" in query:
-        chosen = await reports.summarize(redis, [store.subscription_id(query["topic"], query["callback"])])
+        chosen = await reports.summarize(redis, [keys.subscription_id(query["topic"], query["callback"])])
     elif "topic" in query:
-        sids = sorted(store._text(s) for s in await redis.smembers(store.topic_subs_key(store.topic_id(query["topic"]))))
+        sids = await store.topic_subscription_ids(redis, keys.topic_id(query["topic"]))
         chosen = await reports.summarize(redis, sids)
     elif state or query.get("trouble"):
         chosen = await request.app[SCAN].get(redis)
     else:
-        total = await redis.zcard(store.leases_key())
-        sids = [store._text(s) for s in await redis.zrange(store.leases_key(), offset, offset + limit - 1)]
+        total = await store.count_subscriptions(redis)
+        sids = await store.subscription_ids_by_lease(redis, offset, limit)
         rows = await reports.summarize(redis, sids)
         return web.json_response({"total": total, "offset": offset,
                                   "subscriptions": [s.to_json(now) for s in rows]})
@@ -238,11 +214,11 @@ async def get_dead_letter(request: web.Request) -> web.Response:
     """GET /admin/subscriptions/{sid}/dead-letters/{nid}: the exact body that was not delivered."""
     sid, nid = _id(request, "sid"), _nid(request)
     redis = request.app[REDIS]
-    meta = await redis.hget(store.sub_dead_key(sid), nid)
+    letter = await store.get_dead_letter(redis, sid, nid)
     body = await store.dead_letter_body(redis, sid, nid)
-    if meta is None or body is None:
+    if letter is None or body is None:
         raise NotFoundError(f"no dead letter {nid} for subscription {sid}")
-    return web.Response(body=body, headers={"Content-Type": store.DeadLetter.from_json(meta).content_type})
+    return web.Response(body=body, headers={"Content-Type": letter.content_type})
 
 
 # --- acting ---------------------------------------------------------------------------------
@@ -266,8 +242,7 @@ async def resend_one(request: web.Request) -> web.Response:
     sid, nid = _id(request, "sid"), _nid(request)
     found = await _require_subscription(request, sid)
     redis = request.app[REDIS]
-    meta = await redis.hget(store.sub_dead_key(sid), nid)
-    if meta is None:
+    if await store.get_dead_letter(redis, sid, nid) is None:
         raise NotFoundError(f"no dead letter {nid} for subscription {sid}")
     queued = await store.resend_dead_letter(redis, sid, nid, now=_now(request))
     request.app[SCAN].forget()
@@ -317,9 +292,9 @@ async def remove(request: web.Request) -> web.Response:
     app = request.app
     await store.remove_subscription(app[REDIS], sid)
     challenge = secrets.token_urlsafe(32)
-    await store.store_intent(app[REDIS], challenge, store.Intent("denied", found.topic, found.callback, reason=reason),
+    await store.store_intent(app[REDIS], challenge, records.Intent("denied", found.topic, found.callback, reason=reason),
                              app[SETTINGS].intent_ttl)
-    await jobs.enqueue_verification(app[QUEUE], challenge)
+    await enqueue.enqueue_verification(app[QUEUE], challenge)
     app[SCAN].forget()
     log.info("admin: subscription %s removed (%s for %s); denial queued: %s", sid, found.callback, found.topic,
              reason, extra={"action": "remove", "sid": sid})
@@ -327,8 +302,7 @@ async def remove(request: web.Request) -> web.Response:
 
 
 def add_routes(app: web.Application) -> None:
-    """Register the admin API (and the scan cache it shares with the status page and /metrics)."""
-    app[SCAN] = reports.ScanCache()
+    """Register the admin API."""
     r = app.router
     r.add_get("/admin/", api_index)
     r.add_get("/admin/overview", get_overview)

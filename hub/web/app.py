@@ -15,11 +15,13 @@ from aiohttp import web
 from redis.exceptions import RedisError
 from rq import Queue
 
-from . import admin, diagnostics, handlers, metrics, status
-from .errors import AuthenticationError, HubError, SettingsError
-from .handlers import CLOCK, FERNET, PUBLISHERS, QUEUE, REDIS, SETTINGS, Publishers
-from .secrets import check_key_matches, load_fernet
-from .settings import HubSettings
+from ..crypto import check_key_matches, load_fernet
+from ..errors import AuthenticationError, HubError, SettingsError
+from ..settings import HubSettings
+from . import admin, diagnostics, endpoint, health, metrics, status
+from .appkeys import CLOCK, FERNET, PUBLISHERS, QUEUE, REDIS, SCAN, SETTINGS
+from .auth import Publishers
+from .reports import ScanCache
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +36,13 @@ def build_app(settings: HubSettings, *, now: Callable[[], float] = time.time) ->
     app[SETTINGS] = settings
     app[CLOCK] = now
     app[PUBLISHERS] = Publishers.from_pairs(settings.all_publish_tokens())
+    app[SCAN] = ScanCache()     # one scan of the subscriptions, shared by admin, status page and /metrics
     app.cleanup_ctx.append(_resources)
     paths = {"/", urlsplit(settings.hub_url).path or "/"}
     for path in sorted(paths):  # also serve the public URL's path, for proxies that keep it
-        app.router.add_post(path, handlers.hub_endpoint)
-    app.router.add_get("/health", handlers.health)
-    for ops in (status, admin, diagnostics, metrics):  # GET / is the status page (ops, issue 8)
-        ops.add_routes(app)
+        app.router.add_post(path, endpoint.hub_endpoint)
+    for routes in (health, status, admin, diagnostics, metrics):  # GET / is the status page
+        routes.add_routes(app)
     return app
 
 

@@ -30,12 +30,15 @@ from aiohttp import web
 from rsnotify.errors import WireError
 from rsnotify.websub import SIGNATURE_HEADER, check_url, verify_signature
 
-from . import reports, store
-from .errors import AuthenticationError, BadRequestError, NotFoundError, SettingsError
-from .handlers import CLOCK, FERNET, REDIS, SETTINGS, _read_form
-from .netguard import describe_refusal, make_session, read_limited
-from .secrets import decrypt_secret
-from .verification import callback_url
+from .. import keys, store
+from ..callbacks import callback_url
+from ..crypto import decrypt_secret
+from ..errors import AuthenticationError, BadRequestError, NotFoundError, SettingsError
+from ..netguard import describe_refusal, make_session, read_limited
+from ..records import Subscription
+from . import reports
+from .appkeys import CLOCK, FERNET, REDIS, SETTINGS
+from .endpoint import read_form
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +96,8 @@ async def check_holder(request: web.Request, sid: str) -> None:
     scheme, _, bearer = request.headers.get("Authorization", "").partition(" ")
     token = request.query.get("token") or (bearer.strip() if scheme.lower() == "bearer" else "")
     if token:
-        stored = await app[REDIS].get(store.diagnostics_token_key(sid))
-        if stored is None or not hmac.compare_digest(store._text(stored), token_digest(token)):
+        stored = await store.diagnostics_token_digest(app[REDIS], sid)
+        if stored is None or not hmac.compare_digest(stored, token_digest(token)):
             raise AuthenticationError("the diagnostics token is not valid for this subscription (tokens work "
                                       f"for {TOKEN_TTL // 3600} h; ask for a new link with POST /diagnostics)")
         return
@@ -111,7 +114,7 @@ async def check_holder(request: web.Request, sid: str) -> None:
     if age > SIGNATURE_WINDOW:
         raise AuthenticationError(f"{TIMESTAMP_HEADER} must be within {SIGNATURE_WINDOW} s of the hub's clock, "
                                   f"got one {int(age)} s away")
-    stored_secret = await app[REDIS].hget(store.sub_key(sid), "secret")
+    stored_secret = await store.subscription_secret(app[REDIS], sid)
     try:
         secret = decrypt_secret(app[FERNET], stored_secret) if stored_secret else None
     except SettingsError:
@@ -127,7 +130,7 @@ async def check_holder(request: web.Request, sid: str) -> None:
 
 async def request_link(request: web.Request) -> web.Response:
     """POST /diagnostics (hub.topic, hub.callback): send a diagnostics link to that callback; 202."""
-    form = await _read_form(request)
+    form = await read_form(request)
     problems, values = [], {}
     for name in ("hub.topic", "hub.callback"):
         try:
@@ -137,12 +140,11 @@ async def request_link(request: web.Request) -> web.Response:
     if problems:
         raise BadRequestError(problems)
     app = request.app
-    sid = store.subscription_id(values["hub.topic"], values["hub.callback"])
+    sid = keys.subscription_id(values["hub.topic"], values["hub.callback"])
     subscription = await store.get_subscription(app[REDIS], sid)
-    if subscription is not None and await app[REDIS].set(store.diagnostics_sent_key(sid), 1, nx=True,
-                                                         ex=LINK_INTERVAL):
+    if subscription is not None and await store.mark_diagnostics_link_sent(app[REDIS], sid, LINK_INTERVAL):
         token = secrets.token_urlsafe(TOKEN_BYTES)
-        await app[REDIS].set(store.diagnostics_token_key(sid), token_digest(token), ex=TOKEN_TTL)
+        await store.keep_diagnostics_token(app[REDIS], sid, token_digest(token), TOKEN_TTL)
         link = f"{app[SETTINGS].hub_url}diagnostics/{sid}?token={token}"
         task = asyncio.get_running_loop().create_task(send_link(app, subscription, link))
         app[OUTBOUND].tasks.add(task)
@@ -152,7 +154,7 @@ async def request_link(request: web.Request) -> web.Response:
                                          f"(at most one per {LINK_INTERVAL} s)\n")
 
 
-async def send_link(app: web.Application, subscription: store.Subscription, link: str) -> None:
+async def send_link(app: web.Application, subscription: Subscription, link: str) -> None:
     """GET the callback with the link (its answer is ignored); bounded in time, never redirected."""
     settings = app[SETTINGS]
     url = callback_url(subscription.callback, {"hub.mode": "diagnostics", "hub.topic": subscription.topic,

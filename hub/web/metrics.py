@@ -2,7 +2,7 @@
 
 The hub runs as many web and worker processes, so counts live in Redis: the append script adds
 publishes, the workers add delivery counters and latency histograms in their batched writes
-(store.stats_key()), verifications are counted here. A custom Collector renders those with
+(keys.stats_key()), and the verification jobs count their outcomes there too. A custom Collector renders those with
 gauges read at scrape time (topics, subscriptions, backlog, dead letters, queues). Every web
 process answers for the whole hub: scrape one of them (e.g. the Service), not each.
 """
@@ -23,28 +23,17 @@ from prometheus_client.core import (
 from prometheus_client.registry import Collector
 from redis.asyncio import Redis
 
-from . import reports, store
-from .admin import SCAN
-from .handlers import CLOCK, REDIS, SETTINGS
-from .settings import HubSettings
+from .. import store
+from ..keys import verification_field
+from ..settings import HubSettings
+from . import reports
+from .appkeys import CLOCK, REDIS, SCAN, SETTINGS
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 OUTCOMES = ("delivered", "retry", "gone", "dead")
 STATUS_CLASSES = ("2xx", "3xx", "4xx", "5xx", "error")
 VERIFICATION_OUTCOMES = ("activated", "renewed", "unsubscribed", "refused", "denial-sent", "denial-failed",
                          "unknown-challenge")
-
-
-# --- counting (called from the processes that do the work) ---------------------------------
-
-
-def verification_field(result: str) -> str:
-    return f"verification:{result}"
-
-
-async def count_verification(redis: Redis, result: str) -> None:
-    """Count one verification outcome (VerificationOutcome.result); one HINCRBY, off the hot path."""
-    await redis.hincrby(store.stats_key(), verification_field(result), 1)
 
 
 # --- what a scrape reads --------------------------------------------------------------------
@@ -67,9 +56,8 @@ class Snapshot:
 
 async def read_snapshot(redis: Redis, settings: HubSettings, now: float,
                         scan: reports.ScanCache | None = None) -> Snapshot:
-    raw = await redis.hgetall(store.stats_key())
-    stats = {store._text(k): float(v) for k, v in raw.items()}
-    topics = await redis.scard(store.topics_key())
+    stats = await store.delivery_stats(redis)
+    topics = await store.count_topics(redis)
     summaries = await (scan.get(redis) if scan is not None else reports.scan_subscriptions(redis))
     states = {"active": 0, "paused": 0, "expired": 0}
     for s in summaries:

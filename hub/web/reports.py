@@ -12,8 +12,9 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from . import store
-from .settings import HubSettings
+from .. import keys, store
+from ..records import LATENCY_BUCKETS, text, to_float, to_int
+from ..settings import HubSettings
 
 SCAN_LIMIT = 20_000         # subscriptions looked at for totals and trouble (the lease zset's first ones)
 SCAN_CHUNK = 500            # subscriptions read per pipeline
@@ -28,14 +29,6 @@ RECENT_NOTIFICATIONS = 20
 SUMMARY_FIELDS = ("topic", "callback", "tid", "state", "expires", "lease_seconds", "created", "cursor",
                   "cursor_seq", "attempts", "next_attempt", "last_status", "last_error", "last_attempt_at",
                   "last_latency_ms", "last_outcome", "delivered", "gaps", "last_gap", "resend")
-
-_text, _int = store._text, store._int
-
-
-def _float(value: bytes | str | None) -> float:
-    text = _text(value)
-    return float(text) if text else 0.0
-
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionSummary:
@@ -109,31 +102,31 @@ async def summarize(redis: Redis, sids: Iterable[str]) -> list[SubscriptionSumma
         chunk = wanted[start:start + SCAN_CHUNK]
         async with redis.pipeline(transaction=False) as pipe:
             for sid in chunk:
-                pipe.hmget(store.sub_key(sid), *SUMMARY_FIELDS)
-                pipe.hlen(store.sub_dead_key(sid))
+                pipe.hmget(keys.sub_key(sid), *SUMMARY_FIELDS)
+                pipe.hlen(keys.sub_dead_key(sid))
             answers = await pipe.execute()
         for i, sid in enumerate(chunk):
             values, dead = answers[2 * i], answers[2 * i + 1]
             if values[1] is not None:                       # the callback: the hash exists
                 rows.append((sid, values, int(dead)))
-    tids = sorted({_text(values[2]) for _, values, _ in rows})
-    seqs = dict(zip(tids, await redis.mget([store.topic_seq_key(t) for t in tids]))) if tids else {}
+    tids = sorted({text(values[2]) for _, values, _ in rows})
+    seqs = dict(zip(tids, await redis.mget([keys.topic_seq_key(t) for t in tids]))) if tids else {}
     summaries = []
     for sid, values, dead in rows:
         v = dict(zip(SUMMARY_FIELDS, values))
-        tid = _text(v["tid"])
+        tid = text(v["tid"])
         if v["cursor_seq"] is not None:
-            backlog = max(0, _int(seqs.get(tid)) - _int(v["cursor_seq"]))
+            backlog = max(0, to_int(seqs.get(tid)) - to_int(v["cursor_seq"]))
         else:   # a subscription from before cursor_seq existed: count from its cursor
             backlog = await store.subscription_backlog(redis, sid)
         summaries.append(SubscriptionSummary(
-            sid=sid, topic=_text(v["topic"]), callback=_text(v["callback"]), tid=tid,
-            state=_text(v["state"], "active"), expires=_int(v["expires"]), lease_seconds=_int(v["lease_seconds"]),
-            created=_int(v["created"]), attempts=_int(v["attempts"]), next_attempt=_float(v["next_attempt"]),
-            last_status=_text(v["last_status"]), last_error=_text(v["last_error"]),
-            last_attempt_at=_int(v["last_attempt_at"]), last_latency_ms=_float(v["last_latency_ms"]),
-            last_outcome=_text(v["last_outcome"]), delivered=_int(v["delivered"]), gaps=_int(v["gaps"]),
-            last_gap=_text(v["last_gap"]), resend=_int(v["resend"]), backlog=backlog, dead_letters=dead))
+            sid=sid, topic=text(v["topic"]), callback=text(v["callback"]), tid=tid,
+            state=text(v["state"], "active"), expires=to_int(v["expires"]), lease_seconds=to_int(v["lease_seconds"]),
+            created=to_int(v["created"]), attempts=to_int(v["attempts"]), next_attempt=to_float(v["next_attempt"]),
+            last_status=text(v["last_status"]), last_error=text(v["last_error"]),
+            last_attempt_at=to_int(v["last_attempt_at"]), last_latency_ms=to_float(v["last_latency_ms"]),
+            last_outcome=text(v["last_outcome"]), delivered=to_int(v["delivered"]), gaps=to_int(v["gaps"]),
+            last_gap=text(v["last_gap"]), resend=to_int(v["resend"]), backlog=backlog, dead_letters=dead))
     return summaries
 
 
@@ -161,7 +154,7 @@ class ScanCache:
 
 async def scan_subscriptions(redis: Redis, *, limit: int = SCAN_LIMIT) -> list[SubscriptionSummary]:
     """Summaries of the hub's subscriptions: the first `limit` by lease end."""
-    sids = [_text(s) for s in await redis.zrange(store.leases_key(), 0, limit - 1)]
+    sids = [text(s) for s in await redis.zrange(keys.leases_key(), 0, limit - 1)]
     return await summarize(redis, sids)
 
 
@@ -172,14 +165,14 @@ async def subscription_detail(redis: Redis, sid: str, now: float) -> dict[str, A
         return None
     summary = found[0]
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.hmget(store.sub_key(sid), "secret", "cursor")
-        pipe.exists(store.sub_lock_key(sid))
+        pipe.hmget(keys.sub_key(sid), "secret", "cursor")
+        pipe.exists(keys.sub_lock_key(sid))
         secret, cursor = (await pipe.execute())[0]
     attempts = await store.recent_attempts(redis, sid)
     letters = await store.list_dead_letters(redis, sid)
     data = summary.to_json(now)
     data.update(
-        has_secret=bool(secret), cursor=_text(cursor, "0-0"),
+        has_secret=bool(secret), cursor=text(cursor, "0-0"),
         attempts_recent=[{"at": a.at, "notification_id": a.notification_id, "sequence": a.sequence,
                           "status": a.status, "error": a.error, "latency_ms": a.latency_ms,
                           "outcome": a.outcome, "attempt": a.attempt} for a in attempts],
@@ -198,19 +191,19 @@ async def topic_rows(redis: Redis, tids: list[str]) -> list[dict[str, Any]]:
     """One line per topic: url, published (its sequence), log length, subscriptions, last publish."""
     async with redis.pipeline(transaction=False) as pipe:
         for tid in tids:
-            pipe.hmget(store.topic_key(tid), "url", "created")
-            pipe.get(store.topic_seq_key(tid))
-            pipe.xlen(store.topic_log_key(tid))
-            pipe.scard(store.topic_subs_key(tid))
-            pipe.xrevrange(store.topic_log_key(tid), "+", "-", count=1)
+            pipe.hmget(keys.topic_key(tid), "url", "created")
+            pipe.get(keys.topic_seq_key(tid))
+            pipe.xlen(keys.topic_log_key(tid))
+            pipe.scard(keys.topic_subs_key(tid))
+            pipe.xrevrange(keys.topic_log_key(tid), "+", "-", count=1)
         answers = await pipe.execute()
     rows = []
     for i, tid in enumerate(tids):
         (url, created), seq, length, subs, last = answers[5 * i:5 * i + 5]
         if url is None:
             continue
-        last_ms = _int(last[0][1].get(b"at")) if last else 0
-        rows.append({"tid": tid, "url": _text(url), "created": _int(created), "published": _int(seq),
+        last_ms = to_int(last[0][1].get(b"at")) if last else 0
+        rows.append({"tid": tid, "url": text(url), "created": to_int(created), "published": to_int(seq),
                      "log_length": int(length), "subscriptions": int(subs), "last_published_ms": last_ms})
     return rows
 
@@ -221,12 +214,12 @@ async def topic_detail(redis: Redis, tid: str, now: float) -> dict[str, Any] | N
     if not rows:
         return None
     data = rows[0]
-    sids = sorted(_text(s) for s in await redis.smembers(store.topic_subs_key(tid)))
+    sids = sorted(text(s) for s in await redis.smembers(keys.topic_subs_key(tid)))
     data["subscriptions_list"] = [s.to_json(now) for s in await summarize(redis, sids[:1000])]
-    recent: list[Any] = await redis.xrevrange(store.topic_log_key(tid), "+", "-", count=RECENT_NOTIFICATIONS) or []
+    recent: list[Any] = await redis.xrevrange(keys.topic_log_key(tid), "+", "-", count=RECENT_NOTIFICATIONS) or []
     data["recent_notifications"] = [
-        {"notification_id": _text(entry_id), "sequence": _int(f.get(b"seq")), "published_ms": _int(f.get(b"at")),
-         "content_type": _text(f.get(b"ctype")), "resourcesync": _text(f.get(b"rs")),
+        {"notification_id": text(entry_id), "sequence": to_int(f.get(b"seq")), "published_ms": to_int(f.get(b"at")),
+         "content_type": text(f.get(b"ctype")), "resourcesync": text(f.get(b"rs")),
          "bytes": len(f.get(b"body", b""))} for entry_id, f in recent]
     return data
 
@@ -241,49 +234,27 @@ async def activity(redis: Redis, now: float) -> tuple[list[int], dict[str, int]]
     minutes = list(range(minute - ACTIVITY_MINUTES + 1, minute + 1))
     async with redis.pipeline(transaction=False) as pipe:
         for m in minutes:
-            pipe.zscore(store.activity_key(m), "*")
-            pipe.zrevrange(store.activity_key(m), 0, 4 * BUSIEST_SHOWN, withscores=True)
+            pipe.zscore(keys.activity_key(m), "*")
+            pipe.zrevrange(keys.activity_key(m), 0, 4 * BUSIEST_SHOWN, withscores=True)
         answers = await pipe.execute()
     per_minute = [int(answers[2 * i] or 0) for i in range(len(minutes))]
     per_topic: dict[str, int] = {}
     for i in range(len(minutes)):
         for member, score in answers[2 * i + 1]:
-            tid = _text(member)
+            tid = text(member)
             if tid != "*":
                 per_topic[tid] = per_topic.get(tid, 0) + int(score)
     return per_minute, per_topic
 
 
-def rq_keys(queue: str) -> dict[str, str]:
-    """RQ's own keys for a queue's depth (it names them; we only read them)."""
-    return {"queued": f"rq:queue:{queue}", "started": f"rq:wip:{queue}",
-            "scheduled": f"rq:scheduled:{queue}", "failed": f"rq:failed:{queue}"}
-
-
 async def queue_depths(redis: Redis, settings: HubSettings, now: float) -> dict[str, Any]:
     """RQ queue depths, retries waiting (due zset), and live workers."""
-    keys = rq_keys(settings.queue_name)
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.llen(keys["queued"])
-        for name in ("started", "scheduled", "failed"):
-            pipe.zcard(keys[name])
-        pipe.zcard(store.due_key())
-        pipe.zcount(store.due_key(), "-inf", now)
-        pipe.smembers("rq:workers")
-        queued, started, scheduled, failed, due, due_now, members = await pipe.execute()
-    workers = 0
-    if members:
-        async with redis.pipeline(transaction=False) as pipe:
-            for member in members:
-                pipe.exists(member)
-            workers = sum(await pipe.execute())
-    return {"queue": settings.queue_name, "queued": queued, "started": started, "scheduled": scheduled,
-            "failed": failed, "waiting_retries": due, "due_now": due_now, "workers": workers}
+    return await store.queue_depths(redis, settings.queue_name, now)
 
 
 def histogram(stats: dict[str, float], name: str) -> dict[str, Any]:
     """A latency histogram from the stats hash: cumulative buckets, sum, count, and estimates."""
-    bounds = [*store.LATENCY_BUCKETS, float("inf")]
+    bounds = [*LATENCY_BUCKETS, float("inf")]
     counts, running = [], 0.0
     for bound in bounds:
         label = "+Inf" if bound == float("inf") else repr(bound)
@@ -314,11 +285,11 @@ async def overview(redis: Redis, settings: HubSettings, now: float, scan: ScanCa
                    ) -> dict[str, Any]:
     """The status page's front: totals, activity, latency, queues, busiest topics, trouble."""
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.scard(store.topics_key())
-        pipe.zcard(store.leases_key())
-        pipe.hgetall(store.stats_key())
+        pipe.scard(keys.topics_key())
+        pipe.zcard(keys.leases_key())
+        pipe.hgetall(keys.stats_key())
         topics, subscriptions, raw_stats = await pipe.execute()
-    stats = {_text(k): float(v) for k, v in raw_stats.items()}
+    stats = {text(k): float(v) for k, v in raw_stats.items()}
     per_minute, per_topic = await activity(redis, now)
     summaries = await (scan.get(redis) if scan is not None else scan_subscriptions(redis))
     troubled = [(s, s.trouble(now)) for s in summaries]

@@ -11,7 +11,8 @@ from pathlib import Path
 
 from aiohttp import web
 
-STATIC = Path(__file__).resolve().parent / "static"
+# hub/static, not hub/web/static: the wheel's package data names it there (pyproject.toml)
+STATIC = Path(__file__).resolve().parent.parent / "static"
 PAGE = STATIC / "status.html"
 
 

@@ -1,7 +1,7 @@
 """Async core of the thin-ping fetch: GET a topic URL and append what it returns to the topic's log.
 
 Bounded in time (fetch_timeout) and size (fetch_max_bytes), through the guarded session,
-never following redirects. No RQ here beyond the fan-out helper.
+never following redirects. No RQ here beyond queueing the fan-out.
 """
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ import aiohttp
 from rsnotify.errors import WireError
 from rsnotify.websub import links_by_rel, parse_link_header
 
-from . import jobs, store
-from .netguard import ResponseTooLargeError, describe_refusal, read_limited
+from .. import enqueue, store
+from ..netguard import ResponseTooLargeError, describe_refusal, read_limited
+from ..records import AppendedNotification
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +30,7 @@ class FetchOutcome:
 
     topic: str
     status: int | None = None
-    notification: store.AppendedNotification | None = None
+    notification: AppendedNotification | None = None
     reason: str = ""
 
 
@@ -55,7 +56,7 @@ async def fetch_topic(ctx: Any, topic: str) -> FetchOutcome:
     appended = await store.append_notification(
         ctx.redis, topic, body, content_type=content_type, resourcesync=resourcesync,
         now=ctx.now(), max_len=settings.log_max_len)
-    await jobs.ensure_fan_out(ctx.queue, appended.topic_id, redis=ctx.redis)
+    await enqueue.ensure_fan_out(ctx.queue, appended.topic_id, redis=ctx.redis)
     log.info("fetched %s for a thin ping: notification %s (seq %s, %d bytes, %s)",
              topic, appended.notification_id, appended.sequence, len(body), content_type)
     return FetchOutcome(topic, status, appended)

@@ -10,17 +10,15 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import redis as redis_sync
 from redis.exceptions import RedisError
 from rq import Queue
 
-from . import jobs, store
-from .settings import HubSettings
-
-if TYPE_CHECKING:
-    from .worker import WorkerContext
+from .. import enqueue, keys, records, store
+from ..settings import HubSettings
+from .context import WorkerContext
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +27,7 @@ SCAN_BATCH = 500          # topics (or subscriptions) read per pipeline
 
 def take_turn(connection: redis_sync.Redis, task: str, seconds: float) -> bool:
     """True for the one worker (hub-wide) that runs `task` in this period of `seconds`."""
-    return bool(connection.set(store.maintenance_key(task), 1, nx=True, px=max(1, int(seconds * 1000))))
+    return bool(connection.set(keys.maintenance_key(task), 1, nx=True, px=max(1, int(seconds * 1000))))
 
 
 def queue_due(queue: Queue, now: float | None = None) -> int:
@@ -38,11 +36,10 @@ def queue_due(queue: Queue, now: float | None = None) -> int:
     now = time.time() if now is None else now
     queued = 0
     for _ in range(20):                       # bounded: at most 20 * 500 per call
-        script = store._POP_DUE
-        sids = [store._text(s) for s in connection.eval(script.source, 1, store.due_key(), repr(now), SCAN_BATCH)]
+        sids = store.pop_due_sync(connection, now, SCAN_BATCH)
         if not sids:
             break
-        queued += jobs.queue_deliveries(queue, sids)
+        queued += enqueue.queue_deliveries(queue, sids)
         if len(sids) < SCAN_BATCH:
             break
     return queued
@@ -64,23 +61,23 @@ def reconcile(queue: Queue, settings: HubSettings, now: float | None = None,
     requeued = 0
     cursor = 0
     while True:
-        cursor, raw_tids = connection.sscan(store.topics_key(), cursor, count=SCAN_BATCH)
-        tids = [store._text(t) for t in raw_tids]
+        cursor, raw_tids = connection.sscan(keys.topics_key(), cursor, count=SCAN_BATCH)
+        tids = [records.text(t) for t in raw_tids]
         with connection.pipeline(transaction=False) as pipe:
             for tid in tids:
-                pipe.xrevrange(store.topic_log_key(tid), "+", "-", count=1)
-                pipe.smembers(store.topic_subs_key(tid))
+                pipe.xrevrange(keys.topic_log_key(tid), "+", "-", count=1)
+                pipe.smembers(keys.topic_subs_key(tid))
             answers = pipe.execute()
         for tid, last, sids in zip(tids, answers[::2], answers[1::2]):
             if not last or not sids:
                 continue
-            last_id = store._text(last[0][0])
-            if settled.get(tid) == last_id or store.parse_entry_id(last_id)[0] > fresh_after:
+            last_id = records.text(last[0][0])
+            if settled.get(tid) == last_id or records.parse_entry_id(last_id)[0] > fresh_after:
                 continue
-            if _lagging(connection, tid, last_id, [store._text(s) for s in sids], now, settled):
+            if _lagging(connection, tid, last_id, [records.text(s) for s in sids], now, settled):
                 log.info("reconciler: topic %s has unconfirmed notifications nobody is delivering; "
                          "queueing its fan-out", tid)
-                jobs.queue_fan_out(queue, tid)
+                enqueue.queue_fan_out(queue, tid)
                 requeued += 1
         if cursor == 0:
             return requeued
@@ -88,22 +85,22 @@ def reconcile(queue: Queue, settings: HubSettings, now: float | None = None,
 
 def _lagging(connection: redis_sync.Redis, tid: str, last_id: str, sids: list[str], now: float,
              settled: dict[str, str]) -> bool:
-    last_key = store.parse_entry_id(last_id)
+    last_key = records.parse_entry_id(last_id)
     caught_up, orphaned = True, False
     for start in range(0, len(sids), SCAN_BATCH):
         chunk = sids[start:start + SCAN_BATCH]
         with connection.pipeline(transaction=False) as pipe:
             for sid in chunk:
-                pipe.hmget(store.sub_key(sid), "state", "expires", "cursor", "retry_at", "resend")
-                pipe.exists(store.sub_lock_key(sid))
+                pipe.hmget(keys.sub_key(sid), "state", "expires", "cursor", "retry_at", "resend")
+                pipe.exists(keys.sub_lock_key(sid))
             answers = pipe.execute()
         for (state, expires, cursor, retry_at, resend), locked in zip(answers[::2], answers[1::2]):
-            if cursor is None or store._text(state, "active") != "active" or store._int(expires) < now:
+            if cursor is None or records.text(state, "active") != "active" or records.to_int(expires) < now:
                 continue                      # gone, paused (resume wakes it) or expired (swept)
-            if store.parse_entry_id(store._text(cursor)) >= last_key and not store._int(resend):
+            if records.parse_entry_id(records.text(cursor)) >= last_key and not records.to_int(resend):
                 continue
             caught_up = False
-            if not locked and float(store._text(retry_at) or 0) <= now:
+            if not locked and float(records.text(retry_at) or 0) <= now:
                 orphaned = True
     if caught_up:
         settled[tid] = last_id
@@ -114,12 +111,11 @@ def requeue_verifications(queue: Queue) -> bool:
     """Queue a verify_pending job when subscription requests wait in line and none is queued
     (its worker died): True when one was queued."""
     connection = queue.connection
-    if not connection.llen(store.verify_pending_key()):
+    if not connection.llen(keys.verify_pending_key()):
         return False
-    if not connection.set(store.verify_queued_key(), 1, nx=True, ex=jobs.QUEUED_TTL):
+    if not enqueue.queue_pending_verifications(queue):
         return False
-    log.info("reconciler: subscription requests were waiting with no verification job; queueing one")
-    queue.enqueue(jobs.verify_pending, **jobs._options("verify pending intents"))
+    log.info("reconciler: subscription requests were waiting with no verification job; queued one")
     return True
 
 
@@ -133,10 +129,10 @@ def trim_logs(connection: redis_sync.Redis, settings: HubSettings, now: float | 
     min_id = f"{int((now - settings.log_max_age) * 1000)}-0"
     cursor = 0
     while True:
-        cursor, tids = connection.sscan(store.topics_key(), cursor, count=SCAN_BATCH)
+        cursor, tids = connection.sscan(keys.topics_key(), cursor, count=SCAN_BATCH)
         with connection.pipeline(transaction=False) as pipe:
             for tid in tids:
-                pipe.xtrim(store.topic_log_key(store._text(tid)), minid=min_id, approximate=True)
+                pipe.xtrim(keys.topic_log_key(records.text(tid)), minid=min_id, approximate=True)
             pipe.execute()
         if cursor == 0:
             return
@@ -176,4 +172,4 @@ def _reconcile_turn(queue: Queue, settings: HubSettings, now: float, settled: di
 def _sweep_turn(queue: Queue, settings: HubSettings, now: float) -> None:
     if take_turn(queue.connection, "sweep", settings.sweep_interval * 0.9):
         trim_logs(queue.connection, settings, now)
-        jobs.queue_sweep(queue)
+        enqueue.queue_sweep(queue)

@@ -9,20 +9,18 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
-from urllib.parse import urlencode
+from typing import Any, Protocol
 
 import aiohttp
+from cryptography.fernet import Fernet
+from redis.asyncio import Redis
 from yarl import URL
 
-from . import store
-from .netguard import describe_refusal, read_limited
-
-if TYPE_CHECKING:
-    from cryptography.fernet import Fernet
-    from redis.asyncio import Redis
-
-    from .settings import HubSettings
+from .. import keys, store
+from ..callbacks import callback_url
+from ..netguard import describe_refusal, read_limited
+from ..records import Intent
+from ..settings import HubSettings
 
 log = logging.getLogger(__name__)
 
@@ -63,15 +61,6 @@ class VerificationOutcome:
         return self.result in ("activated", "renewed", "unsubscribed")
 
 
-def callback_url(callback: str, params: dict[str, str]) -> URL:
-    """The callback with `params` appended to its own query string (kept byte for byte)."""
-    base = callback.split("#", 1)[0]
-    separator = "&" if "?" in base else "?"
-    if base.endswith(("?", "&")):
-        separator = ""
-    return URL(base + separator + urlencode(params), encoded=True)
-
-
 async def verify_intent(ctx: OutboundContext, challenge: str) -> VerificationOutcome:
     """Verify the pending intent stored under `challenge` (single use) and apply it if verified."""
     intent = await store.take_intent(ctx.redis, challenge)
@@ -94,7 +83,7 @@ async def verify_intent(ctx: OutboundContext, challenge: str) -> VerificationOut
     return await _apply(ctx, intent, status, start)
 
 
-async def _get_echo(ctx: OutboundContext, intent: store.Intent, url: URL, challenge: str) -> tuple[int | None, str]:
+async def _get_echo(ctx: OutboundContext, intent: Intent, url: URL, challenge: str) -> tuple[int | None, str]:
     """(status, refusal reason or "") of the verification GET; redirects are never followed."""
     expected = challenge.encode("ascii")
     try:
@@ -110,7 +99,7 @@ async def _get_echo(ctx: OutboundContext, intent: store.Intent, url: URL, challe
     return status, ""
 
 
-async def _apply(ctx: OutboundContext, intent: store.Intent, status: int | None,
+async def _apply(ctx: OutboundContext, intent: Intent, status: int | None,
                  start: tuple[str, str] | None) -> VerificationOutcome:
     if intent.mode == "subscribe":
         sid, is_new = await store.activate_subscription(
@@ -118,7 +107,7 @@ async def _apply(ctx: OutboundContext, intent: store.Intent, status: int | None,
             lease_seconds=intent.lease_seconds, now=ctx.now(), start=start)
         result = "activated" if is_new else "renewed"
     else:
-        sid = store.subscription_id(intent.topic, intent.callback)
+        sid = keys.subscription_id(intent.topic, intent.callback)
         await store.remove_subscription(ctx.redis, sid)
         result = "unsubscribed"
     log.info("subscription %s %s: %s for %s (lease %ss)", sid, result, intent.callback, intent.topic,
@@ -132,7 +121,7 @@ async def verify_pending(ctx: OutboundContext) -> list[VerificationOutcome]:
     The "job queued" flag is cleared first, so a request lined up while this runs queues the
     next job and is never left waiting.
     """
-    await ctx.redis.delete(store.verify_queued_key())
+    await store.clear_verify_queued(ctx.redis)
     outcomes: list[VerificationOutcome] = []
     gate = asyncio.Semaphore(VERIFY_CONCURRENCY)
 
@@ -148,7 +137,7 @@ async def verify_pending(ctx: OutboundContext) -> list[VerificationOutcome]:
     return outcomes
 
 
-async def send_denial(ctx: OutboundContext, intent: store.Intent) -> VerificationOutcome:
+async def send_denial(ctx: OutboundContext, intent: Intent) -> VerificationOutcome:
     """Tell the callback its request was refused: hub.mode=denied, hub.topic, hub.reason.
 
     The callback's answer does not matter; a callback the guard refuses is not contacted.

@@ -12,11 +12,11 @@ import redis.asyncio as redis_async
 from aiohttp import web
 from rq import Queue
 
-from rsnotify.hub import fetch, verification
-from rsnotify.hub.app import build_app
+from rsnotify.hub.crypto import load_fernet
 from rsnotify.hub.netguard import make_session
-from rsnotify.hub.secrets import load_fernet
 from rsnotify.hub.settings import HubSettings
+from rsnotify.hub.web.app import build_app
+from rsnotify.hub.worker import fetch, verification
 
 
 @dataclass
@@ -157,10 +157,13 @@ import time as _time
 
 from cryptography.fernet import Fernet as _Fernet
 
-from rsnotify.hub import delivery as _delivery
+from rsnotify.hub import keys as _keys
+from rsnotify.hub import records as _records
 from rsnotify.hub import store as _store
-from rsnotify.hub import worker as _worker
-from rsnotify.hub.secrets import encrypt_secret as _encrypt_secret
+from rsnotify.hub.crypto import encrypt_secret as _encrypt_secret
+from rsnotify.hub.worker import context as _context
+from rsnotify.hub.worker import fanout as _fanout
+from rsnotify.hub.worker import runs as _runs
 
 
 @pytest.fixture
@@ -191,31 +194,31 @@ class FanoutHub:
         return sid
 
     async def publish(self, topic: str, body: bytes, *, content_type: str = "application/xml",
-                      resourcesync: str = "") -> _store.AppendedNotification:
+                      resourcesync: str = "") -> _records.AppendedNotification:
         return await _store.append_notification(self.redis, topic, body, content_type=content_type,
                                                 resourcesync=resourcesync, now=_time.time(),
                                                 max_len=self.ctx.settings.log_max_len)
 
-    async def fan_out(self, topic: str) -> _delivery.FanOutReport:
-        return await _delivery.fan_out(self.ctx, _store.topic_id(topic))
+    async def fan_out(self, topic: str) -> _runs.FanOutReport:
+        return await _fanout.fan_out(self.ctx, _keys.topic_id(topic))
 
     async def settle(self, rounds: int = 200) -> int:
         """Move the clock to each due retry and serve it, until none is left; returns rounds run."""
         for done in range(rounds):
-            due = await self.redis.zrange(_store.due_key(), 0, 0, withscores=True)
+            due = await self.redis.zrange(_keys.due_key(), 0, 0, withscores=True)
             if not due:
                 return done
             self.clock.t = max(self.clock.t, due[0][1])
             sids = await _store.pop_due(self.redis, self.clock())
-            await _asyncio.gather(*(_delivery.deliver_subscription(self.ctx, sid) for sid in sids))
+            await _asyncio.gather(*(_fanout.deliver_subscription(self.ctx, sid) for sid in sids))
         raise AssertionError(f"retries still due after {rounds} rounds")
 
 
 @pytest.fixture
 async def fanout_hub(fanout_settings: HubSettings, clock: Clock) -> AsyncIterator[FanoutHub]:
-    ctx = await _worker.open_context(fanout_settings, clock=clock)
+    ctx = await _context.open_context(fanout_settings, clock=clock)
     yield FanoutHub(ctx, clock)
-    await _worker.close_context(ctx)
+    await _context.close_context(ctx)
 
 
 @dataclass

@@ -170,13 +170,14 @@ def test_worker_command_serves_the_queue_in_burst_mode(redis_url, redis, tmp_pat
     import redis.asyncio as redis_async
     from rq import Queue
 
-    from rsnotify.hub import jobs, store
-    from rsnotify.hub.secrets import encrypt_secret, load_fernet
+    from rsnotify.hub import keys, records, store
+    from rsnotify.hub.crypto import encrypt_secret, load_fernet
     from rsnotify.hub.settings import HubSettings
+    from rsnotify.hub.worker import jobs
 
     settings = HubSettings(redis_url=redis_url, data_dir=str(tmp_path / "data"))
     fernet = load_fernet(settings)  # the hub made the key; the worker must find the same one
-    intent = store.Intent("subscribe", TOPIC, subscriber.url, 600, encrypt_secret(fernet, "x"))
+    intent = records.Intent("subscribe", TOPIC, subscriber.url, 600, encrypt_secret(fernet, "x"))
 
     async def keep_intent() -> None:
         client = redis_async.Redis.from_url(redis_url)
@@ -190,7 +191,7 @@ def test_worker_command_serves_the_queue_in_burst_mode(redis_url, redis, tmp_pat
                            "--log-level", "WARNING"], capture_output=True, text=True, timeout=60, env=env, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert subscriber.verifications[0]["hub.challenge"] == "a-challenge-for-the-worker"
-    assert redis.hget(store.sub_key(store.subscription_id(TOPIC, subscriber.url)), "lease_seconds") == b"600"
+    assert redis.hget(keys.sub_key(keys.subscription_id(TOPIC, subscriber.url)), "lease_seconds") == b"600"
 
 
 def _children(pid: int) -> list[int]:

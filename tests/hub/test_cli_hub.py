@@ -21,7 +21,7 @@ from click.testing import CliRunner
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from rsnotify.hub import store
+from rsnotify.hub import keys, records, store
 from rsnotify.hub.cli import hub, worker
 from rsnotify.hub.settings import HubSettings, env_name
 
@@ -184,9 +184,9 @@ def test_hub_runs_embedded_and_restarts_with_its_data(data_dir):
     second = HubProcess("--workers", "0", "--data-dir", str(data_dir))
     try:
         client = redis_lib.Redis(unix_socket_path=str(data_dir / "redis.sock"))
-        assert client.hget(store.sub_key(sid), "callback") == b"http://127.0.0.1:9/cb"
-        assert client.zscore(store.leases_key(), sid) is not None
-        assert client.xlen(store.topic_log_key(store.topic_id(TOPIC))) == 1
+        assert client.hget(keys.sub_key(sid), "callback") == b"http://127.0.0.1:9/cb"
+        assert client.zscore(keys.leases_key(), sid) is not None
+        assert client.xlen(keys.topic_log_key(keys.topic_id(TOPIC))) == 1
         client.close()
         status, body = submit(second)
         assert status == 200 and b'"sequence": 2' in body
@@ -201,7 +201,7 @@ def _activate(client: redis_lib.Redis, data_dir: Path) -> tuple[str, bool]:
     import redis.asyncio as redis_async
 
     [key] = client.keys("rsnotify:intent:*")
-    intent = store.Intent.from_hash(client.hgetall(key))
+    intent = records.Intent.from_hash(client.hgetall(key))
 
     async def activate():
         aclient = redis_async.Redis(unix_socket_path=str(data_dir / "redis.sock"))
@@ -291,7 +291,7 @@ def test_a_different_secret_key_on_the_same_redis_is_refused_at_start(redis_url,
     import redis.asyncio as redis_async
     from cryptography.fernet import Fernet
 
-    from rsnotify.hub.secrets import check_key_matches
+    from rsnotify.hub.crypto import check_key_matches
 
     async def record_first_key() -> None:
         client = redis_async.Redis.from_url(redis_url)

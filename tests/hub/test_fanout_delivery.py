@@ -8,7 +8,8 @@ import random
 import pytest
 from aiohttp import web
 
-from rsnotify.hub import delivery, store
+from rsnotify.hub import keys, store
+from rsnotify.hub.worker import fanout, sending
 from rsnotify.websub import (
     NOTIFICATION_ID_HEADER,
     SEQUENCE_HEADER,
@@ -51,15 +52,15 @@ async def test_relays_exact_bytes_with_every_header(fanout_hub, callback_server)
 
 @pytest.mark.parametrize("algorithm", ["sha1", "sha256", "sha384", "sha512"])
 async def test_signature_verifies_with_each_algorithm(fanout_settings, clock, callback_server, algorithm) -> None:
-    from rsnotify.hub import worker
-    from rsnotify.hub.secrets import encrypt_secret
+    from rsnotify.hub.crypto import encrypt_secret
+    from rsnotify.hub.worker import context as worker
     ctx = await worker.open_context(fanout_settings.with_values(signature_algorithm=algorithm), clock=clock)
     try:
         await store.activate_subscription(ctx.redis, TOPIC, callback_server.url("/signed"), lease_seconds=600,
                                           now=clock(), secret=encrypt_secret(ctx.fernet, "s3cr\u00e9t"))
         await store.append_notification(ctx.redis, TOPIC, BODY, content_type="application/xml", now=clock(),
                                         max_len=100)
-        await delivery.fan_out(ctx, store.topic_id(TOPIC))
+        await fanout.fan_out(ctx, keys.topic_id(TOPIC))
     finally:
         await worker.close_context(ctx)
     [got] = callback_server.seen("/signed")
@@ -140,7 +141,7 @@ async def test_order_holds_for_200_notifications_under_injected_failures(fanout_
 
 
 async def test_a_hanging_subscriber_does_not_delay_the_others(fanout_settings, clock, callback_server) -> None:
-    from rsnotify.hub import worker
+    from rsnotify.hub.worker import context as worker
 
     async def hang(request: web.Request) -> web.Response:
         await asyncio.sleep(5)
@@ -155,7 +156,7 @@ async def test_a_hanging_subscriber_does_not_delay_the_others(fanout_settings, c
         for n in range(20):
             await store.append_notification(ctx.redis, TOPIC, body(n), content_type="application/xml",
                                             now=clock(), max_len=100)
-        fan_out = asyncio.create_task(delivery.fan_out(ctx, store.topic_id(TOPIC)))
+        fan_out = asyncio.create_task(fanout.fan_out(ctx, keys.topic_id(TOPIC)))
         loop = asyncio.get_running_loop()
         started = loop.time()
         while len(callback_server.seen("/fast/2")) < 20 or len(callback_server.seen("/fast/1")) < 20:
@@ -164,7 +165,7 @@ async def test_a_hanging_subscriber_does_not_delay_the_others(fanout_settings, c
         assert len(callback_server.seen("/hang")) == 1
         report = await fan_out
         assert report.delivered == 40 and report.failed == 1
-        sid = store.subscription_id(TOPIC, callback_server.url("/hang"))
+        sid = keys.subscription_id(TOPIC, callback_server.url("/hang"))
         sub = await store.get_subscription(ctx.redis, sid)
         assert sub.attempts == 1 and "no answer within 1 s" in sub.last_error and sub.last_status == ""
     finally:
@@ -181,9 +182,9 @@ async def test_410_gone_ends_the_subscription(fanout_hub, callback_server) -> No
     assert report.gone == 1
     assert len(callback_server.seen("/gone")) == 1
     assert await store.get_subscription(fanout_hub.redis, sid) is None
-    assert not await fanout_hub.redis.sismember(store.topic_subs_key(store.topic_id(TOPIC)), sid)
-    assert await fanout_hub.redis.zscore(store.leases_key(), sid) is None
-    assert not await fanout_hub.redis.exists(*store.delivery_keys(sid))
+    assert not await fanout_hub.redis.sismember(keys.topic_subs_key(keys.topic_id(TOPIC)), sid)
+    assert await fanout_hub.redis.zscore(keys.leases_key(), sid) is None
+    assert not await fanout_hub.redis.exists(*keys.delivery_keys(sid))
     await fanout_hub.publish(TOPIC, body(3))
     await fanout_hub.fan_out(TOPIC)
     assert len(callback_server.seen("/gone")) == 1
@@ -269,12 +270,12 @@ async def test_backlog_trimmed_away_shows_as_a_sequence_gap(fanout_hub, callback
     await store.pause_subscription(fanout_hub.redis, sid)
     for n in range(10):
         await fanout_hub.publish(TOPIC, body(n))
-    await fanout_hub.redis.xtrim(store.topic_log_key(store.topic_id(TOPIC)), maxlen=4, approximate=False)
+    await fanout_hub.redis.xtrim(keys.topic_log_key(keys.topic_id(TOPIC)), maxlen=4, approximate=False)
     await store.resume_subscription(fanout_hub.redis, sid, now=fanout_hub.clock())
     await fanout_hub.settle()
     seen = callback_server.seen("/gap")
     assert [r.headers[SEQUENCE_HEADER] for r in seen] == ["7", "8", "9", "10"]
-    raw = await fanout_hub.redis.hmget(store.sub_key(sid), "gaps", "last_gap")
+    raw = await fanout_hub.redis.hmget(keys.sub_key(sid), "gaps", "last_gap")
     assert raw == [b"6", b"1-6"]
 
 
@@ -284,7 +285,7 @@ async def test_connection_refused_is_retried_and_recorded(fanout_hub, unused_tcp
     await fanout_hub.fan_out(TOPIC)
     [attempt] = await store.recent_attempts(fanout_hub.redis, sid)
     assert attempt.status is None and attempt.outcome == "retry" and "Connect" in attempt.error
-    assert await fanout_hub.redis.zscore(store.due_key(), sid) is not None
+    assert await fanout_hub.redis.zscore(keys.due_key(), sid) is not None
 
 
 async def test_redirect_is_not_followed_and_counts_as_failure(fanout_hub, callback_server) -> None:
@@ -315,7 +316,7 @@ async def test_delivery_counters_and_last_attempt_are_recorded(fanout_hub, callb
     stats = await store.delivery_stats(fanout_hub.redis)
     assert stats["outcome:delivered"] == 4 and stats["status:2xx"] == 4
     assert stats["delivery_seconds:count"] == 4 and stats["publish_to_delivery_seconds:count"] == 4
-    raw = await fanout_hub.redis.hmget(store.sub_key(sid), "last_status", "last_outcome", "delivered", "last_latency_ms")
+    raw = await fanout_hub.redis.hmget(keys.sub_key(sid), "last_status", "last_outcome", "delivered", "last_latency_ms")
     assert raw[:3] == [b"200", b"delivered", b"4"] and float(raw[3]) > 0
     assert await store.recent_attempts(fanout_hub.redis, sid) == []      # no failures to list
 
@@ -355,40 +356,41 @@ async def test_a_publish_during_a_run_is_picked_up_by_the_run_that_owns_the_subs
 
 
 def test_retry_delay_grows_exponentially_with_jitter_up_to_the_cap() -> None:
-    assert delivery.retry_delay(1, 2.0, 3600.0, rand=0.0) == 1.0
-    assert delivery.retry_delay(1, 2.0, 3600.0, rand=1.0) == 2.0
-    assert delivery.retry_delay(5, 2.0, 3600.0, rand=1.0) == 32.0
-    assert delivery.retry_delay(40, 2.0, 3600.0, rand=1.0) == 3600.0
-    total = sum(delivery.retry_delay(n, 2.0, 3600.0, rand=0.5) for n in range(1, 40))
+    assert sending.retry_delay(1, 2.0, 3600.0, rand=0.0) == 1.0
+    assert sending.retry_delay(1, 2.0, 3600.0, rand=1.0) == 2.0
+    assert sending.retry_delay(5, 2.0, 3600.0, rand=1.0) == 32.0
+    assert sending.retry_delay(40, 2.0, 3600.0, rand=1.0) == 3600.0
+    total = sum(sending.retry_delay(n, 2.0, 3600.0, rand=0.5) for n in range(1, 40))
     assert 0.7 * 86400 < total < 1.5 * 86400        # the defaults give up after about a day
 
 
 async def test_a_worker_follows_a_busy_topic_so_publishes_need_no_job(fanout_settings, clock, callback_server, redis) -> None:
     from rq import Queue
 
-    from rsnotify.hub import jobs, worker
+    from rsnotify.hub import enqueue
+    from rsnotify.hub.worker import context as worker
     queue = Queue(fanout_settings.queue_name, connection=redis)
     ctx = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
-    tid = store.topic_id(TOPIC)
+    tid = keys.topic_id(TOPIC)
     try:
         await store.activate_subscription(ctx.redis, TOPIC, callback_server.url("/followed"), secret="",
                                           lease_seconds=600, now=clock())
         await store.append_notification(ctx.redis, TOPIC, body(0), content_type="application/xml",
                                         now=clock(), max_len=100)
-        await delivery.fan_out(ctx, tid)
+        await fanout.fan_out(ctx, tid)
         while tid not in ctx.deliveries.following:
             await asyncio.sleep(0.005)
         for n in range(1, 4):
             await store.append_notification(ctx.redis, TOPIC, body(n), content_type="application/xml",
                                             now=clock(), max_len=100)
-            assert not await jobs.ensure_fan_out(queue, tid, redis=ctx.redis)   # the follower has it
+            assert not await enqueue.ensure_fan_out(queue, tid, redis=ctx.redis)   # the follower has it
         while len(callback_server.seen("/followed")) < 4:
             await asyncio.sleep(0.01)
         assert [r.body for r in callback_server.seen("/followed")] == [body(n) for n in range(4)]
         assert len(queue) == 0
         while tid in ctx.deliveries.following:             # quiet for follow_seconds: it lets go
             await asyncio.sleep(0.05)
-        assert await jobs.ensure_fan_out(queue, tid, redis=ctx.redis)        # jobs again
+        assert await enqueue.ensure_fan_out(queue, tid, redis=ctx.redis)        # jobs again
     finally:
         await worker.close_context(ctx)
 
@@ -397,22 +399,22 @@ async def test_two_followers_share_a_big_topic_and_each_subscription_gets_everyt
         fanout_settings, clock, callback_server, redis) -> None:
     from rq import Queue
 
-    from rsnotify.hub import worker
+    from rsnotify.hub.worker import context as worker
     queue = Queue(fanout_settings.queue_name, connection=redis)
     first = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
     second = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
-    tid = store.topic_id(TOPIC)
-    paths = [f"/shared/{i}" for i in range(delivery.SHARE_FROM + 8)]
+    tid = keys.topic_id(TOPIC)
+    paths = [f"/shared/{i}" for i in range(fanout.SHARE_FROM + 8)]
     try:
         for path in paths:
             await store.activate_subscription(first.redis, TOPIC, callback_server.url(path), secret="",
                                               lease_seconds=600, now=clock())
         await store.append_notification(first.redis, TOPIC, body(0), content_type="application/xml",
                                         now=clock(), max_len=100)
-        await delivery.fan_out(first, tid)
-        assert [job.func_name for job in queue.get_jobs()] == ["rsnotify.hub.jobs.follow_topic"]   # a second worker, please
-        second.deliveries.spawn(delivery.follow(second, tid))
-        while len(await first.redis.zrange(store.fanout_followers_key(tid), 0, -1)) < 2:
+        await fanout.fan_out(first, tid)
+        assert [job.func_name for job in queue.get_jobs()] == ["rsnotify.hub.worker.jobs.follow_topic"]   # a second worker, please
+        second.deliveries.spawn(fanout.follow(second, tid))
+        while len(await first.redis.zrange(keys.fanout_followers_key(tid), 0, -1)) < 2:
             await asyncio.sleep(0.01)
         claimed_before = (first.deliveries.claimed, second.deliveries.claimed)
         for n in range(1, 11):
@@ -428,4 +430,4 @@ async def test_two_followers_share_a_big_topic_and_each_subscription_gets_everyt
     finally:
         await worker.close_context(first)
         await worker.close_context(second)
-    assert not redis.exists(store.fanout_queued_key(tid))     # the last follower let go of the topic
+    assert not redis.exists(keys.fanout_queued_key(tid))     # the last follower let go of the topic

@@ -6,11 +6,11 @@ import ipaddress
 
 import pytest
 
-from rsnotify.hub import store
-from rsnotify.hub.app import build_app
+from rsnotify.hub import keys, store
 from rsnotify.hub.netguard import is_allowed_address, make_session
 from rsnotify.hub.settings import HubSettings
-from rsnotify.hub.verification import sweep_expired
+from rsnotify.hub.web.app import build_app
+from rsnotify.hub.worker.verification import sweep_expired
 
 TOPIC = "http://publisher.example/feeds/changes"
 
@@ -32,7 +32,7 @@ async def test_lease_is_clamped_to_the_policy(hub_client, intake_ctx, callback_s
     await subscribe(hub_client, callback_server.url(), **extra)
     await run_jobs(intake_ctx)
     assert callback_server.requests[0].query["hub.lease_seconds"] == str(granted)
-    sub = await store.get_subscription(intake_ctx.redis, store.subscription_id(TOPIC, callback_server.url()))
+    sub = await store.get_subscription(intake_ctx.redis, keys.subscription_id(TOPIC, callback_server.url()))
     assert sub.lease_seconds == granted
 
 
@@ -40,7 +40,7 @@ async def test_expired_subscriptions_are_swept(hub_client, intake_ctx, callback_
     await subscribe(hub_client, callback_server.url("/short"), **{"hub.lease_seconds": "300"})
     await subscribe(hub_client, callback_server.url("/long"), **{"hub.lease_seconds": "3000"})
     await run_jobs(intake_ctx)
-    short = await store.get_subscription(intake_ctx.redis, store.subscription_id(TOPIC, callback_server.url("/short")))
+    short = await store.get_subscription(intake_ctx.redis, keys.subscription_id(TOPIC, callback_server.url("/short")))
     clock.advance(300)
     assert not short.is_expired(clock()) and await sweep_expired(intake_ctx) == 0
     clock.advance(1)
@@ -48,15 +48,15 @@ async def test_expired_subscriptions_are_swept(hub_client, intake_ctx, callback_
     assert await sweep_expired(intake_ctx) == 1
     assert await store.get_subscription(intake_ctx.redis, short.sid) is None
     assert await store.count_subscriptions(intake_ctx.redis) == 1
-    tid = store.topic_id(TOPIC)
-    assert await intake_ctx.redis.smembers(store.topic_subs_key(tid)) == {
-        store.subscription_id(TOPIC, callback_server.url("/long")).encode()}
+    tid = keys.topic_id(TOPIC)
+    assert await intake_ctx.redis.smembers(keys.topic_subs_key(tid)) == {
+        keys.subscription_id(TOPIC, callback_server.url("/long")).encode()}
 
 
 async def test_sweep_spares_a_subscription_renewed_meanwhile(hub_client, intake_ctx, callback_server, run_jobs, clock):
     await subscribe(hub_client, callback_server.url(), **{"hub.lease_seconds": "300"})
     await run_jobs(intake_ctx)
-    sid = store.subscription_id(TOPIC, callback_server.url())
+    sid = keys.subscription_id(TOPIC, callback_server.url())
     clock.advance(400)
     assert await store.expired_subscriptions(intake_ctx.redis, clock()) == [sid]
     await subscribe(hub_client, callback_server.url(), **{"hub.lease_seconds": "300"})
@@ -136,7 +136,7 @@ async def test_topic_outside_every_token_prefix_is_denied(aiohttp_client, hub_se
     assert denial.query["hub.mode"] == "denied" and denial.query["hub.topic"] == other
     assert "does not carry that topic" in denial.query["hub.reason"]
     assert "hub.challenge" not in denial.query
-    assert await store.get_subscription(intake_ctx.redis, store.subscription_id(other, callback_server.url("/denied"))) \
+    assert await store.get_subscription(intake_ctx.redis, keys.subscription_id(other, callback_server.url("/denied"))) \
         is None
     assert outcomes["served"].result == "activated"
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from rsnotify.hub import store
-from rsnotify.hub.app import build_app
-from rsnotify.hub.handlers import SETTINGS
+from rsnotify.hub import keys, store
+from rsnotify.hub.web.app import build_app
+from rsnotify.hub.web.appkeys import SETTINGS
 from rsnotify.websub import NOTIFICATION_ID_HEADER, build_link_header
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -38,7 +38,7 @@ async def submit(client, body=NOTIFICATION, *, link=None, content_type="applicat
 
 
 async def log_entries(redis, topic=TOPIC):
-    return await redis.xrange(store.topic_log_key(store.topic_id(topic)))
+    return await redis.xrange(keys.topic_log_key(keys.topic_id(topic)))
 
 
 async def nothing_stored(redis) -> bool:
@@ -69,7 +69,7 @@ async def test_valid_submission_is_stored_byte_for_byte_and_answered_200(hub_cli
     assert fields[b"rs"] == CAPABILITIES.encode()
     assert fields[b"seq"] == b"1" and fields[b"at"] == str(int(clock() * 1000)).encode()
     assert [job.func_name for job in intake_ctx.queue.get_jobs()] and \
-        any(job.args == (store.topic_id(TOPIC),) for job in intake_ctx.queue.get_jobs())
+        any(job.args == (keys.topic_id(TOPIC),) for job in intake_ctx.queue.get_jobs())
 
 
 async def test_sequence_numbers_grow_per_topic(hub_client, intake_ctx):
@@ -281,7 +281,7 @@ async def test_thin_ping_fetches_each_topic_and_appends_body_and_type(hub_client
     [(_, plain)] = await log_entries(intake_ctx.redis, text)
     assert plain[b"body"] == b"plain news" and plain[b"ctype"].startswith(b"text/plain")
     fan_outs = [job.args[0] for job in intake_ctx.queue.get_jobs()]
-    assert set(fan_outs) == {store.topic_id(feed), store.topic_id(text)}
+    assert set(fan_outs) == {keys.topic_id(feed), keys.topic_id(text)}
 
 
 async def test_thin_ping_fetch_is_bounded_and_never_redirected(hub_client, intake_ctx, topic_server, run_jobs):

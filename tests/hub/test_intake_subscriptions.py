@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from rsnotify.hub import store
-from rsnotify.hub.secrets import decrypt_secret
+from rsnotify.hub import keys, store
+from rsnotify.hub.crypto import decrypt_secret
 
 TOPIC = "http://publisher.example/feeds/changes"
 
@@ -16,7 +16,7 @@ async def subscribe(client, callback, topic=TOPIC, **extra):
 
 
 async def active_subscription(ctx, callback, topic=TOPIC):
-    return await store.get_subscription(ctx.redis, store.subscription_id(topic, callback))
+    return await store.get_subscription(ctx.redis, keys.subscription_id(topic, callback))
 
 
 async def test_subscribe_answers_202_then_verified_echo_activates(hub_client, intake_ctx, callback_server, run_jobs,
@@ -37,7 +37,7 @@ async def test_subscribe_answers_202_then_verified_echo_activates(hub_client, in
     assert sub.callback == callback and sub.topic == TOPIC
     assert sub.lease_seconds == 3600 and sub.expires == int(clock()) + 3600
     assert sub.cursor == "0-0" and not sub.has_secret
-    assert await intake_ctx.redis.smembers(store.topic_subs_key(store.topic_id(TOPIC))) == {sub.sid.encode()}
+    assert await intake_ctx.redis.smembers(keys.topic_subs_key(keys.topic_id(TOPIC))) == {sub.sid.encode()}
 
 
 async def test_new_subscription_starts_at_the_log_end(hub_client, intake_ctx, callback_server, run_jobs, clock):
@@ -69,12 +69,12 @@ async def test_challenges_are_random_and_single_use(hub_client, intake_ctx, call
     await subscribe(hub_client, callback_server.url("/a"))
     await subscribe(hub_client, callback_server.url("/b"))
     assert intake_ctx.queue.count == 1  # one job verifies the whole line
-    challenges = [c.decode() for c in await intake_ctx.redis.lrange(store.verify_pending_key(), 0, -1)]
+    challenges = [c.decode() for c in await intake_ctx.redis.lrange(keys.verify_pending_key(), 0, -1)]
     assert len(set(challenges)) == 2
     await run_jobs(intake_ctx)
     sent = [r.query["hub.challenge"] for r in callback_server.requests]
     assert sorted(sent) == sorted(challenges)
-    from rsnotify.hub.verification import verify_intent
+    from rsnotify.hub.worker.verification import verify_intent
     again = await verify_intent(intake_ctx, challenges[0])
     assert again.result == "unknown-challenge"
     assert len(callback_server.requests) == 2  # a used challenge is never sent again
@@ -147,21 +147,21 @@ async def test_renewal_updates_the_one_subscription_and_keeps_its_cursor(hub_cli
     renewed = await active_subscription(intake_ctx, callback)
     assert renewed.sid == first.sid and renewed.cursor == first.cursor  # not re-started at the log end
     assert renewed.expires == int(clock()) + 2000 and renewed.created == first.created
-    assert await intake_ctx.redis.zcard(store.leases_key()) == 1
-    assert await intake_ctx.redis.scard(store.topic_subs_key(store.topic_id(TOPIC))) == 1
+    assert await intake_ctx.redis.zcard(keys.leases_key()) == 1
+    assert await intake_ctx.redis.scard(keys.topic_subs_key(keys.topic_id(TOPIC))) == 1
 
 
 async def test_failed_renewal_leaves_the_previous_state(hub_client, intake_ctx, callback_server, run_jobs, clock):
     callback = callback_server.url()
     await subscribe(hub_client, callback, **{"hub.lease_seconds": "1000", "hub.secret": "old secret"})
     await run_jobs(intake_ctx)
-    before = await intake_ctx.redis.hgetall(store.sub_key(store.subscription_id(TOPIC, callback)))
+    before = await intake_ctx.redis.hgetall(keys.sub_key(keys.subscription_id(TOPIC, callback)))
     callback_server.on("/callback", _answer(text="not the challenge"))
     clock.advance(10)
     await subscribe(hub_client, callback, **{"hub.lease_seconds": "5000", "hub.secret": "new secret"})
     [outcome] = await run_jobs(intake_ctx)
     assert outcome.result == "refused"
-    assert await intake_ctx.redis.hgetall(store.sub_key(store.subscription_id(TOPIC, callback))) == before
+    assert await intake_ctx.redis.hgetall(keys.sub_key(keys.subscription_id(TOPIC, callback))) == before
 
 
 async def test_verified_renewal_sets_changes_and_drops_the_secret(hub_client, intake_ctx, callback_server, run_jobs):
@@ -202,7 +202,7 @@ async def test_unsubscribe_is_verified_then_removes(hub_client, intake_ctx, call
     callback = callback_server.url()
     await subscribe(hub_client, callback)
     await run_jobs(intake_ctx)
-    sid = store.subscription_id(TOPIC, callback)
+    sid = keys.subscription_id(TOPIC, callback)
     callback_server.on("/callback", _answer(status=404))
     form = {"hub.mode": "unsubscribe", "hub.topic": TOPIC, "hub.callback": callback}
     assert (await hub_client.post("/", data=form)).status == 202
@@ -215,8 +215,8 @@ async def test_unsubscribe_is_verified_then_removes(hub_client, intake_ctx, call
     assert callback_server.requests[-1].query["hub.mode"] == "unsubscribe"
     assert "hub.lease_seconds" not in callback_server.requests[-1].query
     assert await active_subscription(intake_ctx, callback) is None
-    assert await intake_ctx.redis.zscore(store.leases_key(), sid) is None
-    assert await intake_ctx.redis.scard(store.topic_subs_key(store.topic_id(TOPIC))) == 0
+    assert await intake_ctx.redis.zscore(keys.leases_key(), sid) is None
+    assert await intake_ctx.redis.scard(keys.topic_subs_key(keys.topic_id(TOPIC))) == 0
 
 
 async def test_unknown_parameters_are_ignored(hub_client, intake_ctx, callback_server, run_jobs):

@@ -15,10 +15,11 @@ import redis as redis_lib
 import redis.asyncio as redis_async
 from rq import Queue
 
-from rsnotify.hub import jobs, reconciler, store
-from rsnotify.hub.secrets import encrypt_secret, load_fernet
+from rsnotify.hub import enqueue, keys, store
+from rsnotify.hub.crypto import encrypt_secret, load_fernet
 from rsnotify.hub.settings import HubSettings
-from rsnotify.hub.worker import HubWorker
+from rsnotify.hub.worker import reconciler
+from rsnotify.hub.worker.process import HubWorker
 from rsnotify.redis_server import start_redis_server
 from rsnotify.websub import SEQUENCE_HEADER, SIGNATURE_HEADER, verify_signature
 
@@ -50,7 +51,7 @@ def publish(settings: HubSettings, queue: Queue, bodies: list[bytes], url: str |
             for data in bodies:
                 appended = await store.append_notification(client, TOPIC, data, content_type="application/xml",
                                                            now=time.time(), max_len=settings.log_max_len)
-                queued.append(await jobs.ensure_fan_out(queue, appended.topic_id, redis=client))
+                queued.append(await enqueue.ensure_fan_out(queue, appended.topic_id, redis=client))
         finally:
             await client.aclose()
         return queued
@@ -125,8 +126,8 @@ def test_reconciler_requeues_a_lagging_subscription_whose_claim_expired(fanout_s
     sid = subscribe(fanout_settings, sink.url("/orphan"))
     publish(fanout_settings, queue, [body(n) for n in range(3)])
     queue.empty()                               # the fan-out job died with its worker
-    redis.delete(store.fanout_queued_key(store.topic_id(TOPIC)))
-    redis.set(store.sub_lock_key(sid), "dead-worker", px=300)
+    redis.delete(keys.fanout_queued_key(keys.topic_id(TOPIC)))
+    redis.set(keys.sub_lock_key(sid), "dead-worker", px=300)
     settings = fanout_settings.with_values(reconcile_interval=0.1)
     assert reconciler.reconcile(queue, settings, now=time.time() + 1) == 0     # still claimed
     time.sleep(0.35)
@@ -141,7 +142,7 @@ def test_reconciler_requeues_a_lagging_subscription_whose_claim_expired(fanout_s
 def test_log_is_trimmed_by_age(fanout_settings, redis) -> None:
     queue = Queue(fanout_settings.queue_name, connection=redis)
     publish(fanout_settings, queue, [body(n) for n in range(3)])
-    key = store.topic_log_key(store.topic_id(TOPIC))
+    key = keys.topic_log_key(keys.topic_id(TOPIC))
     reconciler.trim_logs(redis, fanout_settings.with_values(log_max_age=3600), now=time.time())
     assert redis.xlen(key) == 3
     reconciler.trim_logs(redis, fanout_settings.with_values(log_max_age=3600), now=time.time() + 7200)
@@ -228,12 +229,12 @@ def test_redis_restarted_from_its_aof_mid_stream_loses_nothing(fanout_settings, 
 def test_waiting_verifications_get_a_job_again_when_theirs_was_lost(fanout_settings, redis) -> None:
     queue = Queue(fanout_settings.queue_name, connection=redis)
     assert not reconciler.requeue_verifications(queue)          # nothing waits
-    redis.rpush(store.verify_pending_key(), "challenge-1")
-    redis.set(store.verify_queued_key(), 1, ex=60)
+    redis.rpush(keys.verify_pending_key(), "challenge-1")
+    redis.set(keys.verify_queued_key(), 1, ex=60)
     assert not reconciler.requeue_verifications(queue)          # its job is queued
-    redis.delete(store.verify_queued_key())                      # ...and was lost with its worker
+    redis.delete(keys.verify_queued_key())                      # ...and was lost with its worker
     assert reconciler.requeue_verifications(queue)
-    assert [job.func_name for job in queue.get_jobs()] == ["rsnotify.hub.jobs.verify_pending"]
+    assert [job.func_name for job in queue.get_jobs()] == ["rsnotify.hub.worker.jobs.verify_pending"]
 
 
 def test_a_stopping_worker_hands_back_a_subscription_stuck_on_a_hanging_callback(fanout_settings, redis, sink,
@@ -246,12 +247,12 @@ def test_a_stopping_worker_hands_back_a_subscription_stuck_on_a_hanging_callback
     try:
         publish(settings, queue, [body(0)])
         wait_for(lambda: len(sink.bodies("/stuck")) == 1, 90, "the hanging delivery", tmp_path)
-        assert redis.exists(store.sub_lock_key(sid))
+        assert redis.exists(keys.sub_lock_key(sid))
         started = time.monotonic()
         worker.send_signal(signal.SIGTERM)
         worker.wait(15)
         assert time.monotonic() - started < 9           # within docker's 10 s
     finally:
         stop(worker)
-    assert not redis.exists(store.sub_lock_key(sid))    # another worker may take it at once
-    assert redis.hget(store.sub_key(sid), "cursor_seq") == b"0"   # not confirmed: it will be sent again
+    assert not redis.exists(keys.sub_lock_key(sid))    # another worker may take it at once
+    assert redis.hget(keys.sub_key(sid), "cursor_seq") == b"0"   # not confirmed: it will be sent again

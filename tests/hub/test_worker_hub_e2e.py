@@ -17,7 +17,7 @@ from pathlib import Path
 
 import redis as redis_lib
 
-from rsnotify.hub import store
+from rsnotify.hub import keys
 from rsnotify.websub import SEQUENCE_HEADER, SIGNATURE_HEADER, verify_signature
 
 NOTIFICATION = (Path(__file__).resolve().parents[1] / "fixtures" / "change-notification-1.0.1"
@@ -64,7 +64,7 @@ def test_rsnotify_hub_delivers_to_two_subscribers_and_a_returning_one_catches_up
                         {"Content-Type": "application/x-www-form-urlencoded"}) == 202
         embedded = redis_lib.Redis.from_url(f"unix://{tmp_path / 'data' / 'redis.sock'}")
         try:
-            wait_for(lambda: embedded.scard(store.topic_subs_key(store.topic_id(TOPIC))) == 2, 30,
+            wait_for(lambda: embedded.scard(keys.topic_subs_key(keys.topic_id(TOPIC))) == 2, 30,
                      "both subscriptions to be verified")
         finally:
             embedded.close()

@@ -15,9 +15,11 @@ from aiohttp import web
 from cryptography.fernet import Fernet
 from rq import Queue
 
-from rsnotify.hub import delivery, fetch, metrics, store, verification, worker
-from rsnotify.hub.app import build_app
+from rsnotify.hub import keys, store
 from rsnotify.hub.settings import HubSettings
+from rsnotify.hub.web.app import build_app
+from rsnotify.hub.worker import fanout, fetch, verification
+from rsnotify.hub.worker.context import close_context, open_context
 
 TOPIC = "http://source.example.org/changes/rs"
 BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
@@ -86,7 +88,7 @@ class OpsHub:
         async with self.http.post(self.url, data=form) as response:
             assert response.status == 202, await response.text()
         await self.drain()
-        return store.subscription_id(topic, callback)
+        return keys.subscription_id(topic, callback)
 
     async def publish(self, data: bytes = BODY, topic: str = TOPIC) -> dict[str, Any]:
         headers = {"Content-Type": "application/xml",
@@ -106,7 +108,7 @@ class OpsHub:
         """Run the queued jobs (as the RQ job functions would) and the due retries, until none is left."""
         for _ in range(rounds):
             jobs = self.queue.get_jobs()
-            first = await self.redis.zrange(store.due_key(), 0, 0, withscores=True)
+            first = await self.redis.zrange(keys.due_key(), 0, 0, withscores=True)
             if first and not jobs and first[0][1] > self.clock():
                 self.clock.advance(first[0][1] - self.clock())     # retries are due: move time on
             due = await store.pop_due(self.redis, self.clock())
@@ -117,18 +119,18 @@ class OpsHub:
                 name = job.func_name.rsplit(".", 1)[-1]
                 if name == "verify_intent":
                     outcome = await verification.verify_intent(self.ctx, *job.args)
-                    await metrics.count_verification(self.redis, outcome.result)
+                    await store.count_verifications(self.redis, {outcome.result: 1})
                 elif name == "verify_pending":
                     for outcome in await verification.verify_pending(self.ctx):
-                        await metrics.count_verification(self.redis, outcome.result)
+                        await store.count_verifications(self.redis, {outcome.result: 1})
                 elif name == "fan_out":
-                    await delivery.fan_out(self.ctx, *job.args)
+                    await fanout.fan_out(self.ctx, *job.args)
                 elif name == "deliver_subscription":
-                    await delivery.deliver_subscription(self.ctx, *job.args)
+                    await fanout.deliver_subscription(self.ctx, *job.args)
                 elif name == "fetch_topic":
                     await fetch.fetch_topic(self.ctx, *job.args)
             for sid in due:
-                await delivery.deliver_subscription(self.ctx, sid)
+                await fanout.deliver_subscription(self.ctx, sid)
         raise AssertionError(f"jobs still queued after {rounds} rounds")
 
     async def eventually(self, check: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -142,7 +144,7 @@ class OpsHub:
         """Wait until the workers' batched counters show `expected` (they flush every 0.2 s)."""
         deadline = time.monotonic() + timeout
         while True:
-            value = float(await self.redis.hget(store.stats_key(), field_name) or 0)
+            value = float(await self.redis.hget(keys.stats_key(), field_name) or 0)
             if value >= expected or time.monotonic() > deadline:
                 assert value == expected, f"{field_name}: {value}, expected {expected}"
                 return
@@ -167,13 +169,13 @@ async def start_hub(aiohttp_server: Callable[..., Any], settings: HubSettings, c
     server = await aiohttp_server(build_app(settings, now=clock), host="127.0.0.1", port=settings.port)
     connection = redis_lib.Redis.from_url(settings.redis_url)
     queue = Queue(settings.queue_name, connection=connection)
-    ctx = await worker.open_context(settings, queue=queue, clock=clock)
+    ctx = await open_context(settings, queue=queue, clock=clock)
     http = aiohttp.ClientSession()
     try:
         yield OpsHub(str(server.make_url("/")), settings, ctx, queue, http, clock)
     finally:
         await http.close()
-        await worker.close_context(ctx)
+        await close_context(ctx)
         connection.close()
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from rsnotify.hub import store
+from rsnotify.hub import keys
 from rsnotify.hub.settings import HubSettings
 
 from .conftest import TOPIC, body, start_hub
@@ -24,7 +24,7 @@ async def traffic(hub, subscriber, *, publishes: int = 3) -> tuple[str, str]:
 
 
 async def test_status_pages_are_served_as_html(ops_hub) -> None:
-    for path in ("/", f"/topics/{store.topic_id(TOPIC)}", "/subscriptions/" + "a" * 32):
+    for path in ("/", f"/topics/{keys.topic_id(TOPIC)}", "/subscriptions/" + "a" * 32):
         async with ops_hub.http.get(ops_hub.url.rstrip("/") + path) as response:
             assert response.status == 200
             assert response.content_type == "text/html"
@@ -73,12 +73,12 @@ async def test_subscription_and_topic_detail(ops_hub, subscriber) -> None:
     assert letter["notification_id"] == published["notification_id"] and letter["status"] == 503
     raw = await ops_hub.admin("GET", f"/admin/subscriptions/{sid}/dead-letters/{letter['notification_id']}")
     assert raw == body(7).decode()
-    topic = await ops_hub.admin("GET", f"/admin/topics/{store.topic_id(TOPIC)}")
+    topic = await ops_hub.admin("GET", f"/admin/topics/{keys.topic_id(TOPIC)}")
     assert topic["url"] == TOPIC and topic["published"] == 1 and topic["subscriptions"] == 1
     assert [n["notification_id"] for n in topic["recent_notifications"]] == [published["notification_id"]]
     assert topic["subscriptions_list"][0]["sid"] == sid
     listed = await ops_hub.admin("GET", "/admin/topics")
-    assert listed["total"] == 1 and listed["topics"][0]["tid"] == store.topic_id(TOPIC)
+    assert listed["total"] == 1 and listed["topics"][0]["tid"] == keys.topic_id(TOPIC)
     subs = await ops_hub.admin("GET", f"/admin/subscriptions?topic={TOPIC}&callback={callback}")
     assert [s["sid"] for s in subs["subscriptions"]] == [sid]
     troubled = await ops_hub.admin("GET", "/admin/subscriptions?trouble=1")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, urlsplit
 
-from rsnotify.hub import diagnostics
+from rsnotify.hub.web import diagnostics
 from rsnotify.websub import SIGNATURE_HEADER, sign
 
 from .conftest import TOPIC, body

@@ -42,7 +42,7 @@ def test_worker_logs_json_lines(redis_url: str, tmp_path) -> None:
                           env=env, capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
-    assert any(line["logger"] == "rsnotify.hub.worker" and "ready" in line["message"] for line in lines), done.stderr
+    assert any(line["logger"] == "rsnotify.hub.worker.process" and "ready" in line["message"] for line in lines), done.stderr
 
 
 def test_bad_log_format_is_a_usage_error(redis_url: str) -> None:
@@ -54,8 +54,8 @@ def test_bad_log_format_is_a_usage_error(redis_url: str) -> None:
 
 async def test_admin_actions_log_one_line_with_the_subscription_id(ops_hub, subscriber, caplog) -> None:
     sid = await ops_hub.subscribe(subscriber.url("/logged"))
-    with caplog.at_level(logging.INFO, logger="rsnotify.hub.admin"):
+    with caplog.at_level(logging.INFO, logger="rsnotify.hub.web.admin"):
         await ops_hub.admin("POST", f"/admin/subscriptions/{sid}/pause")
         await ops_hub.admin("POST", f"/admin/subscriptions/{sid}/resume")
-    actions = [(r.action, r.sid) for r in caplog.records if r.name == "rsnotify.hub.admin"]
+    actions = [(r.action, r.sid) for r in caplog.records if r.name == "rsnotify.hub.web.admin"]
     assert actions == [("pause", sid), ("resume", sid)]

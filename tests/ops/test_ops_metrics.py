@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from rsnotify.hub.app import build_app
+from rsnotify.hub.web.app import build_app
 
 from .conftest import body
 

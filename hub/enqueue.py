@@ -1,0 +1,132 @@
+"""Queueing the hub's RQ jobs. The job bodies (hub/worker/jobs.py) are named by their dotted
+paths: RQ imports them in the worker, and nothing else needs to, so the web process never
+loads the worker's code.
+
+The sync helpers serve the worker's maintenance (in a thread) and tests; the async ones are
+what the web process and the worker's loop call. RQ's client is synchronous, so they go
+through `asyncio.to_thread`, and that hand-off lives here only.
+"""
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Iterable
+
+from redis.asyncio import Redis
+from rq import Queue
+
+from .keys import fanout_queued_key, sub_queued_key, verify_queued_key
+
+JOBS = "rsnotify.hub.worker.jobs"
+FAN_OUT = f"{JOBS}.fan_out"
+FOLLOW_TOPIC = f"{JOBS}.follow_topic"
+DELIVER_SUBSCRIPTION = f"{JOBS}.deliver_subscription"
+VERIFY_INTENT = f"{JOBS}.verify_intent"
+VERIFY_PENDING = f"{JOBS}.verify_pending"
+FETCH_TOPIC = f"{JOBS}.fetch_topic"
+SWEEP_LEASES = f"{JOBS}.sweep_leases"
+
+JOB_TIMEOUT = 600         # s; a job that waits longer for its coroutine is failed by RQ
+QUEUED_TTL = 60           # s a "job queued" flag lives; a lost job is then queued again
+FAILURE_TTL = 7 * 86400   # s RQ keeps a failed job for inspection
+
+
+def job_options(description: str) -> dict[str, object]:
+    """The options every hub job is queued with (no result kept; failures kept a week)."""
+    return {"job_timeout": JOB_TIMEOUT, "result_ttl": 0, "failure_ttl": FAILURE_TTL,
+            "description": description}
+
+
+# --- sync: the worker's maintenance and tests ------------------------------------------------
+
+def queue_fan_out(queue: Queue, topic_id: str) -> None:
+    """Queue a fan-out job for the topic, whether or not one is queued already."""
+    queue.enqueue(FAN_OUT, topic_id, **job_options(f"fan_out {topic_id}"))
+
+
+def queue_deliveries(queue: Queue, sids: Iterable[str]) -> int:
+    """Queue deliver_subscription jobs for those of `sids` that have none queued; returns how many."""
+    sids = list(sids)
+    if not sids:
+        return 0
+    with queue.connection.pipeline(transaction=False) as pipe:
+        for sid in sids:
+            pipe.set(sub_queued_key(sid), 1, nx=True, ex=QUEUED_TTL)
+        fresh = [sid for sid, was_set in zip(sids, pipe.execute()) if was_set]
+    if fresh:
+        queue.enqueue_many([Queue.prepare_data(DELIVER_SUBSCRIPTION, (sid,), timeout=JOB_TIMEOUT, result_ttl=0,
+                                               failure_ttl=FAILURE_TTL, description=f"deliver {sid}")
+                            for sid in fresh])
+    return len(fresh)
+
+
+def queue_follow(queue: Queue, topic_id: str, hops: int = 0) -> None:
+    """Ask another worker to follow the topic as well (see jobs.follow_topic)."""
+    queue.enqueue(FOLLOW_TOPIC, topic_id, hops, **job_options(f"follow {topic_id}"))
+
+
+def queue_sweep(queue: Queue) -> None:
+    queue.enqueue(SWEEP_LEASES, **job_options("sweep leases"))
+
+
+def queue_pending_verifications(queue: Queue) -> bool:
+    """Queue a verify_pending job unless one is queued (its flag is set); True when queued."""
+    if not queue.connection.set(verify_queued_key(), 1, nx=True, ex=QUEUED_TTL):
+        return False
+    queue.enqueue(VERIFY_PENDING, **job_options("verify pending intents"))
+    return True
+
+
+def _ensure_fan_out_sync(queue: Queue, topic_id: str) -> bool:
+    if not queue.connection.set(fanout_queued_key(topic_id), 1, nx=True, ex=QUEUED_TTL):
+        return False
+    _queue_or_unflag(queue, topic_id)
+    return True
+
+
+def _queue_or_unflag(queue: Queue, topic_id: str) -> None:
+    try:
+        queue_fan_out(queue, topic_id)
+    except BaseException:
+        queue.connection.delete(fanout_queued_key(topic_id))  # let the next publish try again
+        raise
+
+
+# --- async: the web process and the worker's loop --------------------------------------------
+
+async def ensure_fan_out(queue: Queue, topic_id: str, *, redis: Redis | None = None) -> bool:
+    """Make sure a fan-out job for the topic is queued; True when this call queued it.
+
+    A burst of publishes queues few jobs: a flag says one is queued, and the job clears it when
+    it starts, before it reads the log, so a publish that lands during a fan-out queues the
+    next one and is never missed. With the async `redis` the flag costs one command and the
+    thread hop happens only when a job is really queued.
+    """
+    if redis is None:
+        return await asyncio.to_thread(_ensure_fan_out_sync, queue, topic_id)
+    if not await redis.set(fanout_queued_key(topic_id), 1, nx=True, ex=QUEUED_TTL):
+        return False
+    await asyncio.to_thread(_queue_or_unflag, queue, topic_id)
+    return True
+
+
+async def enqueue_follow(queue: Queue, topic_id: str) -> None:
+    """Ask another worker to follow the topic as well, from the worker's loop."""
+    await asyncio.to_thread(queue_follow, queue, topic_id)
+
+
+async def enqueue_verification(queue: Queue, challenge: str) -> None:
+    """Queue the verification of the intent stored under `challenge`."""
+    await asyncio.to_thread(functools.partial(queue.enqueue, VERIFY_INTENT, challenge,
+                                              **job_options("verify intent")))
+
+
+async def enqueue_pending_verifications(queue: Queue) -> None:
+    """Queue a verify_pending job (the caller saw store.queue_intent ask for one)."""
+    await asyncio.to_thread(functools.partial(queue.enqueue, VERIFY_PENDING, **job_options("verify pending intents")))
+
+
+async def enqueue_fetch(queue: Queue, topic_url: str) -> None:
+    """Queue a thin-ping fetch of `topic_url`."""
+    await asyncio.to_thread(functools.partial(queue.enqueue, FETCH_TOPIC, topic_url,
+                                              **job_options(f"fetch {topic_url}")))

@@ -1,0 +1,22 @@
+"""What build_app puts in the application, read by the handlers (one place, so no handler
+module depends on another one's registration order)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from cryptography.fernet import Fernet
+from redis.asyncio import Redis
+from rq import Queue
+
+from ..settings import HubSettings
+from .auth import Publishers
+from .reports import ScanCache
+
+SETTINGS = web.AppKey("settings", HubSettings)
+REDIS = web.AppKey("redis", Redis)                           # asyncio client, bytes replies
+QUEUE = web.AppKey("queue", Queue)                           # rq.Queue on its own synchronous connection
+FERNET = web.AppKey("fernet", Fernet)                        # encrypts subscription secrets
+CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")  # () -> epoch seconds
+PUBLISHERS = web.AppKey("publishers", Publishers)            # tokens and their topic prefixes
+SCAN = web.AppKey("scan", ScanCache)                         # one subscription scan shared by admin, status, /metrics

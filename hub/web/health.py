@@ -1,0 +1,38 @@
+"""GET /health: is this hub ready (Redis answers, and a worker is seen when it runs workers)?"""
+from __future__ import annotations
+
+from aiohttp import web
+from redis.exceptions import RedisError
+
+from .. import store
+from .appkeys import REDIS, SETTINGS
+
+
+async def health(request: web.Request) -> web.Response:
+    """200 with counts once Redis answers (and a worker is seen when this hub runs workers); else 503."""
+    app = request.app
+    settings = app[SETTINGS]
+    queue = settings.queue_name
+    try:
+        counts = await store.health_counts(app[REDIS], queue)
+    except (RedisError, OSError) as exc:
+        body = {"status": "unavailable", "redis": False, "error": f"{type(exc).__name__}: {exc}"}
+        return web.json_response(body, status=503)
+    workers = counts.workers
+    ready = workers > 0 or settings.workers == 0
+    body = {
+        "status": "ok" if ready else "starting",
+        "redis": True,
+        "workers": workers,
+        "queues": {queue: {"queued": counts.queued, "started": counts.started, "scheduled": counts.scheduled,
+                           "failed": counts.failed}},
+        "subscriptions": counts.subscriptions,
+        "topics": counts.topics,
+        "verifications_pending": counts.verifications_pending,
+        "hub_url": settings.hub_url,
+    }
+    return web.json_response(body, status=200 if ready else 503)
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/health", health)

@@ -1,0 +1,162 @@
+"""The worker process's context: one event loop in a thread of its own, one
+aiohttp.ClientSession, one async Redis client, the settings — kept for the life of the
+process, so connections to subscribers are reused across jobs.
+
+This is the only process-wide state of the hub; job functions reach it through `context()`.
+"""
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+import time
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+import aiohttp
+from cryptography.fernet import Fernet
+from redis.asyncio import Redis
+from rq import Queue
+
+from .. import crypto, netguard
+from ..errors import SettingsError
+from ..settings import HubSettings
+from .batch import RedisBatcher
+from .deliveries import Deliveries
+
+T = TypeVar("T")
+USER_AGENT = "rsnotify-hub (+https://github.com/rsnotify)"
+STOP_GRACE = 5.0          # s a stopping worker waits for the deliveries in flight
+
+
+def _new_loop() -> asyncio.AbstractEventLoop:
+    try:
+        import uvloop  # optional: a faster loop when installed
+    except ImportError:
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+class LoopThread:
+    """An event loop running forever in a daemon thread; the main thread hands it coroutines.
+
+    RQ's job loop and signal handlers stay in the main thread; the deliveries of every job
+    share this one loop (and so one ClientSession and its connection pool).
+    """
+
+    def __init__(self) -> None:
+        self.loop = _new_loop()
+        self._thread = threading.Thread(target=self._run, name="rsnotify-loop", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    def submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        return self.submit(coro).result(timeout)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(10)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+
+@dataclass
+class WorkerContext:
+    """What jobs and the async cores need: settings, Redis, the ClientSession, the Fernet, the
+    queue for follow-up jobs, the delivery machinery, the clock, and the loop they all live on."""
+
+    settings: HubSettings
+    redis: Redis
+    session: aiohttp.ClientSession
+    fernet: Fernet
+    queue: Queue | None
+    batch: RedisBatcher
+    clock: Callable[[], float] = time.time
+    deliveries: Deliveries = field(init=False)
+    loop_thread: LoopThread | None = None
+
+    def now(self) -> float:
+        return self.clock()
+
+    def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run `coro` on the worker's loop and wait for it (from the main thread, in a job)."""
+        if self.loop_thread is None:
+            raise RuntimeError("this worker context has no loop thread; await the coroutine instead")
+        return self.loop_thread.run(coro, timeout)
+
+    def run_detachable(self, coro: Coroutine[Any, Any, T], wait: float) -> T | None:
+        """Run `coro` on the worker's loop; after `wait` seconds stop waiting (it carries on), so
+        one slow subscriber never keeps this worker from its next job. None when detached."""
+        if self.loop_thread is None:
+            raise RuntimeError("this worker context has no loop thread; await the coroutine instead")
+        future = self.loop_thread.submit(self.deliveries.tracked(coro))
+        try:
+            return future.result(wait)
+        except concurrent.futures.TimeoutError:
+            return None
+
+
+async def open_context(settings: HubSettings, *, redis_url: str | None = None, queue: Queue | None = None,
+                       clock: Callable[[], float] = time.time, follow_seconds: float = 0.0) -> WorkerContext:
+    """Build a worker context on the running loop (close it with close_context).
+
+    With `follow_seconds`, a fan-out keeps following its topic's log that long after the last
+    entry (see hub.delivery.follow); 0 for none.
+    """
+    url = redis_url or settings.redis_url
+    if url is None:
+        raise SettingsError("a worker needs a Redis URL: give --redis-url (RSNOTIFY_REDIS_URL)")
+    redis = Redis.from_url(url)
+    fernet = crypto.load_fernet(settings, create=False)
+    try:
+        await crypto.check_key_matches(redis, fernet)
+    except BaseException:
+        await redis.aclose()
+        raise
+    limit = max(100, settings.delivery_concurrency + 50)
+    session = aiohttp.ClientSession(
+        connector=netguard.make_connector(settings, limit=limit),
+        cookie_jar=aiohttp.DummyCookieJar(), trust_env=False, auto_decompress=False,
+        headers={"User-Agent": USER_AGENT})
+    ctx = WorkerContext(settings, redis, session, fernet, queue, RedisBatcher(redis), clock)
+    ctx.deliveries = Deliveries(settings, ctx.batch, fernet, settings.delivery_concurrency,
+                                follow_seconds=follow_seconds)
+    ctx.deliveries.start()
+    return ctx
+
+
+async def close_context(ctx: WorkerContext, *, drain: bool = True) -> None:
+    """Let in-flight deliveries end (all of their backlog with `drain`, else the current POST),
+    release every claim, and close the session and the Redis client."""
+    try:
+        # a stopping worker has a few seconds (docker, systemd and the embedded hub give ~10):
+        # a POST still running then is cancelled, its claim released, and it is sent again later
+        grace = ctx.settings.delivery_timeout + 5 if drain else min(ctx.settings.delivery_timeout + 1, STOP_GRACE)
+        await ctx.deliveries.close(drain=drain, grace=grace)
+    finally:
+        await ctx.session.close()
+        await ctx.redis.aclose()
+
+
+_context: WorkerContext | None = None
+
+
+def context() -> WorkerContext:
+    """The running HubWorker's context (for RQ job functions only)."""
+    if _context is None:
+        raise RuntimeError("hub jobs run inside a HubWorker (`rsnotify worker`); no worker context here")
+    return _context
+
+
+def set_context(ctx: WorkerContext | None) -> None:
+    """Make `ctx` the context job functions get (the HubWorker sets it while it runs)."""
+    global _context
+    _context = ctx

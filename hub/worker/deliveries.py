@@ -1,0 +1,221 @@
+"""Deliveries: this worker process's delivery machinery — claims (with their lock renewal),
+concurrency slots, ordered checkpoints, counters, and the decrypted-secret cache."""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import logging
+import time
+import uuid
+from collections import defaultdict
+from typing import Any
+
+import aiohttp
+from cryptography.fernet import Fernet
+from redis.exceptions import RedisError
+
+from ..callbacks import delivery_url
+from ..crypto import decrypt_secret
+from ..keys import stats_key, topic_key
+from ..records import (
+    LATENCY_BUCKETS,
+    RECENT_ATTEMPTS,
+    LogEntry,
+    parse_entry_id,
+    text,
+    to_int,
+)
+from ..settings import HubSettings
+from . import claims
+from .batch import RedisBatcher
+from .runs import SubRun
+
+log = logging.getLogger(__name__)
+
+CHECKPOINT_EVERY = 0.2    # s between cursor/attempt writes of running subscriptions
+SECRET_CACHE = 10_000     # decrypted secrets kept per process
+TOPIC_URLS = 10_000       # topic URLs cached per process
+
+
+class Deliveries:
+    """This process's delivery machinery: claims (with their lock renewal), concurrency slots,
+    ordered checkpoints, counters, and the decrypted-secret cache. One per worker context."""
+
+    def __init__(self, settings: HubSettings, batch: RedisBatcher, fernet: Fernet, concurrency: int, *,
+                 follow_seconds: float = 0.0) -> None:
+        self.settings, self.batch, self.fernet = settings, batch, fernet
+        self.slots = asyncio.Semaphore(concurrency)
+        self.follow_seconds = follow_seconds      # 0: never follow a topic (burst workers, tests)
+        self.following: set[str] = set()
+        self.runs: dict[str, SubRun] = {}
+        self.claimed = 0                          # claims served so far (for tests and the curious)
+        self._topic_urls: dict[str, str] = {}
+        self.tasks: set[asyncio.Task[Any]] = set()
+        self.stopping = False
+        self._prefix = uuid.uuid4().hex[:12]
+        self._claims = 0
+        self._secrets: dict[str, str] = {}
+        self._stats: defaultdict[str, float] = defaultdict(float)
+        self._keeper: asyncio.Task[None] | None = None
+        self.timeout = aiohttp.ClientTimeout(total=settings.delivery_timeout, sock_connect=settings.connect_timeout)
+
+    # -- lifecycle
+
+    def start(self) -> None:
+        self._keeper = asyncio.get_running_loop().create_task(self._keep())
+
+    async def close(self, *, drain: bool, grace: float) -> None:
+        """Stop: with `drain` let every run finish its backlog, else only its current delivery."""
+        self.stopping = not drain
+        pending = [t for t in self.tasks if not t.done()]
+        if pending:
+            _, late = await asyncio.wait(pending, timeout=grace)
+            for task in late:
+                task.cancel()
+            if late:
+                await asyncio.wait(late, timeout=5)
+        if self._keeper:
+            self._keeper.cancel()
+            try:
+                await self._keeper
+            except asyncio.CancelledError:
+                pass
+        try:
+            await self._flush_stats()
+        except RedisError as exc:
+            log.warning("could not write the last delivery counters: %s", exc)
+
+    async def tracked(self, coro: Any) -> Any:
+        """Await `coro` as a task `close` waits for (a fan-out its job stopped waiting for)."""
+        return await self.spawn(coro)
+
+    def spawn(self, coro: Any) -> asyncio.Task[Any]:
+        task = asyncio.get_running_loop().create_task(coro)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+        return task
+
+    # -- claims
+
+    def new_token(self) -> str:
+        # one token per claim, so a late write from an earlier claim of this worker is refused too
+        self._claims += 1
+        return f"{self._prefix}:{self._claims}"
+
+    async def claim(self, sid: str) -> SubRun | None:
+        """Own the subscription (lock with TTL) and read its delivery state; None when owned elsewhere."""
+        token = self.new_token()
+        values = await claims.claim(self.batch, sid, token, int(self.settings.lock_ttl * 1000))
+        return None if values is None else self.run_from(sid, token, values)
+
+    async def topic_url(self, tid: str) -> str:
+        url = self._topic_urls.get(tid)
+        if url is None:
+            url = text(await self.batch.execute("HGET", topic_key(tid), "url"))
+            if len(self._topic_urls) >= TOPIC_URLS:
+                self._topic_urls.clear()
+            self._topic_urls[tid] = url
+        return url
+
+    def run_from(self, sid: str, token: str, v: dict[str, bytes | None]) -> SubRun:
+        """The run of a claim, from the claimed subscription's DELIVERY_FIELDS."""
+        callback = text(v["callback"])
+        cursor = text(v["cursor"], "0-0")
+        return SubRun(
+            sid=sid, token=token, topic=text(v["topic"]), callback=callback, tid=text(v["tid"]),
+            url=delivery_url(callback), secret=self._secret(text(v["secret"])),
+            state=text(v["state"], "active"), expires=to_int(v["expires"]), cursor=cursor,
+            cursor_key=parse_entry_id(cursor),
+            cursor_seq=None if v["cursor_seq"] is None else to_int(v["cursor_seq"]),
+            attempts=to_int(v["attempts"]), next_attempt=float(text(v["retry_at"]) or 0),
+            resend=to_int(v["resend"]))
+
+    def _secret(self, token: str) -> str | None:
+        if not token:
+            return None
+        secret = self._secrets.get(token)
+        if secret is None:
+            if len(self._secrets) >= SECRET_CACHE:
+                self._secrets.clear()
+            secret = self._secrets[token] = decrypt_secret(self.fernet, token) or ""
+        return secret or None
+
+    async def checkpoint(self, run: SubRun, *, release: bool, due_at: float | None = None) -> list[Any]:
+        """Write the run's pending state; with `release` also give up the claim. The answer tells
+        what the subscription looks like now: {1, state, expires, last log id, resend, next_attempt},
+        {0} when the claim was lost, {-1} when the subscription is gone."""
+        fields = run.fields
+        fields["cursor"] = run.cursor
+        if run.cursor_seq is not None:
+            fields["cursor_seq"] = run.cursor_seq
+        records = run.records[-RECENT_ATTEMPTS:]   # oldest first: LPUSH leaves the newest on top
+        delivered, gaps = run.delivered, run.gaps
+        run.fields, run.records, run.delivered, run.gaps = {}, [], 0, 0
+        answer = await claims.checkpoint(self.batch, run.sid, run.tid, run.token, release=release, fields=fields,
+                                         records=records, delivered=delivered, gaps=gaps, due_at=due_at)
+        if answer[0] != 1:
+            run.stop = True
+        else:
+            run.state, run.expires = text(answer[1]), to_int(answer[2])
+            if run.state != "active":
+                run.stop = True
+        return answer
+
+    # -- counters
+
+    def count(self, outcome: str, status: int | None, seconds: float, entry: LogEntry) -> None:
+        s = self._stats
+        s[f"outcome:{outcome}"] += 1
+        s["status:error" if status is None else f"status:{status // 100}xx"] += 1
+        _observe(s, "delivery_seconds", seconds)
+        if outcome == "delivered" and entry.published_ms:
+            _observe(s, "publish_to_delivery_seconds", max(0.0, time.time() - entry.published_ms / 1000))
+
+    async def _flush_stats(self) -> None:
+        stats, self._stats = self._stats, defaultdict(float)
+        for name, value in stats.items():
+            if name.endswith(":sum"):
+                self.batch.execute("HINCRBYFLOAT", stats_key(), name, repr(value))
+            else:
+                self.batch.execute("HINCRBY", stats_key(), name, int(value))
+        if stats:
+            await self.batch.execute("PING")
+
+    # -- the keeper: checkpoints, lock renewal, counters
+
+    async def _keep(self) -> None:
+        ttl = self.settings.lock_ttl
+        renew_every = max(0.05, ttl / 3)
+        last_renew = time.monotonic()
+        while True:
+            await asyncio.sleep(min(CHECKPOINT_EVERY, renew_every))
+            try:
+                runs = [r for r in self.runs.values() if r.is_dirty and not r.stop]
+                if runs:
+                    await asyncio.gather(*(self.checkpoint(r, release=False) for r in runs))
+                if time.monotonic() - last_renew >= renew_every:
+                    last_renew = time.monotonic()
+                    await self._renew(list(self.runs.values()))
+                await self._flush_stats()
+            except RedisError as exc:
+                log.error("delivery keeper: Redis failed: %s", exc)
+
+    async def _renew(self, runs: list[SubRun]) -> None:
+        ttl_ms = int(self.settings.lock_ttl * 1000)
+        for start in range(0, len(runs), 500):
+            chunk = runs[start:start + 500]
+            answer = await claims.renew(self.batch, [(r.sid, r.token) for r in chunk], ttl_ms)
+            for run, kept in zip(chunk, answer):
+                if not kept and not run.stop:
+                    log.warning("lost the claim on subscription %s (%s); another worker takes over",
+                                run.sid, run.callback)
+                    run.stop = True
+
+
+def _observe(stats: defaultdict[str, float], name: str, seconds: float) -> None:
+    index = bisect.bisect_left(LATENCY_BUCKETS, seconds)
+    bound = "+Inf" if index == len(LATENCY_BUCKETS) else repr(LATENCY_BUCKETS[index])
+    stats[f"{name}:le:{bound}"] += 1
+    stats[f"{name}:sum"] += seconds
+    stats[f"{name}:count"] += 1
+

@@ -1,0 +1,262 @@
+"""Fan-out: a topic's subscriptions served concurrently, each one's log entries sent strictly
+one after another (outcomes are mapped in worker/outcomes.py); following a busy topic's log.
+
+No RQ and no process-wide state: everything comes through `ctx` (a WorkerContext), whose
+`deliveries` holds this process's claims, slots and counters.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+from redis.exceptions import RedisError
+
+from .. import enqueue
+from ..keys import fanout_queued_key, sub_key, sub_queued_key, topic_log_key
+from ..records import (
+    DELIVERY_FIELDS,
+    LogEntry,
+    parse_entry_id,
+    stream_pairs,
+    text,
+    to_int,
+)
+from . import claims
+from .context import WorkerContext
+from .outcomes import apply_outcome, resend_items
+from .runs import FanOutReport, SubRun
+from .sending import send
+from .topic_log import WINDOW, TopicLog
+
+log = logging.getLogger(__name__)
+
+RUN_SLICE = 5.0           # s a subscription keeps a slot before yielding it to others (then re-queued)
+FOLLOW_LEASE = 3.0        # s a follower's hold on a topic lasts unless renewed (a dead worker's ends)
+SHARE_FROM = 32           # subscriptions from which a fan-out asks a second worker to follow the topic too
+LINGER = 0.2              # s a subscription of a followed topic stays claimed after its last entry
+MAX_FOLLOWED = 100        # topics one worker follows at once (each holds a Redis connection)
+
+
+async def fan_out(ctx: WorkerContext, topic_id: str) -> FanOutReport:
+    """Deliver the topic's log to every active subscription past its cursor.
+
+    Subscriptions run concurrently (bounded by the worker's slots); each one's entries go one
+    after another. A subscription another run owns is left to that run, which looks at the log
+    again when it lets go, so no publish is missed. Afterwards the worker follows the topic for
+    a while (see `follow`), so the next publishes need no job at all; a big topic asks a second
+    worker to follow it too, and the followers share its subscriptions.
+    """
+    d = ctx.deliveries
+    report = FanOutReport(topic_id)
+    # Clearing the flag first: a publish after this point queues (or wakes) the next fan-out.
+    ctx.batch.execute("DEL", fanout_queued_key(topic_id))
+    topic_log = TopicLog(ctx, topic_id, await d.topic_url(topic_id))
+    last_id, tasks = await _dispatch(ctx, topic_log, report)
+    if d.follow_seconds > 0 and last_id is not None:
+        d.spawn(follow(ctx, topic_id, topic_log, last_id or "0-0"))
+        if report.served + report.busy >= SHARE_FROM and ctx.queue is not None:
+            await enqueue.enqueue_follow(ctx.queue, topic_id)
+    if tasks:
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return report
+
+
+async def _dispatch(ctx: WorkerContext, topic_log: TopicLog, report: FanOutReport, *, share: bool = False,
+                    ) -> tuple[str | None, list[asyncio.Task[Any]]]:
+    """Claim the topic's lagging subscriptions (as slots allow; with `share` only this
+    follower's part) and start their runs. Returns the log's last id (None: no log) and the runs."""
+    d, tid = ctx.deliveries, topic_log.tid
+    ttl_ms = int(ctx.settings.lock_ttl * 1000)
+    tasks: list[asyncio.Task[Any]] = []
+    last_id: str | None = None
+    more = 1
+    while more and not d.stopping:
+        await d.slots.acquire()
+        free = 1
+        while not d.slots.locked():
+            await d.slots.acquire()         # free slots are taken at once, without waiting
+            free += 1
+        prefix = d.new_token() + ":"
+        answer = await claims.claim_lagging(ctx.batch, tid, prefix, ttl_ms, ctx.now(), free, share)
+        last_id, flat, more = text(answer[0]), answer[1], answer[2]
+        report.busy += int(answer[3])
+        runs = [d.run_from(text(sid), prefix + text(sid), dict(zip(DELIVERY_FIELDS, fields)))
+                for sid, fields in zip(flat[::2], flat[1::2])]
+        for _ in range(free - len(runs)):
+            d.slots.release()
+        if runs and not topic_log.is_primed:
+            await topic_log.prime(min((r.cursor for r in runs), key=parse_entry_id))
+        report.served += len(runs)
+        tasks.extend(d.spawn(_serve(ctx, run, topic_log, report)) for run in runs)
+        if not last_id:
+            return None, tasks
+    return last_id, tasks
+
+
+async def follow(ctx: WorkerContext, tid: str, topic_log: TopicLog | None = None, last_id: str | None = None) -> None:
+    """Keep serving a busy topic without jobs: block on its log (XREAD) and dispatch each new
+    entry at once, for as long as entries keep coming (follow_seconds of quiet ends it).
+
+    Followers register in fanout_followers_key (with a short lease they renew) and keep the
+    topic's "queued" flag set, so publishes queue no job; when the last one stops, it clears the
+    flag and looks at the log once more. If a follower dies, its lease and the flag run out:
+    other followers, the next publish's job or the reconciler deliver what it left.
+    """
+    d = ctx.deliveries
+    if tid in d.following or len(d.following) >= MAX_FOLLOWED:
+        return
+    if topic_log is None:
+        topic_log = TopicLog(ctx, tid, await d.topic_url(tid))
+    if last_id is None:
+        last = await ctx.batch.execute("XREVRANGE", topic_log_key(tid), "+", "-", "COUNT", 1)
+        last_id = text(last[0][0]) if last else "0-0"
+    token, lease_ms = d.new_token(), int(FOLLOW_LEASE * 1000)
+    d.following.add(tid)
+    try:
+        quiet_until = time.monotonic() + d.follow_seconds
+        while not d.stopping:
+            await claims.follow(ctx.batch, tid, token, lease_ms)
+            wait = quiet_until - time.monotonic()
+            if wait <= 0:
+                break
+            block_ms = max(1, int(min(wait, FOLLOW_LEASE / 3) * 1000))
+            answer: Any = await ctx.redis.xread({topic_log_key(tid): last_id}, count=WINDOW, block=block_ms)
+            if answer:
+                entries = [LogEntry.from_stream(i, dict(stream_pairs(f))) for i, f in answer[0][1]]
+                topic_log.feed(last_id, entries)
+                last_id = entries[-1].notification_id
+                quiet_until = time.monotonic() + d.follow_seconds
+                await _dispatch(ctx, topic_log, FanOutReport(tid), share=True)
+    except RedisError as exc:
+        log.error("stopped following topic %s: Redis failed: %s", tid, exc)
+    finally:
+        d.following.discard(tid)
+        await _unfollow(ctx, tid, token, last_id)
+
+
+async def _unfollow(ctx: WorkerContext, tid: str, token: str, last_id: str) -> None:
+    # The last follower clears the flag, then looks once more: an entry that came after its
+    # last read but before the flag went queued no job, so it queues one now.
+    try:
+        left = await claims.unfollow(ctx.batch, tid, token)
+        last = await ctx.batch.execute("XREVRANGE", topic_log_key(tid), "+", "-", "COUNT", 1)
+        if not left and last and parse_entry_id(text(last[0][0])) > parse_entry_id(last_id) \
+                and ctx.queue is not None:
+            await enqueue.ensure_fan_out(ctx.queue, tid, redis=ctx.redis)
+    except RedisError as exc:
+        log.error("could not hand topic %s back: %s (the reconciler will)", tid, exc)
+
+
+async def deliver_subscription(ctx: WorkerContext, sid: str) -> FanOutReport:
+    """Serve one subscription (a due retry, a re-send, a resume, or a reconciled lag)."""
+    d = ctx.deliveries
+    ctx.batch.execute("DEL", sub_queued_key(sid))
+    tid = text(await ctx.batch.execute("HGET", sub_key(sid), "tid"))
+    report = FanOutReport(tid)
+    if not tid:
+        return report
+    report.subscriptions = 1
+    topic_log = TopicLog(ctx, tid, await d.topic_url(tid))
+    await d.slots.acquire()
+    try:
+        run = await d.claim(sid)
+    except BaseException:
+        d.slots.release()
+        raise
+    if run is None:
+        d.slots.release()
+        report.busy = 1
+        return report
+    report.served = 1
+    await d.spawn(_serve(ctx, run, topic_log, report))
+    return report
+
+
+async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: FanOutReport) -> None:
+    """Send the subscription everything past its cursor, in order, then let go of it — and if the
+    log grew meanwhile, take it again (the fan-out queued for that publish may have skipped it)."""
+    d = ctx.deliveries
+    d.runs[run.sid] = run
+    d.claimed += 1
+    try:
+        while True:
+            verdict = await _work(ctx, run, topic_log)
+            if verdict == "idle" and await _linger(ctx, run, topic_log):
+                continue
+            if d.runs.get(run.sid) is run:
+                del d.runs[run.sid]
+            if verdict == "gone":
+                return
+            now = ctx.now()
+            due_at = None
+            if verdict == "yield":
+                due_at = now                # let others have the slot; a worker takes it up again at once
+            elif run.next_attempt > now and not run.stop and run.state == "active":
+                due_at = run.next_attempt   # a retry (also one claimed before its time): wake it then
+            answer = await d.checkpoint(run, release=True, due_at=due_at)
+            if verdict != "idle" or answer[0] != 1 or run.stop or d.stopping:
+                return
+            # released; anything appended (or queued for re-send) since our last read?
+            last_key = parse_entry_id(text(answer[3]) or "0-0")
+            run.resend, run.next_attempt = to_int(answer[4]), float(text(answer[5]) or 0)
+            if not (run.lags(last_key) and run.may_send(ctx.now())):
+                return
+            again = await d.claim(run.sid)
+            if again is None:
+                return                      # someone else owns it now, and delivers
+            again.delivered_total, again.failed_total = run.delivered_total, run.failed_total
+            d.claimed += 1
+            run = again
+            d.runs[run.sid] = run
+    except asyncio.CancelledError:
+        # the worker is stopping: hand the subscription back now rather than when the claim expires
+        if d.runs.get(run.sid) is run:
+            del d.runs[run.sid]
+        try:
+            await asyncio.wait_for(d.checkpoint(run, release=True), 2.0)
+        except (TimeoutError, RedisError):
+            pass
+        raise
+    except RedisError as exc:
+        # our claim expires by itself; the reconciler hands the subscription to a worker again
+        log.error("delivery to %s (subscription %s) stopped: Redis failed: %s", run.callback, run.sid, exc)
+    finally:
+        if d.runs.get(run.sid) is run:
+            del d.runs[run.sid]
+        d.slots.release()
+        report.add(run)
+
+
+async def _linger(ctx: WorkerContext, run: SubRun, topic_log: TopicLog) -> bool:
+    """On a topic this worker follows, keep the subscription a moment after its last entry: the
+    next publish then goes out at once, without a new claim and a release (most of the cost of
+    a delivery at a steady rate). Only while slots are free, so nobody waits for them."""
+    d = ctx.deliveries
+    if topic_log.tid not in d.following or d.slots.locked() or run.stop or d.stopping or run.resend:
+        return False
+    return await topic_log.wait_beyond(run.cursor_key, LINGER)
+
+
+async def _work(ctx: WorkerContext, run: SubRun, topic_log: TopicLog) -> str:
+    """Deliver until there is nothing more: 'idle'; or 'retry', 'gone', 'stopped', 'yield'."""
+    d = ctx.deliveries
+    slice_end = time.monotonic() + RUN_SLICE
+    must_reach: tuple[int, int] | None = None
+    while True:
+        if run.resend:
+            items = await resend_items(ctx, run)
+        else:
+            items = await topic_log.after(run.cursor, run.cursor_key, must_reach)
+        if not items:
+            return "idle"
+        for item in items:
+            if run.stop or d.stopping or not run.may_send(ctx.now()):
+                return "stopped"
+            verdict = await apply_outcome(ctx, run, item, await send(ctx, run, item))
+            if verdict != "next":
+                return verdict
+            if time.monotonic() > slice_end:
+                return "yield"
+        must_reach = items[-1].key if not run.resend else None

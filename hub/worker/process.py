@@ -1,0 +1,108 @@
+"""The worker process: HubWorker (a non-forking RQ worker that keeps one worker context for its
+whole life) and `run_worker`, what `rsnotify worker` runs."""
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis as redis_sync
+from redis.exceptions import RedisError
+from rq import Queue, SimpleWorker
+
+from ..errors import SettingsError
+from ..settings import HubSettings
+from . import reconciler
+from .context import LoopThread, WorkerContext, close_context, open_context, set_context
+
+log = logging.getLogger(__name__)
+
+
+def _url_of(connection: redis_sync.Redis) -> str:
+    kw = connection.connection_pool.connection_kwargs
+    auth = f"{kw.get('username') or ''}:{kw['password']}@" if kw.get("password") else ""
+    if kw.get("path"):
+        return f"unix://{auth}{kw['path']}?db={kw.get('db', 0)}"
+    return f"redis://{auth}{kw.get('host', 'localhost')}:{kw.get('port', 6379)}/{kw.get('db', 0)}"
+
+
+class HubWorker(SimpleWorker):
+    """An RQ worker that runs jobs in its own process (no fork per job) and keeps one worker
+    context for its whole life; its maintenance (due retries, reconciling lagging
+    subscriptions, log retention, lease sweeps) runs beside the jobs on the same loop.
+
+    `HubWorker([queue], connection=redis, settings=settings).work(burst=True)` runs the queued
+    jobs and returns once they are done and every delivery they started has finished; burst
+    mode runs no maintenance (tests call worker/reconciler.py's steps themselves).
+    """
+
+    def __init__(self, queues: Any, *args: Any, settings: HubSettings | None = None,
+                 clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
+        super().__init__(queues, *args, **kwargs)
+        self.settings = settings or HubSettings()
+        self.clock = clock
+        self.ctx: WorkerContext | None = None
+        self._loop_thread: LoopThread | None = None
+        self._maintenance: concurrent.futures.Future[None] | None = None
+        self._burst = False
+
+    def work(self, burst: bool = False, *args: Any, **kwargs: Any) -> bool:
+        self._burst = burst
+        return super().work(burst, *args, **kwargs)
+
+    def bootstrap(self, *args: Any, **kwargs: Any) -> None:
+        super().bootstrap(*args, **kwargs)
+        self._loop_thread = LoopThread()
+        queue = Queue(self.settings.queue_name, connection=self.connection)
+        url = self.settings.redis_url or _url_of(self.connection)
+        try:
+            follow = 0.0 if self._burst else self.settings.follow_seconds  # a burst worker ends with its queue
+            self.ctx = self._loop_thread.run(open_context(self.settings, redis_url=url, queue=queue, clock=self.clock,
+                                                          follow_seconds=follow))
+        except BaseException:
+            self._loop_thread.stop()
+            self._loop_thread = None
+            raise
+        self.ctx.loop_thread = self._loop_thread
+        set_context(self.ctx)
+        if not self._burst:
+            self._maintenance = self._loop_thread.submit(reconciler.maintain(self.ctx))
+        log.info("worker %s ready: %d subscriptions at once, queue %s", self.name,
+                 self.settings.delivery_concurrency, self.settings.queue_name)
+
+    def teardown(self) -> None:
+        try:
+            if self._loop_thread is not None and self.ctx is not None:
+                if self._maintenance is not None:
+                    self._loop_thread.loop.call_soon_threadsafe(self._maintenance.cancel)
+                self._loop_thread.run(close_context(self.ctx, drain=self._burst))
+        finally:
+            if self._loop_thread is not None:
+                self._loop_thread.stop()
+            self._loop_thread, self.ctx = None, None
+            set_context(None)
+            super().teardown()
+
+
+def run_worker(settings: HubSettings, *, burst: bool = False, queues: Sequence[str] = (),
+               concurrency: int | None = None, name: str | None = None, rq_log_level: str = "WARNING") -> None:
+    """`rsnotify worker`: serve the hub's queue(s) until SIGINT/SIGTERM (or, with `burst`, until
+    they are empty). Raises SettingsError when Redis is not given or cannot be reached."""
+    url = settings.redis_url
+    if url is None:
+        raise SettingsError("rsnotify worker needs the hub's Redis: give --redis-url (RSNOTIFY_REDIS_URL)")
+    if concurrency is not None:
+        if concurrency <= 0:
+            raise SettingsError(f"concurrency must be a positive number, got {concurrency}")
+        settings = settings.with_values(delivery_concurrency=concurrency)
+    connection = redis_sync.Redis.from_url(url)
+    try:
+        connection.ping()
+    except RedisError as exc:
+        raise SettingsError(f"cannot reach Redis at {url}: {exc}") from None
+    names = list(queues) or [settings.queue_name]
+    worker = HubWorker([Queue(n, connection=connection) for n in names], connection=connection,
+                       settings=settings, name=name)
+    worker.work(burst=burst, logging_level=rq_log_level)

@@ -1,0 +1,89 @@
+"""What a delivery run works with: the claim on a subscription in memory (SubRun), the items
+it sends, the headers every subscriber gets, and what a fan-out reports."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from yarl import URL
+
+from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER, build_link_header
+
+from ..records import LogEntry
+
+
+@dataclass(frozen=True, slots=True)
+class Item:
+    """One thing to send to a subscription: a log entry, or a dead letter being re-sent."""
+
+    entry: LogEntry
+    headers: dict[str, str]       # everything but the signature, built once per notification
+    key: tuple[int, int]          # the entry id, comparable
+    is_resend: bool = False
+
+
+def notification_headers(entry: LogEntry, topic: str, hub_url: str) -> dict[str, str]:
+    """The headers every subscriber gets with `entry` (the signature is added per subscriber)."""
+    links = [(topic, "self"), (hub_url, "hub")]
+    if entry.resourcesync:
+        links.append((entry.resourcesync, "resourcesync"))
+    return {"Content-Type": entry.content_type, "Link": build_link_header(links),
+            NOTIFICATION_ID_HEADER: entry.notification_id, SEQUENCE_HEADER: str(entry.sequence)}
+
+
+@dataclass(slots=True)
+class FanOutReport:
+    """What one fan-out (or one subscription's delivery job) did."""
+
+    topic_id: str
+    subscriptions: int = 0        # subscriptions of the topic looked at
+    served: int = 0               # claimed and served by this call
+    busy: int = 0                 # owned by another run at that moment (that run delivers)
+    delivered: int = 0
+    failed: int = 0               # attempts that will be retried, or ended as dead letters
+    gone: int = 0
+
+    def add(self, run: SubRun) -> None:
+        self.delivered += run.delivered_total
+        self.failed += run.failed_total
+        self.gone += run.gone
+
+
+@dataclass(slots=True)
+class SubRun:
+    """One claim on a subscription: its delivery state in memory while this worker owns it."""
+
+    sid: str
+    token: str
+    topic: str
+    callback: str
+    tid: str
+    url: URL
+    secret: str | None = field(repr=False)
+    state: str
+    expires: int
+    cursor: str
+    cursor_key: tuple[int, int]
+    cursor_seq: int | None
+    attempts: int
+    next_attempt: float
+    resend: int
+    stop: bool = False            # lost its lock, removed, paused, or the worker is stopping
+    gone: int = 0
+    # written at the next checkpoint
+    fields: dict[str, Any] = field(default_factory=dict)
+    records: list[str] = field(default_factory=list)
+    delivered: int = 0
+    gaps: int = 0
+    delivered_total: int = 0
+    failed_total: int = 0
+
+    @property
+    def is_dirty(self) -> bool:
+        return bool(self.fields or self.records)
+
+    def lags(self, last_key: tuple[int, int]) -> bool:
+        return self.cursor_key < last_key or self.resend > 0
+
+    def may_send(self, now: float) -> bool:
+        return self.state == "active" and self.expires >= now and self.next_attempt <= now and not self.stop

@@ -1,0 +1,107 @@
+"""TopicLog: a window of one topic's log shared by the subscriptions a fan-out serves."""
+from __future__ import annotations
+
+import asyncio
+import bisect
+import time
+
+from ..keys import topic_log_key
+from ..records import LogEntry, parse_entry_id, stream_pairs
+from .context import WorkerContext
+from .runs import Item, notification_headers
+
+WINDOW = 512              # log entries a fan-out keeps in memory for its topic
+READ_BATCH = 100          # entries read at once for a subscription behind that window
+FRESH = 0.002             # s: an empty log read this recent is trusted (the release re-checks anyway)
+
+
+class TopicLog:
+    """A window of one topic's log shared by the subscriptions a fan-out serves, so the log is
+    read once per round for all of them instead of once per subscription."""
+
+    def __init__(self, ctx: WorkerContext, tid: str, topic: str) -> None:
+        self.ctx, self.tid, self.topic = ctx, tid, topic
+        self.hub_url = ctx.settings.hub_url
+        self.items: list[Item] = []
+        self.keys: list[tuple[int, int]] = []
+        self.start_key: tuple[int, int] | None = None   # the window holds entries after this
+        self.end_id = ""
+        self.end_key = (0, 0)
+        self._refresh: asyncio.Future[None] | None = None
+        self._grown = asyncio.Event()                     # set (and replaced) when the window grows
+        self._refreshed_at = 0.0
+
+    def item(self, entry: LogEntry, key: tuple[int, int] | None = None) -> Item:
+        return Item(entry, notification_headers(entry, self.topic, self.hub_url),
+                    key or parse_entry_id(entry.notification_id))
+
+    @property
+    def is_primed(self) -> bool:
+        return self.start_key is not None
+
+    def feed(self, after: str, entries: list[LogEntry]) -> None:
+        """Extend the window with entries just read after `after` (XREAD), when no entry can lie
+        between the window's end and them; otherwise the next `after` call reads them itself."""
+        if not self.is_primed or parse_entry_id(after) > self.end_key:
+            return
+        self._append(entries)
+
+    async def prime(self, after: str) -> None:
+        self.start_key = parse_entry_id(after)
+        self.end_id, self.end_key = after, self.start_key
+        await self._read_more()
+
+    async def after(self, cursor: str, cursor_key: tuple[int, int], must_reach: tuple[int, int] | None = None,
+                    ) -> list[Item]:
+        """Entries after `cursor`, oldest first (a batch, not necessarily all)."""
+        if self.start_key is None or cursor_key < self.start_key:
+            entries = await self._xrange(cursor, READ_BATCH)   # behind the window: its own read
+            return [self.item(e) for e in entries]
+        if cursor_key >= self.end_key:
+            if self._refresh is not None:
+                await asyncio.shield(self._refresh)
+            elif (time.monotonic() - self._refreshed_at > FRESH
+                  or (must_reach is not None and self.end_key < must_reach)):
+                await self._read_more()
+            if cursor_key >= self.end_key:
+                return []
+        index = bisect.bisect_right(self.keys, cursor_key)
+        return self.items[index:index + READ_BATCH]
+
+    async def wait_beyond(self, key: tuple[int, int], timeout: float) -> bool:
+        """Wait up to `timeout` for the window to hold an entry after `key`; True when it does."""
+        if self.end_key <= key:
+            try:
+                await asyncio.wait_for(self._grown.wait(), timeout)
+            except TimeoutError:
+                pass
+        return self.end_key > key
+
+    async def _read_more(self) -> None:
+        self._refresh = asyncio.get_running_loop().create_future()
+        try:
+            self._append(await self._xrange(self.end_id, WINDOW))
+            self._refreshed_at = time.monotonic()
+        finally:
+            self._refresh.set_result(None)
+            self._refresh = None
+
+    def _append(self, entries: list[LogEntry]) -> None:
+        # a read and a feed can overlap: keep each entry once, in log order
+        for entry in entries:
+            key = parse_entry_id(entry.notification_id)
+            if key > self.end_key:
+                self.items.append(self.item(entry, key))
+                self.keys.append(key)
+                self.end_id, self.end_key = entry.notification_id, key
+                self._grown.set()
+                self._grown = asyncio.Event()
+        if len(self.items) > 2 * WINDOW:
+            drop = len(self.items) - WINDOW
+            self.start_key = self.keys[drop - 1]
+            del self.items[:drop], self.keys[:drop]
+
+    async def _xrange(self, after: str, count: int) -> list[LogEntry]:
+        raw = await self.ctx.batch.execute("XRANGE", topic_log_key(self.tid), f"({after}", "+",
+                                           "COUNT", count)
+        return [LogEntry.from_stream(entry_id, dict(stream_pairs(flat))) for entry_id, flat in raw]
