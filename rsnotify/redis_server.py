@@ -81,7 +81,10 @@ def start_redis_server(
     terminal's Ctrl-C (the embedded hub stops it last, after its workers).
     """
     data = Path(data_dir).resolve()
-    data.mkdir(parents=True, exist_ok=True)
+    # The AOF holds every subscription (callback URLs are credentials) and the notifications:
+    # the folder is the owner's alone, and redis-server creates its files 0600 (umask below).
+    data.mkdir(parents=True, exist_ok=True, mode=0o700)
+    data.chmod(0o700)
     args = [find_redis_server(), "--dir", str(data), "--save", "",
             "--appendonly", "yes" if appendonly else "no", "--appendfsync", "everysec",
             "--daemonize", "no", "--loglevel", "warning", "--logfile", str(data / "redis.log")]
@@ -96,7 +99,7 @@ def start_redis_server(
         args += ["--port", str(port), "--bind", "127.0.0.1"]
         url = f"redis://127.0.0.1:{port}/0"
     process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, start_new_session=new_session)
+                               stderr=subprocess.PIPE, start_new_session=new_session, umask=0o077)
     server = RedisServer(process, url, data)
     _wait_ready(server, timeout)
     return server
