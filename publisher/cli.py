@@ -137,8 +137,10 @@ def publish(
             state_path=None if no_state else (state_path or _default_state_path()),
         )
         publisher = Publisher.from_settings(settings)
-    except (SettingsError, StateError) as exc:
+    except SettingsError as exc:
         raise click.UsageError(str(exc), ctx) from None
+    except StateError as exc:  # the state file's contents: a data error, not a usage one
+        raise click.ClickException(str(exc)) from None
     now = utc_now()
     document = _read_document(ctx, file, now) if file is not None else None
     changes = _option_changes(ctx, created, updated, deleted, now)
@@ -152,14 +154,17 @@ def publish(
         if not changes:
             raise click.UsageError("nothing to publish: give --created/--updated/--deleted URIs or --file", ctx)
         work = publisher.publish_receipts(changes)
-    asyncio.run(_run(ctx, publisher, work))
+    asyncio.run(_run(ctx, publisher, work, settings.state_path))
 
 
-async def _run(ctx: click.Context, publisher: Publisher, work: Awaitable[list[Receipt]]) -> None:
+async def _run(ctx: click.Context, publisher: Publisher, work: Awaitable[list[Receipt]],
+               state_path: str | None) -> None:
     try:
         receipts = await work
-    except ChangeInputError as exc:  # raised before anything is sent
-        raise click.UsageError(str(exc), ctx) from None
+    except ChangeInputError as exc:  # raised before anything is sent; the data is wrong, not the usage
+        where = (f"\n(the topic's chain is kept in {state_path}: give later datetimes, or --state with "
+                 "another file to start a new chain)") if state_path and "last notification" in str(exc) else ""
+        raise click.ClickException(f"{exc}{where}") from None
     except PublishError as exc:
         for receipt in exc.accepted:
             _echo_receipt(receipt)
@@ -211,16 +216,16 @@ def _read_document(ctx: click.Context, file: BinaryIO, now: datetime) -> bytes |
         try:
             validate_document(data)  # the same validation `submit` applies
         except ChangeInputError as exc:
-            raise click.BadParameter(f"{name}: {exc}", ctx, param_hint="--file") from None
+            raise click.ClickException(f"--file {name}: {exc}") from None
         return data
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise click.BadParameter(f"{name} is neither XML nor UTF-8 JSON Lines ({exc})", ctx, param_hint="--file") from None
+        raise click.ClickException(f"--file {name} is neither XML nor UTF-8 JSON Lines ({exc})") from None
     try:
         return parse_json_lines(text.splitlines(), now, source=name)
     except ChangeInputError as exc:
-        raise click.BadParameter(str(exc), ctx, param_hint="--file") from None
+        raise click.ClickException(f"--file {exc}") from None
 
 
 # -- capability-list -------------------------------------------------------------------------

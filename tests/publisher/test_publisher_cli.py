@@ -103,8 +103,6 @@ def test_an_unreachable_hub_exits_1_after_the_retries(run, unused_port):
     ((), "nothing to publish"),
     (("--updated", "https://example.org/a@2024-13-45T00:00:00Z"), "not a valid W3C datetime"),
     (("--updated", "https://example.org/a@yesterday-ish"), None),  # not a datetime: part of the URI
-    (("--file", "-"), "not JSON"),
-    (("--file", str(FIXTURES / "core-1.1" / "resourcesync_ex_13.xml")), "not a change notification"),
 ])
 def test_usage_errors_exit_2_with_a_message(run, threaded_hub, args, message):
     result = run("publish", "--hub", threaded_hub.url, "--topic", TOPIC, *args, input="{oops\n")
@@ -114,6 +112,26 @@ def test_usage_errors_exit_2_with_a_message(run, threaded_hub, args, message):
     assert result.exit_code == 2, result.output
     assert message in result.stderr
     assert threaded_hub.received == []
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("--file", "-"), "--file -:1: not JSON"),
+    (("--file", str(FIXTURES / "core-1.1" / "resourcesync_ex_13.xml")), "not a change notification"),
+])
+def test_data_errors_exit_1_naming_the_file_without_the_usage_banner(run, threaded_hub, args, message):
+    result = run("publish", "--hub", threaded_hub.url, "--topic", TOPIC, *args, input="{oops\n")
+    assert result.exit_code == 1, result.output
+    assert message in result.stderr and "Usage:" not in result.stderr
+    assert threaded_hub.received == []
+
+
+def test_a_change_dated_before_the_chain_names_the_state_file(run, threaded_hub, tmp_path):
+    assert run("publish", "--hub", threaded_hub.url, "--topic", TOPIC, "--updated", "https://example.org/a").exit_code == 0
+    result = run("publish", "--hub", threaded_hub.url, "--topic", TOPIC,
+                 "--updated", "https://example.org/b@2020-01-01T00:00:00Z")
+    assert result.exit_code == 1, result.output
+    assert "before the end of" in result.stderr and str(tmp_path / "state.json") in result.stderr
+    assert "Usage:" not in result.stderr and len(threaded_hub.received) == 1
 
 
 def test_a_bad_hub_url_or_missing_topic_exits_2(run):
