@@ -22,6 +22,7 @@ from aiohttp import web
 from .aiohttp_adapter import add_callback_routes
 from .client import Subscriber
 from .core import ReceivedNotification
+from .diagnostics import print_status
 from .discovery import (
     DiscoveredTopic,
     discover_capability_list,
@@ -70,14 +71,19 @@ def _status(message: str) -> None:
               help="Keep a copy of the resources in DIR: fetch created/updated ones (length and hash "
                    "checked), delete deleted ones; each JSON line then says what was done.")
 @click.option("-v", "--verbose", is_flag=True, help="Log each request and renewal on stderr.")
+@click.option("--status", is_flag=True,
+              help="Print the hub's view of each subscription in --state-file (signed diagnostics request) as "
+                   "JSON lines, then exit: 0 when every hub answered, 1 otherwise.")
 def subscribe(hub: str | None, topic: str | None, capability_list: str | None, source: str | None, listen: str,
               callback_url: str | None, lease_seconds: int | None, no_secret: bool, state_file: str,
-              verification_timeout: float, mirror: str | None, verbose: bool) -> None:
+              verification_timeout: float, mirror: str | None, verbose: bool, status: bool) -> None:
     """Subscribe to a change-notification channel and print each notification as a JSON line.
 
     Give --hub and --topic, or --topic alone (WebSub discovery), or --capability-list, or
     --source. Ctrl-C unsubscribes and exits.
     """
+    if status:
+        sys.exit(asyncio.run(print_status(state_file, JsonFileStore(state_file), click.echo)))
     starts = [name for name, value in (("--topic", topic), ("--capability-list", capability_list),
                                        ("--source", source)) if value]
     if len(starts) != 1:

@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 from urllib.parse import urljoin
 
@@ -20,7 +21,7 @@ from rsnotify.websub import SIGNATURE_HEADER, sign
 
 from .core import CallbackCore
 from .errors import DiagnosticsError
-from .store import Subscription
+from .store import Subscription, SubscriptionStore
 
 TIMESTAMP_HEADER = "X-RSNotify-Timestamp"
 
@@ -106,3 +107,52 @@ async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]
         raise DiagnosticsError(f"hub {subscription.hub} answered the diagnostics request with JSON that is "
                                f"not an object: {text[:200]!r}")
     return report
+
+
+async def diagnose_all(session: aiohttp.ClientSession, core: CallbackCore, subscriptions: list[Subscription],
+                       *, signed_only: bool = False) -> list[tuple[Subscription, dict[str, Any] | DiagnosticsError]]:
+    """The hub's report (or why there is none) for each subscription that has not ended.
+
+    `signed_only`: for callers that do not serve the callback (a command line), a subscription
+    without a secret gets a DiagnosticsError instead of a link request nobody would receive.
+    """
+    results: list[tuple[Subscription, dict[str, Any] | DiagnosticsError]] = []
+    for subscription in subscriptions:
+        if subscription.is_ended:
+            continue
+        if signed_only and subscription.secret is None:
+            results.append((subscription, DiagnosticsError(
+                "the subscription has no secret, so only its callback can receive the hub's diagnostics "
+                "link; ask from the running application (Subscriber.diagnostics)")))
+            continue
+        try:
+            results.append((subscription, await read_diagnostics(session, core, subscription)))
+        except DiagnosticsError as exc:
+            results.append((subscription, exc))
+    return results
+
+
+def status_line(subscription: Subscription, outcome: dict[str, Any] | DiagnosticsError) -> dict[str, Any]:
+    """One JSON object for `rsnotify subscribe --status`: the local record and the hub's view."""
+    line: dict[str, Any] = {"topic": subscription.topic, "hub": subscription.hub, "callback": subscription.callback,
+                            "status": subscription.status,
+                            "expires_at": subscription.expires_at.isoformat() if subscription.expires_at else None}
+    if isinstance(outcome, DiagnosticsError):
+        line["error"] = str(outcome)
+    else:
+        line["at_hub"] = outcome
+    return line
+
+
+async def print_status(state_file: str, store: SubscriptionStore, echo: Callable[..., Any]) -> int:
+    """`rsnotify subscribe --status`: one JSON line per subscription in `store`; 0 when the hub
+    answered for every one, 1 otherwise (the reason in the line's "error")."""
+    subscriptions = [s for s in await store.all() if not s.is_ended]
+    if not subscriptions:
+        echo(f"rsnotify subscribe: no subscription in {state_file}", err=True)
+        return 1
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        results = await diagnose_all(session, CallbackCore(store), subscriptions, signed_only=True)
+    for subscription, outcome in results:
+        echo(json.dumps(status_line(subscription, outcome), ensure_ascii=False))
+    return 0 if all(not isinstance(outcome, DiagnosticsError) for _, outcome in results) else 1

@@ -118,7 +118,7 @@ async def discover(url: str, session: aiohttp.ClientSession | None = None) -> li
             problems.append(f"as {kind}: {exc}")
             continue
         return found if isinstance(found, list) else [found]
-    raise DiscoveryError(f"no change-notification channel found from {url}; " + "; ".join(problems))
+    raise DiscoveryError(f"no change-notification channel found from {url}: " + "; ".join(problems))
 
 
 async def read_bounded(response: aiohttp.ClientResponse, limit: int, what: str) -> bytes:
