@@ -1,0 +1,240 @@
+"""`rsnotify source` as a user runs it, against a real `rsnotify hub`: the documents it serves
+validate and parse with resync, `resync-sync --baseline` makes a byte-identical copy, edits
+(live and offline) are recorded and published, bad input gets one line and an exit code."""
+from __future__ import annotations
+
+import filecmp
+import io
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Iterator
+from email.message import Message
+from pathlib import Path
+
+import pytest
+from resync.change_list import ChangeList as ResyncChangeList
+from resync.resource_list import ResourceList as ResyncResourceList
+
+from rsnotify.lists import ListInfo, Resource, open_list
+from rsnotify.publisher.resourcelist import write_resource_list
+from rsnotify.publisher.source import SourceUrls
+from rsnotify.redis_server import free_port
+from rsnotify.xml import parse_capability_list, parse_document, parse_source_description
+
+BIN = Path(sys.executable).parent
+RSNOTIFY = str(BIN / "rsnotify")
+
+
+def wait_for(condition: Callable[[], object], what: str, timeout: float = 60.0) -> object:
+    deadline = time.monotonic() + timeout
+    while not (result := condition()):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.05)
+    return result
+
+
+def get(url: str, method: str = "GET") -> tuple[int, Message, bytes]:
+    """Status, headers (case-insensitive, as HTTP says) and body."""
+    request = urllib.request.Request(url, method=method)
+    try:
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return answer.status, answer.headers, answer.read()
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers, error.read()
+
+
+class SourceProcess:
+    def __init__(self, argv: list[str], log: Path) -> None:
+        self.log = log
+        with log.open("ab") as out:
+            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                self.process.wait(30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        return self.process.returncode
+
+
+@pytest.fixture
+def run_source(tmp_path: Path) -> Iterator[Callable[..., SourceProcess]]:
+    started: list[SourceProcess] = []
+
+    def start(*args: str, ready_url: str) -> SourceProcess:
+        source = SourceProcess([RSNOTIFY, "source", *args], tmp_path / "source.log")
+        started.append(source)
+        wait_for(lambda: source.process.poll() is not None or get_ok(ready_url), "rsnotify source to serve")
+        assert source.process.poll() is None, source.output()
+        return source
+
+    yield start
+    for source in started:
+        source.stop()
+
+
+def get_ok(url: str) -> bool:
+    try:
+        return get(url)[0] == 200
+    except OSError:
+        return False
+
+
+def _tree(src: Path) -> None:
+    (src / "sub dir").mkdir(parents=True)
+    (src / "a.txt").write_bytes(b"alpha\n")
+    (src / "sub dir" / "b c.json").write_bytes(b'{"b": 1}\n')
+    (src / "bin.dat").write_bytes(bytes(range(256)) * 40)
+    (src / "leak").symlink_to("/etc/hostname" if Path("/etc/hostname").exists() else "/etc/passwd")
+
+
+def _changelist_entries(base: str) -> list:
+    status, _, body = get(base + "changelist.xml")
+    assert status == 200
+    stream = open_list(io.BytesIO(body))
+    assert not stream.info.is_index
+    return list(stream)
+
+
+def test_source_serves_a_folder_that_resync_copies_byte_for_byte(hub_process, run_source, tmp_path):
+    hub = hub_process()
+    src = tmp_path / "src"
+    _tree(src)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/"
+    db = tmp_path / "state" / "memory.db"
+    source = run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(db),
+                        ready_url=base + "capabilitylist.xml")
+
+    # Discovery at the host root: /.well-known/resourcesync -> Capability List -> lists, channel.
+    status, headers, body = get(base + ".well-known/resourcesync")
+    assert status == 200 and headers["Content-Type"].startswith("application/xml")
+    assert parse_source_description(body).capability_lists == [base + "capabilitylist.xml"]
+    capability_list = parse_capability_list(get(base + "capabilitylist.xml")[2])
+    assert {e.capability: e.loc for e in capability_list.entries} == {
+        "resourcelist": base + "resourcelist.xml", "changelist": base + "changelist.xml",
+        "change-notification": base + "changes",
+    }
+    assert capability_list.change_notification_channels()[0].hubs == (hub.url,)
+
+    # Every document validates (rsnotify validate, as a user runs it) and resync reads the lists.
+    documents = {}
+    for name in (".well-known/resourcesync", "capabilitylist.xml", "resourcelist.xml", "changelist.xml"):
+        path = tmp_path / name.replace("/", "_")
+        path.write_bytes(get(base + name)[2])
+        documents[name] = path
+        checked = subprocess.run([RSNOTIFY, "validate", str(path)], capture_output=True, text=True)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+    resource_list = ResyncResourceList()
+    resource_list.parse(str_data=documents["resourcelist.xml"].read_text())
+    assert sorted(r.uri for r in resource_list) == [base + "a.txt", base + "bin.dat", base + "sub%20dir/b%20c.json"]
+    assert all(r.md5 and r.length and r.mime_type for r in resource_list)
+    change_list = ResyncChangeList()
+    change_list.parse(str_data=documents["changelist.xml"].read_text())
+    assert sorted((r.uri, r.change) for r in change_list) == sorted((r.uri, "created") for r in resource_list)
+    info = open_list(io.BytesIO(documents["resourcelist.xml"].read_bytes())).info
+    topic_status, topic_headers, _ = get(base + "changes", "HEAD")
+    assert topic_status == 200 and topic_headers["Content-Type"] == "application/xml"
+    assert f'<{base}changes>; rel="self"' in topic_headers["Link"] and f'<{hub.url}>; rel="hub"' in topic_headers["Link"]
+    notification = wait_for(lambda: get(base + "changes")[2], "the first notification on the topic URI")
+    assert info.at is not None and f'until="{info.at.isoformat().replace("+00:00", "Z")}"'.encode() in notification
+
+    # Files: headers a client relies on; a symlink leaving SRC is not served.
+    status, headers, body = get(base + "sub%20dir/b%20c.json", "GET")
+    assert (status, body, headers["Content-Length"]) == (200, b'{"b": 1}\n', "9")
+    assert headers["ETag"] and headers["Last-Modified"]
+    assert get(base + "leak")[0] == 404
+
+    # resync's own client, baseline: a byte-identical copy.
+    copy = tmp_path / "copy"
+    synced = subprocess.run([str(BIN / "resync-sync"), "--baseline", base, str(copy)], capture_output=True, text=True,
+                            timeout=120, cwd=tmp_path)
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    # resync maps a loc to a path without decoding it: "sub%20dir/b%20c.json" on its side.
+    for name in ("a.txt", "bin.dat", "sub dir/b c.json"):
+        assert filecmp.cmp(src / name, copy / urllib.parse.quote(name), shallow=False)
+    assert sorted(p.relative_to(copy).as_posix() for p in copy.rglob("*") if p.is_file()) == [
+        "a.txt", "bin.dat", "sub%20dir/b%20c.json",
+    ]
+    assert not (copy / "leak").exists()
+
+    # A live edit is recorded and published; the Resource List follows.
+    (src / "a.txt").write_bytes(b"alpha, changed\n")
+    (src / "bin.dat").unlink()
+    entries = wait_for(lambda: (e := _changelist_entries(base)) and len(e) >= 5 and e, "the live changes in the Change List")
+    assert sorted((e.loc, e.change.value) for e in entries[3:]) == [(base + "a.txt", "updated"), (base + "bin.dat", "deleted")]
+    assert entries[3].length == len(b"alpha, changed\n")
+    listed = {r.loc: r for r in open_list(io.BytesIO(get(base + "resourcelist.xml")[2]))}
+    assert sorted(listed) == [base + "a.txt", base + "sub%20dir/b%20c.json"] and listed[base + "a.txt"].length == 15
+
+    # Offline edits are exactly what the next start publishes.
+    assert source.stop() == 0
+    (src / "sub dir" / "b c.json").unlink()
+    (src / "new.txt").write_bytes(b"new\n")
+    run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(db), ready_url=base + "changelist.xml")
+    entries = _changelist_entries(base)
+    assert sorted((e.loc, e.change.value) for e in entries[5:]) == [
+        (base + "new.txt", "created"), (base + "sub%20dir/b%20c.json", "deleted"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["--dir", "{tmp}/missing", "--base-url", "http://127.0.0.1:1/", "--hub", "http://127.0.0.1:1/"], 2, "is not a folder"),
+        (["--dir", "{tmp}", "--base-url", "ftp://example.org/data/", "--hub", "http://127.0.0.1:1/"], 2, "is not an http(s) URL"),
+        (["--dir", "{tmp}", "--base-url", "http://127.0.0.1:1/", "--hub", "http://127.0.0.1:1/", "--db", "{tmp}/m.db",
+          "--listen", "nonsense"], 2, "is not HOST:PORT"),
+        (["--dir", "{tmp}/src", "--base-url", "http://127.0.0.1:1/", "--hub", "http://127.0.0.1:{closed}/",
+          "--db", "{tmp}/m.db"], 1, "cannot reach the hub"),
+    ],
+)
+def test_bad_input_gets_one_line_and_an_exit_code(tmp_path, args, code, message):
+    (tmp_path / "src").mkdir()
+    values = {"tmp": str(tmp_path), "closed": str(free_port())}
+    result = subprocess.run([RSNOTIFY, "source", *(a.format(**values) for a in args)], capture_output=True, text=True,
+                            timeout=60, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")})
+    assert result.returncode == code, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_base_below_the_host_root_serves_its_source_description_beside_the_lists():
+    urls = SourceUrls("https://example.org/dataset1/")
+    assert urls.source_description == "https://example.org/dataset1/sourcedescription.xml"
+    assert SourceUrls("https://example.org/").source_description == "https://example.org/.well-known/resourcesync"
+
+
+def test_a_resource_list_past_the_limits_becomes_an_index_of_parts(tmp_path):
+    resources = [Resource(f"https://example.org/r{i:03d}", length=i, hashes=(("md5", "0" * 32),)) for i in range(25)]
+    from datetime import UTC, datetime
+
+    at = datetime(2026, 11, 21, tzinfo=UTC)
+    files = write_resource_list(iter(resources), tmp_path, at=at, up="https://example.org/capabilitylist.xml",
+                                part_url=lambda name: "https://example.org/" + name, max_entries=10)
+    index = open_list(files.main.open("rb"))
+    assert index.info == ListInfo("resourcelist", True, at, links=index.info.links)
+    refs = list(index)
+    assert [ref.loc.rsplit("/", 1)[1] for ref in refs] == [p.name for p in files.parts] and len(refs) == 3
+    assert all(ref.at == at for ref in refs)
+    assert parse_document(files.main.read_bytes()).is_valid
+    read = [r for part in files.parts for r in open_list(part.open("rb"))]
+    assert read == resources
+    for part in files.parts:
+        verdict = parse_document(part.read_bytes())
+        assert verdict.is_valid and verdict.entries <= 10
+    small = write_resource_list(iter(resources[:3]), tmp_path / "small", at=at, up="https://example.org/c.xml",
+                                part_url=str)
+    assert small.parts == () and not open_list(small.main.open("rb")).info.is_index
