@@ -123,6 +123,10 @@ class Subscriber:
         self.startup_tasks: list[asyncio.Task[Any]] = []
         # Extra form fields for an intent, e.g. rsnotify.replay_from (hubs ignore unknown ones).
         self.intent_extras: Callable[[Subscription, str], dict[str, str]] | None = None
+        # A verification can bring the next renewal closer than the renewal loop's sleep (a
+        # short lease): it wakes the loop, so a lease under renew_check_seconds is renewed in time.
+        self._renewal_wake = asyncio.Event()
+        self.core.add_hook("verified", self._wake_renewals)
 
     # --- hooks (decorators) ----------------------------------------------------------------
 
@@ -498,13 +502,20 @@ class Subscriber:
 
     async def _renewal_loop(self) -> None:
         while True:
+            self._renewal_wake.clear()
             try:
                 await self.renew_due()
                 delay = await self._next_check_delay()
             except Exception:
                 log.exception("renewal pass failed")
                 delay = self.settings.renew_check_seconds
-            await asyncio.sleep(delay)
+            try:
+                await asyncio.wait_for(self._renewal_wake.wait(), delay)
+            except TimeoutError:
+                pass
+
+    async def _wake_renewals(self, subscription: Subscription) -> None:
+        self._renewal_wake.set()
 
     async def _next_check_delay(self) -> float:
         now = self.now()

@@ -49,6 +49,7 @@ XML_TYPES = ("application/xml", "text/xml")
 # A hub that verifies without hub.lease_seconds (it is mandatory) gets this lease assumed, so
 # the subscription is renewed early rather than lost.
 ASSUMED_LEASE_SECONDS = 3600
+MAX_LEASE_SECONDS = 10 * 365 * 86_400  # longer granted leases are counted as this
 
 
 def utc_now() -> datetime:
@@ -563,7 +564,9 @@ def _lease(value: str | None) -> int | None:
         return None
     if not value.strip().isdigit() or int(value) <= 0:
         raise WireError(f"hub.lease_seconds must be a positive integer, got {value!r}")
-    return int(value)
+    # A lease past datetime's range (e.g. 999999999999 s) would overflow the expiry: for us it
+    # is as good as ten years, renewed well before then.
+    return min(int(value), MAX_LEASE_SECONDS)
 
 
 def _sequence(value: str | None) -> int | None:
