@@ -1,13 +1,17 @@
-"""`rsnotify subscribe`: a callback server that subscribes, renews, and prints notifications.
+"""`rsnotify subscribe`: a callback server that subscribes, renews, and prints notifications;
+`rsnotify sync` / `sync status` / `audit`: a folder kept equal to a Source (subscriber.sync).
 
-One JSON object per line on stdout for each notification; status on stderr. Ctrl-C (SIGINT)
-or SIGTERM unsubscribes (verified) and exits 0.
+subscribe: one JSON object per line on stdout for each notification, written before the hub
+gets its 2xx; status on stderr. Ctrl-C (SIGINT) or SIGTERM stops and keeps the subscription
+(`--unsubscribe-on-exit` ends it, verified), exit 0; a second one stops at once.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import logging
+import os
+import select
 import signal
 import sys
 from collections.abc import Callable
@@ -21,7 +25,7 @@ from aiohttp import web
 
 from .aiohttp_adapter import add_callback_routes
 from .client import Subscriber
-from .core import ReceivedNotification
+from .core import ACK_AFTER_HANDLER, ReceivedNotification
 from .diagnostics import print_status
 from .discovery import (
     DiscoveredTopic,
@@ -32,12 +36,22 @@ from .discovery import (
 from .errors import SubscriberError
 from .mirror import Mirror, MirrorOutcome
 from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
-from .store import ACTIVE, EXPIRED, JsonFileStore, Subscription
+from .store import (
+    ACTIVE,
+    EXPIRED,
+    SqliteStore,
+    Subscription,
+    SubscriptionStore,
+    open_store,
+)
+from .sync.netguard import source_networks
 
 if TYPE_CHECKING:
     from .sync.runner import SyncCommand
 
 log = logging.getLogger(__name__)
+
+DEFAULT_STATE_FILE = "rsnotify-subscriber.db"
 
 
 def _status(message: str) -> None:
@@ -61,9 +75,13 @@ def _status(message: str) -> None:
               show_envvar=True, help="Lease to ask for; the hub may grant another.")
 @click.option("--no-secret", is_flag=True, envvar="RSNOTIFY_SUBSCRIBER_NO_SECRET", show_envvar=True,
               help="Ask for unsigned deliveries (by default a random secret is used).")
-@click.option("--state-file", metavar="PATH", default="rsnotify-subscriber.json", show_default=True,
+@click.option("--state-file", metavar="PATH", default=DEFAULT_STATE_FILE, show_default=True,
               envvar="RSNOTIFY_SUBSCRIBER_STATE_FILE", show_envvar=True,
-              help="Subscriptions, secrets and leases, kept across restarts.")
+              help="Subscriptions, secrets and leases, kept across restarts (SQLite; a path ending in .json "
+                   "keeps the older JSON file).")
+@click.option("--unsubscribe-on-exit", is_flag=True, envvar="RSNOTIFY_SUBSCRIBER_UNSUBSCRIBE_ON_EXIT",
+              show_envvar=True, help="Unsubscribe on Ctrl-C/SIGTERM (by default the subscription stays, so the "
+                                     "hub keeps the notifications for the next start).")
 @click.option("--verification-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
               envvar="RSNOTIFY_SUBSCRIBER_VERIFICATION_TIMEOUT", show_envvar=True,
               help="Seconds to wait for the hub to verify a (un)subscription.")
@@ -76,14 +94,18 @@ def _status(message: str) -> None:
                    "JSON lines, then exit: 0 when every hub answered, 1 otherwise.")
 def subscribe(hub: str | None, topic: str | None, capability_list: str | None, source: str | None, listen: str,
               callback_url: str | None, lease_seconds: int | None, no_secret: bool, state_file: str,
-              verification_timeout: float, mirror: str | None, verbose: bool, status: bool) -> None:
+              verification_timeout: float, mirror: str | None, verbose: bool, status: bool,
+              unsubscribe_on_exit: bool) -> None:
     """Subscribe to a change-notification channel and print each notification as a JSON line.
 
     Give --hub and --topic, or --topic alone (WebSub discovery), or --capability-list, or
-    --source. Ctrl-C unsubscribes and exits.
+    --source. A notification is acknowledged once its line is written; when stdout is gone the
+    hub is answered 503 and the command stops with exit 1. Ctrl-C or SIGTERM stops (a second
+    one at once) and keeps the subscription unless --unsubscribe-on-exit; a restart resumes it.
+    For a copy that stays equal to the Source, use `rsnotify sync`.
     """
     if status:
-        sys.exit(asyncio.run(print_status(state_file, JsonFileStore(state_file), click.echo)))
+        sys.exit(asyncio.run(print_status(state_file, _open_state(state_file), click.echo)))
     starts = [name for name, value in (("--topic", topic), ("--capability-list", capability_list),
                                        ("--source", source)) if value]
     if len(starts) != 1:
@@ -100,23 +122,76 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
         raise click.BadParameter(str(exc)) from None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    exit_code = asyncio.run(_run(settings, Mirror(mirror) if mirror else None, hub=hub, topic=topic,
+    if mirror:
+        _status("--mirror keeps no per-resource state and cannot catch up what it missed; "
+                "`rsnotify sync --dir DIR` keeps a copy equal to the Source")
+    exit_code = asyncio.run(_run(settings, mirror, unsubscribe_on_exit, hub=hub, topic=topic,
                                  capability_list=capability_list, source=source))
     sys.exit(exit_code)
 
 
-async def _run(settings: SubscriberSettings, mirror: Mirror | None, **start: str | None) -> int:
+def _open_state(state_file: str) -> SubscriptionStore:
+    """The state at `state_file`; a SQLite file starts with the subscriptions of the JSON file
+    older versions kept beside it (same name, .json), so an upgrade resumes them."""
+    try:
+        store = open_store(state_file)
+        legacy = Path(state_file).with_suffix(".json")
+        if isinstance(store, SqliteStore) and legacy.exists() and not asyncio.run(store.all()):
+            count = store.import_json(legacy)
+            _status(f"imported {count} subscription(s) from {legacy} into {state_file}")
+    except SubscriberError as exc:
+        raise click.ClickException(str(exc)) from None
+    return store
+
+
+def _stdout_gone() -> bool:
+    """True when stdout is a pipe or socket whose reader has gone (poll reports an error)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLERR | select.POLLHUP)
+        return any(events & (select.POLLERR | select.POLLHUP) for _, events in poller.poll(0))
+    except (OSError, ValueError):
+        return True
+
+
+async def _run(settings: SubscriberSettings, mirror_dir: str | None, unsubscribe_on_exit: bool,
+               **start: str | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    main = asyncio.current_task()
+    signals = {"count": 0, "stdout_gone": False}
+
+    def on_signal() -> None:
+        signals["count"] += 1
+        if signals["count"] == 1:
+            stop.set()
+        elif main is not None:
+            main.cancel()  # a second Ctrl-C: stop at once
+
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+        loop.add_signal_handler(signum, on_signal)
+    store = _open_state(settings.state_file)
+    mirror = None
+    if mirror_dir:
+        networks = await source_networks(start.get("source") or start.get("capability_list") or start.get("topic")
+                                         or "")
+        mirror = Mirror(mirror_dir, allow_networks=networks)
 
     async def on_notification(received: ReceivedNotification) -> None:
+        # Runs before the hub gets its answer: a line that cannot be written is answered 503,
+        # so the hub keeps the notification for the next start.
+        if signals["stdout_gone"] or _stdout_gone():
+            _lose_stdout(signals, stop)
+            raise BrokenPipeError("stdout is gone")
         outcomes = await mirror(received) if mirror is not None else None
-        _print_notification(received, outcomes)
+        try:
+            _print_notification(received, outcomes)
+        except (BrokenPipeError, OSError, ValueError):
+            _lose_stdout(signals, stop)
+            raise
 
-    subscriber = Subscriber(store=JsonFileStore(settings.state_file), settings=settings,
-                            on_notification=on_notification, on_denial=_report_denial)
+    subscriber = Subscriber(store=store, settings=settings, on_notification=on_notification,
+                            on_denial=_report_denial, ack=ACK_AFTER_HANDLER)
     app = web.Application()
     route_path = urlsplit(settings.callback_url).path.rstrip("/") if settings.callback_url else CALLBACK_PATH
     add_callback_routes(app, subscriber.core, route_path)
@@ -145,9 +220,20 @@ async def _run(settings: SubscriberSettings, mirror: Mirror | None, **start: str
         else:
             await stop.wait()
         stopping.cancel()
-        return await _unsubscribe_all(subscriber, subscribed)
+        if unsubscribe_on_exit:
+            code = await _unsubscribe_all(subscriber, subscribed)
+        else:
+            code = 0
+            if subscribed:
+                _status(f"stopped; the subscription stays (the hub keeps notifications for the next start; "
+                        f"--unsubscribe-on-exit ends it), state in {settings.state_file}")
+        return 1 if signals["stdout_gone"] else code
+    except asyncio.CancelledError:
+        _status("stopped at once; the subscription stays")
+        return 1 if signals["stdout_gone"] else 0
     except SubscriberError as exc:
-        await _unsubscribe_all(subscriber, subscribed)
+        if unsubscribe_on_exit:
+            await _unsubscribe_all(subscriber, subscribed)
         raise click.ClickException(str(exc)) from None
     finally:
         await subscriber.close()
@@ -235,6 +321,17 @@ def _print_notification(received: ReceivedNotification, outcomes: tuple[MirrorOu
     for problem in received.problems:
         _status(f"notification {received.notification_id} on {received.topic} is not a valid change "
                 f"notification: {problem}")
+
+
+def _lose_stdout(signals: dict[str, Any], stop: asyncio.Event) -> None:
+    if not signals["stdout_gone"]:
+        signals["stdout_gone"] = True
+        _status("stdout is gone: answering 503 (the hub keeps the notifications) and stopping")
+        # Nothing more can be written there; spare the interpreter a failing flush at exit.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    stop.set()
 
 
 def _report_denial(subscription: Subscription) -> None:

@@ -1,34 +1,36 @@
 """A mirror: keeps a local copy of a Source's resources from its change notifications.
 
-Created and updated resources are fetched and kept only when their length and hash match
-what the notification announced; deleted ones are removed. Files live under one root
-folder as <root>/<host[_port]>/<path>, and no URL can reach outside that root.
+Created and updated resources are fetched (streamed to a temp file while hashed, whatever
+their size) and kept only when their length and hash match what the notification announced;
+deleted ones are removed. Different resources are fetched concurrently on one keep-alive
+session; changes to the same resource are applied in the notification's order, so a
+create-then-delete ends with no file. Redirects are followed within the same host only; give
+`allow_networks` (the CLI always does) to refuse private, loopback and link-local targets
+other than those networks. Files live under one root folder as <root>/<host[_port]>/<path>,
+and no URL can reach outside that root. For a copy that stays equal to the Source across
+restarts and missed notifications, use `rsnotify sync` (subscriber.sync).
 """
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import logging
 import os
-import re
-import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, unquote, urlsplit
-
-import aiohttp
 
 from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
 
 from .core import ReceivedNotification
+from .sync import fetcher as outcomes
+from .sync.fetcher import Fetcher
+from .sync.netguard import Network
+from .sync.sink import INDEX_NAME, FolderSink
 
 log = logging.getLogger(__name__)
 
-# ResourceSync hash names (core §7: md5, sha-1, sha-256) -> hashlib names
-HASH_ALGORITHMS = {"md5": "md5", "sha-1": "sha1", "sha-256": "sha256", "sha-512": "sha512"}
-INDEX_NAME = "_index"      # the file for a URL whose path ends with "/"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._~!$&'()*+,;=@%-]")
+__all__ = ["INDEX_NAME", "Mirror", "MirrorOutcome"]
 
 
 @dataclass(frozen=True)
@@ -51,18 +53,27 @@ class MirrorOutcome:
 class Mirror:
     """Applies change notifications to a folder. Usable as a Subscriber's on_notification.
 
-    `max_bytes` bounds each fetched resource. Changes are applied in the notification's
-    order (forward chronological), so a create-then-delete ends with no file.
+    `max_bytes` bounds each fetched resource; `concurrency` bounds the GETs in flight.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, session: aiohttp.ClientSession | None = None,
-                 max_bytes: int = 1_073_741_824, timeout: float = 60.0) -> None:
-        self.root = Path(root).resolve()
+    def __init__(self, root: str | os.PathLike[str], *, max_bytes: int = 10 * 1024**3, timeout: float = 60.0,
+                 concurrency: int = 8, allow_networks: Iterable[Network] | None = None) -> None:
+        self.sink = FolderSink(root)
+        self.root = self.sink.root
         self.max_bytes = max_bytes
         self.timeout = timeout
-        self._session = session
-        self._owns_session = session is None
+        self.concurrency = concurrency
+        self.allow_networks = None if allow_networks is None else tuple(allow_networks)
+        self._fetcher: Fetcher | None = None
         self.reports: list[tuple[MirrorOutcome, ...]] = []  # most recent last, bounded below
+
+    @property
+    def fetcher(self) -> Fetcher:
+        if self._fetcher is None:  # made on first use, on the running loop
+            self._fetcher = Fetcher(self.sink, allowed_networks=self.allow_networks, concurrency=self.concurrency,
+                                    timeout=self.timeout, max_bytes=self.max_bytes, tries=3, retry_base=0.5,
+                                    announced_by="the notification said")
+        return self._fetcher
 
     async def __call__(self, received: ReceivedNotification) -> tuple[MirrorOutcome, ...]:
         if received.notification is None:
@@ -72,9 +83,20 @@ class Mirror:
         return await self.apply(received.notification)
 
     async def apply(self, notification: ChangeNotification) -> tuple[MirrorOutcome, ...]:
-        outcomes = tuple([await self.apply_change(change) for change in notification.changes])
-        self.reports = (self.reports + [outcomes])[-100:]
-        return outcomes
+        """Each change's outcome, in the notification's order."""
+        by_loc: dict[str, list[int]] = {}
+        for index, change in enumerate(notification.changes):
+            by_loc.setdefault(change.loc, []).append(index)
+        results: list[MirrorOutcome | None] = [None] * len(notification.changes)
+
+        async def one_loc(indexes: list[int]) -> None:
+            for index in indexes:  # one resource's changes stay in order
+                results[index] = await self.apply_change(notification.changes[index])
+
+        await asyncio.gather(*(one_loc(indexes) for indexes in by_loc.values()))
+        done = tuple(r for r in results if r is not None)
+        self.reports = (self.reports + [done])[-100:]
+        return done
 
     async def apply_change(self, change: ResourceChange) -> MirrorOutcome:
         try:
@@ -82,106 +104,20 @@ class Mirror:
         except ValueError as exc:
             return MirrorOutcome(change.loc, change.change.value, "failed", None, str(exc))
         if change.change is ChangeType.DELETED:
-            existed = await asyncio.to_thread(_remove, path)
+            existed = await asyncio.to_thread(self.sink.delete, path)
             outcome = MirrorOutcome(change.loc, "deleted", "deleted" if existed else "absent", str(path))
         else:
-            outcome = await self._fetch(change, path)
+            result = await self.fetcher.fetch(change.loc, path, length=change.length, hashes=change.hashes)
+            kind = {outcomes.STORED: "stored", outcomes.MISMATCH: "mismatch"}.get(result.outcome, "failed")
+            outcome = MirrorOutcome(change.loc, change.change.value, kind, str(path), result.detail)
         log.info("mirror %s %s: %s %s", change.change.value, change.loc, outcome.outcome, outcome.detail)
         return outcome
 
     def path_for(self, loc: str) -> Path:
         """The local file for `loc`; ValueError for a URL that is not http(s) with a host."""
-        parts = urlsplit(loc)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"cannot mirror {loc!r}: expected an absolute http or https URL")
-        host = parts.hostname + (f"_{parts.port}" if parts.port else "")
-        segments = [_safe_segment(unquote(s)) for s in parts.path.split("/") if s not in ("", ".", "..")]
-        if not segments or parts.path.endswith("/"):
-            segments.append(INDEX_NAME)
-        if parts.query:
-            segments[-1] += "%3F" + quote(parts.query, safe="")
-        path = self.root.joinpath(_safe_segment(host), *segments)
-        if not path.resolve().is_relative_to(self.root):
-            raise ValueError(f"cannot mirror {loc!r}: its path leaves the mirror folder")
-        return path
-
-    async def _fetch(self, change: ResourceChange, path: Path) -> MirrorOutcome:
-        kind = change.change.value
-        try:
-            body = await self._get(change.loc)
-        except MirrorFetchError as exc:
-            return MirrorOutcome(change.loc, kind, "failed", str(path), str(exc))
-        problems = check_fixity(change, body)
-        if problems:
-            # Keep the previous copy: what we got is not the announced version (perhaps a
-            # newer one, whose own notification will come).
-            return MirrorOutcome(change.loc, kind, "mismatch", str(path), "; ".join(problems))
-        try:
-            await asyncio.to_thread(_write_atomically, path, body)
-        except OSError as exc:  # e.g. a file where a folder is needed: /a, then /a/b
-            return MirrorOutcome(change.loc, kind, "failed", str(path), f"cannot write {path}: {exc}")
-        return MirrorOutcome(change.loc, kind, "stored", str(path))
-
-    async def _get(self, url: str) -> bytes:
-        session = self._session
-        if session is None:
-            session = self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
-        try:
-            async with session.get(url) as response:
-                if response.status != 200:
-                    raise MirrorFetchError(f"GET {url} answered {response.status}; expected 200")
-                body = await response.content.read(self.max_bytes + 1)
-        except (TimeoutError, aiohttp.ClientError) as exc:
-            raise MirrorFetchError(f"cannot fetch {url}: {exc or type(exc).__name__}") from exc
-        if len(body) > self.max_bytes:
-            raise MirrorFetchError(f"{url} is larger than {self.max_bytes} bytes")
-        return body
+        return self.sink.path_for(loc)
 
     async def close(self) -> None:
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
-
-
-class MirrorFetchError(Exception):
-    """A resource could not be fetched (reported as a `failed` outcome, never raised to callers)."""
-
-
-def check_fixity(change: ResourceChange, body: bytes) -> list[str]:
-    """Every way `body` differs from the length and hashes the change announced."""
-    problems = []
-    if change.length is not None and len(body) != change.length:
-        problems.append(f"length is {len(body)} bytes; the notification said {change.length}")
-    for algorithm, expected in change.hashes:
-        name = HASH_ALGORITHMS.get(algorithm.lower())
-        if name is None:
-            continue  # an algorithm we cannot compute says nothing either way
-        actual = hashlib.new(name, body).hexdigest()
-        if actual != expected.lower():
-            problems.append(f"{algorithm} is {actual}; the notification said {expected}")
-    return problems
-
-
-def _safe_segment(segment: str) -> str:
-    cleaned = _UNSAFE.sub(lambda m: quote(m.group(0), safe=""), segment)
-    return cleaned if cleaned not in ("", ".", "..") else "_"
-
-
-def _remove(path: Path) -> bool:
-    try:
-        path.unlink()
-        return True
-    except FileNotFoundError:
-        return False
-
-
-def _write_atomically(path: Path, body: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".partial-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            out.write(body)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        if self._fetcher is not None:
+            await self._fetcher.close()
+            self._fetcher = None

@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Self
-from typing import Self
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -68,18 +67,19 @@ class FetchError(Exception):
 class Fetcher:
     """Fetches resources into a FolderSink. Use `async with` or call `close()`."""
 
-    def __init__(self, sink: FolderSink, *, allowed_networks: Iterable[Network] = (),
+    def __init__(self, sink: FolderSink, *, allowed_networks: Iterable[Network] | None = (),
                  allowed_hosts: Iterable[str] | None = None, concurrency: int = 16, per_host: int | None = None,
                  timeout: float = 30.0, tries: int = 5, retry_base: float = 1.0,
-                 max_bytes: int = 10 * 1024**3) -> None:
+                 max_bytes: int = 10 * 1024**3, announced_by: str = "the Source announced") -> None:
         self.sink = sink
+        self.announced_by = announced_by
         self.max_concurrency = concurrency
         self.limit = concurrency
         self.allowed_hosts = {h.lower() for h in allowed_hosts} if allowed_hosts is not None else None
         self.tries = tries
         self.retry_base = retry_base
         self.max_bytes = max_bytes
-        self.session = make_session(allowed_networks, limit=concurrency, limit_per_host=per_host or concurrency,
+        self.session = make_session(None if allowed_networks is None else tuple(allowed_networks), limit=concurrency, limit_per_host=per_host or concurrency,
                                     timeout=timeout, user_agent=USER_AGENT)
         self._active = 0
         self._wake = asyncio.Condition()
@@ -205,7 +205,7 @@ class Fetcher:
                         hasher.update(chunk)
             computed = {"md5": md5.hexdigest(), "sha-256": sha256.hexdigest(), "sha256": sha256.hexdigest()}
             computed.update({alg: hasher.hexdigest() for alg, hasher in others.items()})
-            problem = _fixity_problem(size, computed, length, hashes)
+            problem = _fixity_problem(size, computed, length, hashes, self.announced_by)
             if problem is not None:
                 self.sink.discard(tmp)
                 detail, expected = problem
@@ -218,13 +218,13 @@ class Fetcher:
 
 
 def _fixity_problem(size: int, computed: dict[str, str], length: int | None,
-                    hashes: tuple[tuple[str, str], ...]) -> tuple[str, str] | None:
+                    hashes: tuple[tuple[str, str], ...], announced_by: str) -> tuple[str, str] | None:
     if length is not None and size != length:
-        return f"length is {size} bytes; the Source announced {length}", f"length:{length}"
+        return f"length is {size} bytes; {announced_by} {length}", f"length:{length}"
     for algorithm, expected in hashes:
         actual = computed.get(algorithm.lower())
         if actual is not None and actual != expected.lower():
-            return f"{algorithm} is {actual}; the Source announced {expected}", f"{algorithm}:{expected}"
+            return f"{algorithm} is {actual}; {announced_by} {expected}", f"{algorithm}:{expected}"
     return None
 
 

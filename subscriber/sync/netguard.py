@@ -78,11 +78,12 @@ def guarded_socket_factory(allowed: Iterable[Network]) -> Any:
     return factory
 
 
-def make_session(allowed: Iterable[Network], *, limit: int, limit_per_host: int, timeout: float,
+def make_session(allowed: Iterable[Network] | None, *, limit: int, limit_per_host: int, timeout: float,
                  user_agent: str) -> aiohttp.ClientSession:
-    """A keep-alive session whose connections only reach allowed addresses; no proxies, no cookies."""
-    connector = aiohttp.TCPConnector(socket_factory=guarded_socket_factory(allowed), limit=limit,
-                                     limit_per_host=limit_per_host, ttl_dns_cache=60)
+    """A keep-alive session whose connections only reach allowed addresses (`allowed=None`: any
+    address, for library users who fetch from their own network); no proxies, no cookies."""
+    guard = {"socket_factory": guarded_socket_factory(allowed)} if allowed is not None else {}
+    connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit_per_host, ttl_dns_cache=60, **guard)
     return aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout),
         cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,

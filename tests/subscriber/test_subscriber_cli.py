@@ -58,7 +58,8 @@ async def start(tmp_path: Path, *args: str) -> Process:
 
 
 async def test_subscribe_prints_each_notification_and_unsubscribes_on_ctrl_c(fake_hub, tmp_path):
-    cli = await start(tmp_path, "--hub", fake_hub.url, "--topic", TOPIC, "--lease-seconds", "900")
+    cli = await start(tmp_path, "--hub", fake_hub.url, "--topic", TOPIC, "--lease-seconds", "900",
+                      "--unsubscribe-on-exit")
     try:
         await cli.wait_for_status("subscribed to")
         await fake_hub.settle()
