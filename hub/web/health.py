@@ -1,4 +1,5 @@
-"""GET /health: is this hub ready (Redis answers, and a worker is seen when it runs workers)?"""
+"""GET /health: is this hub ready (Redis answers, and a worker is seen when it runs workers)?
+GET /live: is this process serving HTTP at all (it asks nothing of Redis)?"""
 from __future__ import annotations
 
 from aiohttp import web
@@ -34,5 +35,13 @@ async def health(request: web.Request) -> web.Response:
     return web.json_response(body, status=200 if ready else 503)
 
 
+async def live(request: web.Request) -> web.Response:
+    """200 while the process answers HTTP. It never touches Redis, so a liveness probe on it does
+    not restart every web process during a Redis outage (readiness on /health takes them out of
+    rotation instead)."""
+    return web.json_response({"status": "alive"})
+
+
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/health", health)
+    app.router.add_get("/live", live)

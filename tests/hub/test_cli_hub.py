@@ -46,22 +46,54 @@ def test_hub_help_documents_every_option_with_its_variable():
     assert "RSNOTIFY_PUBLISH_TOKEN" in result.output and "RSNOTIFY_ALLOW_NETWORK" in result.output
 
 
-def test_worker_help_lists_its_own_options():
+def test_worker_help_lists_only_worker_options():
     result = CliRunner().invoke(worker, ["--help"], terminal_width=200)
     assert result.exit_code == 0
-    for option in ("--redis-url", "--burst", "--queues", "--concurrency", "--name", "--public-url"):
+    for option in ("--redis-url", "--burst", "--queues", "--concurrency", "--name", "--public-url",
+                   "--delivery-timeout", "--max-attempts"):
         assert option in result.output
+    for web_only in ("--workers", "--host", "--port", "--max-body", "--tokens-file", "--publish-token",
+                     "--admin-token", "--lease-min"):
+        assert f"{web_only} " not in result.output, web_only
+    assert "runs its own" not in result.output     # the hub's --redis-url help, not a worker's
+
+
+def test_help_shows_essential_options_before_tuning_and_choices():
+    for command, first, tuned in ((hub, "--public-url", "--retry-base"), (worker, "--redis-url", "--lock-ttl")):
+        text = CliRunner().invoke(command, ["--help"], terminal_width=200).output
+        essential, tuning = text.index("Essential options:"), text.index("Tuning options:")
+        assert essential < text.index(first) < tuning < text.index(tuned)
+        assert "[sha1|sha256|sha384|sha512]" in text and "[text|json]" in text
+
+
+def test_a_worker_still_reads_web_settings_from_the_environment():
+    """The embedded hub hands its whole settings to its child workers as RSNOTIFY_* variables."""
+    result = CliRunner().invoke(worker, ["--redis-url", "redis://127.0.0.1:1/0", "--burst"],
+                                env={"RSNOTIFY_HOST": "0.0.0.0", "RSNOTIFY_MAX_BODY": "1000"})
+    assert result.exit_code == 2 and "--public-url" in result.output    # RSNOTIFY_HOST was read
+
+
+@pytest.mark.parametrize("args", [["--host", "0.0.0.0"], ["--host", "::"],
+                                  ["--public-url", "http://0.0.0.0:8080/"], ["--public-url", "http://[::]:8080/"]])
+def test_a_public_url_on_every_address_is_refused(args):
+    for command in (hub, worker):
+        result = CliRunner().invoke(command, ["--redis-url", "redis://127.0.0.1:1/0", *args])
+        assert result.exit_code == 2, result.output
+        assert "--public-url" in result.output and "Traceback" not in result.output
+    ok = CliRunner().invoke(hub, ["--host", "0.0.0.0", "--public-url", "https://hub.example.org/", "--help"])
+    assert ok.exit_code == 0
 
 
 @pytest.mark.parametrize(("args", "env", "message"), [
-    (["--lease-min", "10", "--lease-max", "5"], {}, "lease_min <= lease_default <= lease_max"),
-    ([], {"RSNOTIFY_LEASE_MIN": "1000000"}, "lease_min <= lease_default"),
+    (["--lease-min", "10", "--lease-max", "5"], {}, "--lease-min <= --lease-default <= --lease-max"),
+    ([], {"RSNOTIFY_LEASE_MIN": "1000000"}, "--lease-min <= --lease-default"),
     (["--port", "http"], {}, "'http' is not a valid integer"),
     ([], {"RSNOTIFY_WORKERS": "many"}, "'many' is not a valid integer"),
     (["--publish-token", "secret-without-prefix"], {}, "TOKEN=PREFIX"),
-    (["--allow-network", "10.0.0.0/33"], {}, "allow_networks must hold CIDRs"),
-    (["--signature-algorithm", "md5"], {}, "signature_algorithm must be one of"),
-    (["--public-url", "hub.example.org"], {}, "public_url must be an http or https URL"),
+    (["--allow-network", "10.0.0.0/33"], {}, "--allow-network must hold CIDRs"),
+    (["--signature-algorithm", "md5"], {}, "'md5' is not one of 'sha1', 'sha256', 'sha384', 'sha512'"),
+    ([], {"RSNOTIFY_LOG_FORMAT": "xml"}, "Invalid value for '--log-format'"),
+    (["--public-url", "hub.example.org"], {}, "--public-url must be an http or https URL"),
 ])
 def test_bad_settings_are_usage_errors(args, env, message):
     result = CliRunner().invoke(hub, args, env=env)

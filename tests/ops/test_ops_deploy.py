@@ -310,6 +310,7 @@ def test_kubernetes() -> None:
             assert container["readinessProbe"]["httpGet"] == {"path": "/health", "port": port["name"]}
             # liveness must not depend on Redis: a Redis outage should not restart every hub pod
             assert container["livenessProbe"]["httpGet"] == {"path": "/live", "port": port["name"]}
+            assert {"/health", "/live"} <= routes()
             tokens = next(i["value"] for i in container["env"] if i["name"] == "RSNOTIFY_TOKENS_FILE")
             mount = next(m for m in container["volumeMounts"] if m["mountPath"] == os.path.dirname(tokens))
             volume = next(v for v in spec["volumes"] if v["name"] == mount["name"])
