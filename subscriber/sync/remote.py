@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from typing import IO
 
 import aiohttp
@@ -29,8 +30,10 @@ class SourceDocumentError(Exception):
 class RemoteList:
     """One downloaded list document. `info` is its head; `chunks()` yields its entries."""
 
-    def __init__(self, url: str, file: IO[bytes], stream: ListStream, entries_hint: int) -> None:
+    def __init__(self, url: str, file: IO[bytes], stream: ListStream, entries_hint: int,
+                 thread: ThreadPoolExecutor) -> None:
         self.url = url
+        self._thread = thread
         self.info: ListInfo = stream.info
         self.entries_hint = entries_hint      # '<url>'/'<sitemap>' tags counted while downloading
         self._file = file
@@ -64,17 +67,20 @@ class RemoteList:
             file.close()
             raise
         file.seek(0)
+        # lxml parsers belong to the thread that made them: one thread reads this list throughout.
+        thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rsnotify-list")
         try:
-            stream = await asyncio.to_thread(open_list, file)
+            stream = await asyncio.get_running_loop().run_in_executor(thread, open_list, file)
         except DocumentParseError as exc:
             file.close()
+            thread.shutdown(wait=False)
             raise SourceDocumentError(f"{what} {url} cannot be read: {exc}") from exc
-        return cls(url, file, stream, count)
+        return cls(url, file, stream, count, thread)
 
     async def chunks(self, size: int = 1000) -> AsyncIterator[list[Entry]]:
         try:
             while True:
-                chunk = await asyncio.to_thread(_take, self._stream, size)
+                chunk = await asyncio.get_running_loop().run_in_executor(self._thread, _take, self._stream, size)
                 if not chunk:
                     return
                 yield chunk
@@ -85,6 +91,7 @@ class RemoteList:
 
     def close(self) -> None:
         self._file.close()
+        self._thread.shutdown(wait=False)
 
 
 def _take(stream: ListStream, size: int) -> list[Entry]:

@@ -5,7 +5,6 @@ with SIGKILL and restarted like a crashed service."""
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
