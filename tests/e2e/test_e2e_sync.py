@@ -124,7 +124,7 @@ class Site:
         return proc
 
     def run(self, *args: str) -> subprocess.CompletedProcess:
-        return subprocess.run([RSNOTIFY, *args], capture_output=True, text=True, timeout=120)
+        return subprocess.run([RSNOTIFY, *args], check=False, capture_output=True, text=True, timeout=120)
 
 
 def write_files(src: Path, names: range, size: int = 700, tag: str = "v1") -> None:

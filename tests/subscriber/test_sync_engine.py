@@ -206,7 +206,7 @@ async def test_audit_finds_tampering_and_repair_fixes_tracked_files(source, tmp_
         (folder / "r3.txt").write_bytes(b"resource 9")         # same length, other bytes
         (folder / "stray.txt").write_bytes(b"untracked")
         report = await engine.audit()   # records against the list, files by presence only
-        assert (report.missing, report.changed, report.untracked, report.same) == (1, 0, 1, 8)
+        assert (report.missing, report.changed, report.untracked, report.same) == (1, 0, 1, 9)
         deep = await engine.audit(deep=True)
         assert (deep.missing, deep.changed, deep.corrupt, deep.untracked) == (1, 2, 2, 1)
         repaired = await engine.audit(deep=True, repair=True)
