@@ -14,11 +14,18 @@ import click
 
 from .hubproc import HubProcess
 from .report import Output, targets_table
-from .scenarios import Bench, Sizes, scenario_ceiling, scenario_fanout, scenario_ingest, scenario_latency, \
-    scenario_subscribe
+from .scenarios import (
+    Bench,
+    Sizes,
+    scenario_ceiling,
+    scenario_fanout,
+    scenario_ingest,
+    scenario_latency,
+    scenario_subscribe,
+)
 from .sinks import SinkProcess
 
-SCENARIOS = ("ceiling", "fanout", "latency", "ingest", "subscribe", "scale")
+SCENARIOS = ("ceiling", "fanout", "latency", "ingest", "subscribe", "scale", "isolation", "failover", "source")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -52,7 +59,7 @@ def main(scenarios: Sequence[str], full: bool, smoke: bool, runs: int | None, wo
          hub_url: str | None, hub_log_level: str, hub_args: Sequence[str], peer: bool, peer_concurrency: int, profile_dir: str | None,
          out_path: str | None, timeout: float) -> None:
     """Benchmark an rsnotify hub on this machine: SCENARIOS from ceiling, fanout, latency, ingest,
-    subscribe, scale [default: all of them], plus peer with --peer.
+    subscribe, scale, isolation, failover, source [default: all of them], plus peer with --peer.
 
     Each scenario runs several times; every run prints one JSON line and a readable line
     (starting with '#'), and the end prints the medians against the targets."""
@@ -94,8 +101,11 @@ async def _run(chosen: list[str], sizes: Sizes, output: Output, *, workers: int,
                hub_url: str | None, log_level: str, hub_args: tuple[str, ...], peer_concurrency: int,
                profile_dir: str | None,
                timeout: float) -> dict[str, list[dict]]:
+    from .failover import scenario_failover
+    from .isolation import scenario_isolation
     from .profiling import Profiler
     from .scale import scenario_scale
+    from .source import scenario_source
 
     sink = SinkProcess()
     results: dict[str, list[dict]] = {}
@@ -127,7 +137,8 @@ async def _run(chosen: list[str], sizes: Sizes, output: Output, *, workers: int,
                     results["peer"] = await scenario_peer(bench, results.get("fanout", []), peer_concurrency)
                 else:
                     runner = {"latency": scenario_latency, "ingest": scenario_ingest,
-                              "subscribe": scenario_subscribe}[name]
+                              "subscribe": scenario_subscribe, "isolation": scenario_isolation,
+                              "failover": scenario_failover, "source": scenario_source}[name]
                     results[name] = await runner(bench)
     finally:
         sink.stop()

@@ -38,6 +38,15 @@ TARGETS = (
     Target("scale", "used_memory_mb", "Redis memory, all subscriptions (verified, not yet delivered to)", 100, False,
            " MB"),
     Target("peer", "ratio", "fan-out / Flask-WebSub", 10, True, "×"),
+    Target("isolation", "p50_ms", "unrelated topic's latency p50 beside black holes and hanging subscribers", 50,
+           False, " ms"),
+    Target("isolation", "p99_ms", "unrelated topic's latency p99 beside black holes and hanging subscribers", 250,
+           False, " ms"),
+    Target("failover", "stall_s", "subscribers' silence after SIGKILL of their worker", 5, False, " s"),
+    Target("source", "memory_slowdown_pct", "publish rate lost to the change memory", 10, False, " %"),
+    Target("source", "p50_ms", "rsnotify source: file edit → notification accepted, p50", 200, False, " ms"),
+    Target("source", "rl_peak_rss_mb", "Resource List of the source_resources (100,000 in quick/full), peak RSS", 100,
+           False, " MB"),
 )
 
 
@@ -74,6 +83,25 @@ def summary_line(result: Mapping) -> str:
         return (f"{head} {result['accepted']:,} submissions accepted in {result['seconds']:.2f} s = "
                 f"{result['rate']:,.0f}/s ({result['concurrency']} in flight); all delivered after "
                 f"{result['delivered_seconds']:.2f} s; {verdict}; cpu {_cpu(result)}")
+    if name == "isolation":
+        return (f"{head} {result['notifications']} notifications at {result['rate_per_s']:g}/s × "
+                f"{result['subscribers']} subscribers beside {result['black_holes']:,} black holes and "
+                f"{result['hanging']:,} hanging subscribers: p50 {result['p50_ms']:.1f} ms, p99 {result['p99_ms']:.1f} ms, "
+                f"max {result['max_ms']:.1f} ms; a new subscription verified in {result['verify_ms']:,.0f} ms; "
+                f"health {result.get('health_status')}; {verdict}; cpu {_cpu(result)}")
+    if name == "failover":
+        late = result.get("max_latency_after_kill_s")
+        return (f"{head} {result['notifications']} notifications at {result['rate_per_s']:g}/s × "
+                f"{result['subscribers']} subscribers, worker SIGKILLed mid-stream: silence {result['stall_s']:.2f} s, "
+                f"slowest delivery published after the kill {late if late is not None else float('nan'):.2f} s, "
+                f"{result['duplicates']} duplicate(s) (at least once); {verdict}")
+    if name == "source":
+        return (f"{head} {result['publishes']} publishes of {result['entries']} changes: "
+                f"{result['publish_rate_memory']:,.0f}/s with the change memory, {result['publish_rate_plain']:,.0f}/s "
+                f"without ({result['memory_slowdown_pct']:+.1f} % slower); edit → accepted p50 {result['p50_ms']:.0f} ms, "
+                f"p99 {result['p99_ms']:.0f} ms over {result['edits']} edits; Resource List of "
+                f"{result['rl_resources']:,} resources ({result['rl_parts']} parts) in {result['rl_seconds']:.1f} s, "
+                f"peak RSS {result['rl_peak_rss_mb']:.0f} MB; {verdict}")
     if name == "subscribe":
         return (f"{head} {result['subscriptions']:,} subscriptions verified and active in {result['seconds']:.2f} s "
                 f"= {result['rate']:,.0f}/s; {verdict}; cpu {_cpu(result)}")
@@ -91,8 +119,9 @@ def _cpu(result: Mapping) -> str:
 
 
 def medians(results: Mapping[str, Sequence[Mapping]]) -> dict[str, dict[str, float]]:
-    keys = ("rate", "ceiling_ratio", "p50_ms", "p95_ms", "p99_ms", "max_ms", "used_memory_mb",
-            "bytes_per_subscription", "ratio", "delivery_rate", "projected_all_active_mb", "subscriptions")
+    keys = ("rate", "ceiling_ratio", "p50_ms", "p95_ms", "p99_ms", "max_ms", "used_memory_mb", "stall_s", "verify_ms",
+            "bytes_per_subscription", "ratio", "delivery_rate", "projected_all_active_mb", "subscriptions",
+            "memory_slowdown_pct", "publish_rate_plain", "publish_rate_memory", "rl_peak_rss_mb", "rl_seconds")
     return {scenario: {k: median_of(runs, k) for k in keys if any(k in r for r in runs)}
             for scenario, runs in results.items() if runs}
 
@@ -119,6 +148,9 @@ def targets_table(results: Mapping[str, Sequence[Mapping]]) -> list[str]:
         if "projected_all_active_mb" in scale:
             lines.append(f"| Redis memory if every subscription had a full delivery history (projected) | — | "
                          f"{scale['projected_all_active_mb']:,.0f} MB | — |")
+    if "verify_ms" in med.get("isolation", {}):
+        lines.append(f"| a new subscription verified beside the black holes (isolation) | — | "
+                     f"{med['isolation']['verify_ms']:,.0f} ms | — |")
     return lines
 
 

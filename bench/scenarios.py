@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import aiohttp
 
 from . import checks
-from .hubproc import HubProcess
 from .ceiling import run_clients
+from .hubproc import HubProcess
 from .payloads import bodies, submission_headers
 from .procstat import CpuMeter
 from .sinks import SinkProcess
@@ -46,6 +46,18 @@ class Sizes:
     scale_notifications: int = 20
     peer_subscribers: int = 1000
     peer_notifications: int = 20
+    isolation_black_holes: int = 1000     # subscription requests whose callbacks never answer
+    isolation_hanging: int = 300          # subscribers that echo the challenge, then hang on every POST
+    isolation_subscribers: int = 10       # the unrelated topic's healthy subscribers
+    isolation_rate: float = 20.0          # notifications per second to the unrelated topic
+    isolation_seconds: float = 10.0
+    failover_subscribers: int = 20        # fewer than a fan-out shares with a second worker: one worker serves them
+    failover_rate: float = 20.0           # notifications per second
+    failover_before: float = 2.0          # s of publishing before the SIGKILL
+    failover_after: float = 8.0           # s of publishing after it
+    source_publishes: int = 300           # publishes per run, with and without the change memory
+    source_edits: int = 20                # file edits per run for rsnotify source's detect->publish latency
+    source_resources: int = 100_000       # resources in the Resource List rendered for its peak RSS
 
     @classmethod
     def full(cls) -> Sizes:
@@ -54,7 +66,7 @@ class Sizes:
     @classmethod
     def quick(cls) -> Sizes:
         return cls(runs=3, latency_seconds=5.0, ingest_submissions=3000, subscribe_count=1000,
-                   scale_subscriptions=10_000, scale_topics=1_000, peer_notifications=5)
+                   scale_subscriptions=10_000, scale_topics=1_000, peer_notifications=5, isolation_seconds=5.0)
 
     @classmethod
     def smoke(cls) -> Sizes:
@@ -63,7 +75,10 @@ class Sizes:
                    latency_subscribers=5, latency_rate=10.0, latency_seconds=0.5,
                    ingest_submissions=40, ingest_concurrency=4, subscribe_count=20,
                    subscribe_concurrency=8, scale_subscriptions=200, scale_topics=20,
-                   scale_hot_subscribers=20, scale_notifications=2, peer_subscribers=10, peer_notifications=2)
+                   scale_hot_subscribers=20, scale_notifications=2, peer_subscribers=10, peer_notifications=2,
+                   isolation_black_holes=20, isolation_hanging=10, isolation_subscribers=2, isolation_seconds=0.5,
+                   failover_subscribers=3, failover_before=1.0, failover_after=2.0,
+                   source_publishes=10, source_edits=2, source_resources=1_000)
 
 
 @dataclass

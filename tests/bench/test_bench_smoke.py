@@ -9,7 +9,7 @@ from pathlib import Path
 from bench.checks import check_deliveries
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = {"ceiling", "fanout", "latency", "ingest", "subscribe", "scale"}
+SCENARIOS = {"ceiling", "fanout", "latency", "ingest", "subscribe", "scale", "isolation", "failover", "source"}
 
 
 def test_every_scenario_runs_end_to_end_with_all_deliveries_checked(tmp_path: Path) -> None:
