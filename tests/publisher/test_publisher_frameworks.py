@@ -14,6 +14,7 @@ from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
+import redis as redis_lib
 
 from rsnotify.publisher import Outbox, Publisher, Topic
 from rsnotify.redis_server import RedisServer
@@ -24,6 +25,10 @@ from ..conftest import HubProcess, start_hub
 
 @pytest.fixture(scope="module")
 def hub(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
+    # A flushed Redis: a hub refuses one that holds secrets under another hub's generated key.
+    client = redis_lib.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
     process = start_hub(tmp_path_factory.mktemp("hub"), "--redis-url", redis_server.url, "--workers", "1")
     yield process
     process.stop()

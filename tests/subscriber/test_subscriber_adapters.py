@@ -53,12 +53,14 @@ class WSGIHarness(Harness):
     name = "wsgi"
     runner: SubscriberThread
 
-    # The subscriber lives on the runner's loop: calls go through it, off the test's loop.
+    # The subscriber lives on the runner's loop: calls go through it, off the test's loop. The
+    # runner does not wait for verifications unless asked (a WSGI request must not); this
+    # threaded server can answer them meanwhile.
     async def subscribe(self, hub: str) -> Subscription:
-        return await asyncio.to_thread(self.runner.subscribe, TOPIC, hub)
+        return await asyncio.to_thread(self.runner.subscribe, TOPIC, hub, wait=True)
 
     async def unsubscribe(self, subscription: Subscription) -> Subscription:
-        return await asyncio.to_thread(self.runner.unsubscribe, subscription)
+        return await asyncio.to_thread(self.runner.unsubscribe, subscription, wait=True)
 
     async def drain(self) -> None:
         await asyncio.to_thread(self.runner.call, self.subscriber.core.drain(5))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import aiohttp
 import pytest
+import redis as redis_lib
 
 from rsnotify.redis_server import RedisServer
 from rsnotify.subscriber import DiagnosticsError
@@ -23,6 +24,10 @@ RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
 
 @pytest.fixture(scope="module")
 def hub(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
+    # A flushed Redis: a hub refuses one that holds secrets under another hub's generated key.
+    client = redis_lib.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
     process = start_hub(tmp_path_factory.mktemp("hub"), "--redis-url", redis_server.url, "--workers", "1")
     yield process
     process.stop()

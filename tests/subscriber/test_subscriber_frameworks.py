@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
+import redis as redis_lib
 
 from rsnotify.redis_server import RedisServer, free_port
 from rsnotify.subscriber import Subscriber, SubscriberSettings
@@ -53,6 +54,10 @@ def command(framework: str, port: int) -> list[str]:
 @pytest.fixture(scope="module")
 def hub(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
     """One `rsnotify hub` (one worker, quick retries) for the tests of this file."""
+    # A flushed Redis: a hub refuses one that holds secrets under another hub's generated key.
+    client = redis_lib.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
     process = start_hub(tmp_path_factory.mktemp("hub"), "--redis-url", redis_server.url, "--workers", "1",
                         "--retry-base", "0.3", "--log-level", "info")
     yield process
