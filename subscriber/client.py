@@ -69,7 +69,9 @@ USER_AGENT = f"rsnotify-subscriber/{__version__}"
 # A path segment the callback core answers 404 at once (too short to be a subscription id):
 # any answer there means the server listens.
 LISTEN_PROBE = "listening"
-LISTEN_TIMEOUT = 300.0  # s that *_when_listening waits for the callback URL to answer
+# s that *_when_listening waits for the callback URL to answer before subscribing anyway (a
+# public URL may be unreachable from inside, e.g. behind a proxy without hairpin routing).
+LISTEN_TIMEOUT = 60.0
 H = TypeVar("H", bound=Hook)
 
 
@@ -356,7 +358,10 @@ class Subscriber:
 
     async def _after_listening(self, factory: Callable[[], Awaitable[Any]], what: str) -> Any:
         try:
-            await self.wait_listening()
+            try:
+                await self.wait_listening()
+            except SubscriberError as exc:
+                log.warning("%s; trying to %s anyway (the hub may reach what this process cannot)", exc, what)
             return await factory()
         except SubscriberError as exc:
             log.error("could not %s: %s", what, exc)
@@ -378,7 +383,7 @@ class Subscriber:
                     raise SubscriberError(f"the callback URL {probe} did not answer within {timeout:g} s: "
                                           f"{exc or type(exc).__name__}") from exc
             await asyncio.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            delay = min(delay * 2, 0.5)
 
     async def diagnostics(self, subscription: Subscription | str, *, timeout: float | None = None) -> dict[str, Any]:
         """The hub's report on `subscription` (status, lease, cursor, recent attempts, dead letters).
