@@ -2,7 +2,7 @@
 a file edit into an accepted notification, and the peak memory of rendering a big Resource List.
 
 - publish rate: sequential `Publisher.publish` calls (one notification of `entries` changes each)
-  to the hub, with a change memory file and without one, interleaved in each run;
+  to the hub, with a change memory file and without one, alternating in blocks of 10;
 - detect→publish: `rsnotify source` watching a folder; one file is rewritten, and the time until
   its topic URI serves the notification the hub accepted (polled every 5 ms) is the latency;
 - Resource List: a memory seeded with N resources is rendered by a fresh process, which
@@ -57,17 +57,25 @@ print(json.dumps({"seconds": time.perf_counter() - started, "count": files.count
 """
 
 
-async def _publish_rate(hub_url: str, topic: str, count: int, entries: int, db: Path | None) -> float:
-    publisher = Publisher(hub_url, topic, state_path=str(db) if db else None)
+async def _publish_rates(hub_url: str, topic: str, count: int, entries: int, db: Path) -> tuple[float, float]:
+    """Publishes per second without and with a change memory. The two publishers alternate in
+    blocks of 10, so the machine's other load weighs on both alike."""
+    plain = Publisher(hub_url, topic + "/plain")
+    remembered = Publisher(hub_url, topic + "/memory", state_path=str(db))
+    seconds = {id(plain): 0.0, id(remembered): 0.0}
     try:
-        started = time.perf_counter()
-        for n in range(count):
-            await publisher.publish([(f"https://example.org/r{n}-{i}", "updated") for i in range(entries)])
-        return count / (time.perf_counter() - started)
+        for block in range(0, count, 10):
+            for publisher in (plain, remembered) if block % 20 == 0 else (remembered, plain):
+                started = time.perf_counter()
+                for n in range(block, min(count, block + 10)):
+                    await publisher.publish([(f"https://example.org/r{n}-{i}", "updated") for i in range(entries)])
+                seconds[id(publisher)] += time.perf_counter() - started
+        return count / seconds[id(plain)], count / seconds[id(remembered)]
     finally:
-        await publisher.close()
-        if publisher.memory is not None:
-            publisher.memory.close()
+        for publisher in (plain, remembered):
+            await publisher.close()
+        if remembered.memory is not None:
+            remembered.memory.close()
 
 
 async def _latencies(source_url: str, folder: Path, edits: int) -> list[float]:
@@ -154,9 +162,8 @@ async def scenario_source(bench: Bench) -> list[dict]:
         results = []
         for run in range(1, s.runs + 1):
             tag = bench.tag()
-            plain = await _publish_rate(hub.url, f"https://example.org/{tag}/plain", s.source_publishes, s.entries, None)
-            remembered = await _publish_rate(hub.url, f"https://example.org/{tag}/memory", s.source_publishes,
-                                             s.entries, work / f"memory-{run}.db")
+            plain, remembered = await _publish_rates(hub.url, f"https://example.org/{tag}", s.source_publishes,
+                                                     s.entries, work / f"memory-{run}.db")
             latencies = await _latencies(base, folder, s.source_edits)
             rendered = await asyncio.to_thread(_render_resource_list, work, run)
             result = {

@@ -393,6 +393,7 @@ class ListWriter:
         info = self.info
         for link in info.links:
             self._leaf(RS_LN, _link_attributes(link))
+            self._newline()
         self._leaf(RS_MD, [
             ("capability", info.capability),
             ("at", optional_datetime(info.at)),
@@ -400,6 +401,7 @@ class ListWriter:
             ("from", optional_datetime(info.from_)),
             ("until", optional_datetime(info.until)),
         ])
+        self._newline()
         self._writer.flush()  # type: ignore[attr-defined]
         return self
 
@@ -438,27 +440,28 @@ class ListWriter:
         self._writer.write("\n")  # type: ignore[union-attr]
 
     def _leaf(self, tag: str, attributes: list[tuple[str, str | None]], text: str | None = None) -> None:
+        # lxml refuses text that cannot be XML (NUL, control characters) with a ValueError.
         with self._writer.element(tag, {k: v for k, v in attributes if v is not None}):  # type: ignore[union-attr]
             if text is not None:
                 self._writer.write(text)  # type: ignore[union-attr]
-        if tag != LOC and tag != LASTMOD:
-            self._newline()
 
     def _write_url(
         self, loc: str, lastmod: datetime | None, md: list[tuple[str, str | None]], links: tuple[Link, ...]
     ) -> None:
-        # Text and attributes are checked first, so a bad value never leaves half an entry.
-        for value in [loc, *(v for _, v in md if v is not None)]:
-            _check_text(loc, value)
-        with self._writer.element(URL):  # type: ignore[union-attr]
-            self._leaf(LOC, [], loc)
+        writer = self._writer
+        with writer.element(URL):  # type: ignore[union-attr]
+            with writer.element(LOC):  # type: ignore[union-attr]
+                writer.write(loc)  # type: ignore[union-attr]
             if lastmod is not None:
-                self._leaf(LASTMOD, [], format_datetime(lastmod))
-            if any(v is not None for _, v in md):
-                self._leaf(RS_MD, md)
+                with writer.element(LASTMOD):  # type: ignore[union-attr]
+                    writer.write(format_datetime(lastmod))  # type: ignore[union-attr]
+            attributes = {k: v for k, v in md if v is not None}
+            if attributes:
+                with writer.element(RS_MD, attributes):  # type: ignore[union-attr]
+                    pass
             for link in links:
                 self._leaf(RS_LN, _link_attributes(link))
-        self._newline()
+        writer.write("\n")  # type: ignore[union-attr]
 
     def _write_list_ref(self, ref: ListRef) -> None:
         md = [
@@ -467,19 +470,11 @@ class ListWriter:
             ("from", optional_datetime(ref.from_)),
             ("until", optional_datetime(ref.until)),
         ]
-        _check_text(ref.loc, ref.loc)
         with self._writer.element(SITEMAP):  # type: ignore[union-attr]
             self._leaf(LOC, [], ref.loc)
             if any(v is not None for _, v in md):
                 self._leaf(RS_MD, md)
         self._newline()
-
-
-def _check_text(loc: str, value: str) -> None:
-    try:
-        etree.Element("x").text = value
-    except ValueError as exc:
-        raise NotificationError(f"<url> for {loc!r} cannot be written as XML: {exc}") from None
 
 
 def _change_md(change: ResourceChange) -> list[tuple[str, str | None]]:
