@@ -39,11 +39,16 @@ from .errors import (
 from .settings import PublisherSettings
 
 _CHANGE_OPTIONS = {f"--{change.value}": change for change in ChangeType}
-DEFAULT_STATE_FILE = "publisher-state.json"
+DEFAULT_STATE_FILE = "publisher-memory.db"
+_LEGACY_STATE_FILE = "publisher-state.json"  # the JSON chain file of older versions
 
 
 def _default_state_path() -> str:
-    return str(Path(click.get_app_dir("rsnotify")) / DEFAULT_STATE_FILE)
+    folder = Path(click.get_app_dir("rsnotify"))
+    path, legacy = folder / DEFAULT_STATE_FILE, folder / _LEGACY_STATE_FILE
+    if legacy.exists() and not path.exists():
+        os.replace(legacy, path)  # opening it carries the old chain into the change memory
+    return str(path)
 
 
 class _PublishCommand(click.Command):
@@ -84,7 +89,8 @@ def _change_order(args: list[str]) -> list[tuple[ChangeType, str]]:
               help="A change-notification XML document (validated, then sent as is) or JSON Lines of changes "
                    "({\"loc\", \"change\", \"datetime\", \"hash\", \"length\", \"type\"}); - for standard input.")
 @click.option("--state", "state_path", metavar="PATH", envvar="RSNOTIFY_PUBLISH_STATE", show_envvar=True,
-              help="File keeping each topic's last `until`, so consecutive publishes chain "
+              help="The change memory (SQLite): the from/until chain, so consecutive publishes chain, and "
+                   "every change published, for Change Lists "
                    f"[default: {click.get_app_dir('rsnotify')}/{DEFAULT_STATE_FILE}].")
 @click.option("--no-state", is_flag=True, help="Keep no state: this publish starts at its first change.")
 @click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,

@@ -25,7 +25,7 @@ class PublisherSettings:
     max_attempts: int = 5                    # RSNOTIFY_PUBLISH_ATTEMPTS: tries per document and hub for 5xx / connection errors
     retry_delay: float = 0.5                 # RSNOTIFY_PUBLISH_RETRY_DELAY: seconds before the first retry; doubles each time
     max_retry_delay: float = 30.0            # RSNOTIFY_PUBLISH_MAX_RETRY_DELAY: cap on one backoff (and on a hub's Retry-After)
-    state_path: str | None = None            # RSNOTIFY_PUBLISH_STATE: JSON file keeping each topic's last `until` across restarts
+    state_path: str | None = None            # RSNOTIFY_PUBLISH_STATE: change memory file (SQLite): the from/until chain and every change
     max_entries: int = 50_000                # RSNOTIFY_MAX_ENTRIES: resource changes per document (Sitemap limit)
     max_bytes: int = 50_000_000              # RSNOTIFY_MAX_BYTES: bytes per document (Sitemap limit, 50 MB)
 
