@@ -57,9 +57,9 @@ from .store import (
     FAILED,
     PENDING,
     UNSUBSCRIBED,
-    JsonFileStore,
     Subscription,
     SubscriptionStore,
+    open_store,
 )
 
 log = logging.getLogger(__name__)
@@ -112,7 +112,7 @@ class Subscriber:
     ) -> None:
         self.settings = settings or SubscriberSettings()
         self.callback_base_url = callback_base_url or self.settings.callback_url
-        self.store: SubscriptionStore = store if store is not None else JsonFileStore(self.settings.state_file)
+        self.store: SubscriptionStore = store if store is not None else open_store(self.settings.state_file)
         self.now = now
         self.core = CallbackCore(self.store, on_notification=on_notification, on_denial=on_denial,
                                  settings=self.settings, now=now, rng=rng, ack=ack)

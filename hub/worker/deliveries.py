@@ -16,6 +16,7 @@ from redis.exceptions import RedisError
 
 from ..callbacks import delivery_url
 from ..crypto import decrypt_secret
+from ..keys import stats_key, topic_key
 from ..records import (
     LATENCY_BUCKETS,
     RECENT_ATTEMPTS,
@@ -25,7 +26,7 @@ from ..records import (
     to_int,
 )
 from ..settings import HubSettings
-from . import batched, claims
+from . import claims
 from .batch import RedisBatcher
 from .runs import SubRun
 
@@ -110,7 +111,7 @@ class Deliveries:
     async def topic_url(self, tid: str) -> str:
         url = self._topic_urls.get(tid)
         if url is None:
-            url = await batched.topic_url(self.batch, tid)
+            url = text(await self.batch.execute("HGET", topic_key(tid), "url"))
             if len(self._topic_urls) >= TOPIC_URLS:
                 self._topic_urls.clear()
             self._topic_urls[tid] = url
@@ -172,7 +173,13 @@ class Deliveries:
 
     async def _flush_stats(self) -> None:
         stats, self._stats = self._stats, defaultdict(float)
-        await batched.add_stats(self.batch, stats)
+        for name, value in stats.items():
+            if name.endswith(":sum"):
+                self.batch.execute("HINCRBYFLOAT", stats_key(), name, repr(value))
+            else:
+                self.batch.execute("HINCRBY", stats_key(), name, int(value))
+        if stats:
+            await self.batch.execute("PING")
 
     # -- the keeper: checkpoints, lock renewal, counters
 

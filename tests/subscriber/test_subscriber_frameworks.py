@@ -134,7 +134,7 @@ def make_app(tmp_path: Path, hub: HubProcess) -> Iterator[Callable[..., App]]:
         port = free_port()
         env = {**os.environ, "PYTHONUNBUFFERED": "1",
                "RSNOTIFY_SUBSCRIBER_CALLBACK_URL": f"http://127.0.0.1:{port}/websub",
-               "RSNOTIFY_SUBSCRIBER_STATE_FILE": str(tmp_path / "subscriptions.json"),
+               "RSNOTIFY_SUBSCRIBER_STATE_FILE": str(tmp_path / "subscriptions.db"),
                "RSNOTIFY_SUBSCRIBER_TOPIC": f"http://example.org/{framework}/{tmp_path.name}/changes",
                "RSNOTIFY_SUBSCRIBER_HUB": hub.url}
         app = App(framework, tmp_path, env, port)
