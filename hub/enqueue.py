@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from redis.asyncio import Redis
 from rq import Queue
 
-from .keys import fanout_queued_key, sub_queued_key, verify_queued_key
+from .store import queued
 
 JOBS = "rsnotify.hub.worker.jobs"
 FAN_OUT = f"{JOBS}.fan_out"
@@ -49,10 +49,7 @@ def queue_deliveries(queue: Queue, sids: Iterable[str]) -> int:
     sids = list(sids)
     if not sids:
         return 0
-    with queue.connection.pipeline(transaction=False) as pipe:
-        for sid in sids:
-            pipe.set(sub_queued_key(sid), 1, nx=True, ex=QUEUED_TTL)
-        fresh = [sid for sid, was_set in zip(sids, pipe.execute()) if was_set]
+    fresh = queued.flag_deliveries(queue.connection, sids, QUEUED_TTL)
     if fresh:
         queue.enqueue_many([Queue.prepare_data(DELIVER_SUBSCRIPTION, (sid,), timeout=JOB_TIMEOUT, result_ttl=0,
                                                failure_ttl=FAILURE_TTL, description=f"deliver {sid}")
@@ -71,14 +68,14 @@ def queue_sweep(queue: Queue) -> None:
 
 def queue_pending_verifications(queue: Queue) -> bool:
     """Queue a verify_pending job unless one is queued (its flag is set); True when queued."""
-    if not queue.connection.set(verify_queued_key(), 1, nx=True, ex=QUEUED_TTL):
+    if not queued.flag_verify_pending(queue.connection, QUEUED_TTL):
         return False
     queue.enqueue(VERIFY_PENDING, **job_options("verify pending intents"))
     return True
 
 
 def _ensure_fan_out_sync(queue: Queue, topic_id: str) -> bool:
-    if not queue.connection.set(fanout_queued_key(topic_id), 1, nx=True, ex=QUEUED_TTL):
+    if not queued.flag_fan_out_sync(queue.connection, topic_id, QUEUED_TTL):
         return False
     _queue_or_unflag(queue, topic_id)
     return True
@@ -88,7 +85,7 @@ def _queue_or_unflag(queue: Queue, topic_id: str) -> None:
     try:
         queue_fan_out(queue, topic_id)
     except BaseException:
-        queue.connection.delete(fanout_queued_key(topic_id))  # let the next publish try again
+        queued.unflag_fan_out_sync(queue.connection, topic_id)
         raise
 
 
@@ -104,7 +101,7 @@ async def ensure_fan_out(queue: Queue, topic_id: str, *, redis: Redis | None = N
     """
     if redis is None:
         return await asyncio.to_thread(_ensure_fan_out_sync, queue, topic_id)
-    if not await redis.set(fanout_queued_key(topic_id), 1, nx=True, ex=QUEUED_TTL):
+    if not await queued.flag_fan_out(redis, topic_id, QUEUED_TTL):
         return False
     await asyncio.to_thread(_queue_or_unflag, queue, topic_id)
     return True

@@ -12,12 +12,11 @@ from typing import Any
 
 from redis.asyncio import Redis
 
-from .. import keys, store
+from .. import store
 from ..records import LATENCY_BUCKETS, text, to_float, to_int
 from ..settings import HubSettings
 
 SCAN_LIMIT = 20_000         # subscriptions looked at for totals and trouble (the lease zset's first ones)
-SCAN_CHUNK = 500            # subscriptions read per pipeline
 SCAN_CACHE_SECONDS = 2.0    # a scan is shared by the requests of this process for this long
 STALLED_AFTER = 300         # s without an attempt while notifications wait: "stalled"
 LEASE_WARN_MAX = 86_400     # "lease ends soon": within a tenth of the lease, at most a day
@@ -96,21 +95,8 @@ def _duration(seconds: float) -> str:
 
 async def summarize(redis: Redis, sids: Iterable[str]) -> list[SubscriptionSummary]:
     """Summaries of the given subscriptions (unknown ones are left out), in the order given."""
-    wanted = list(sids)
-    rows: list[tuple[str, list[Any], int]] = []
-    for start in range(0, len(wanted), SCAN_CHUNK):
-        chunk = wanted[start:start + SCAN_CHUNK]
-        async with redis.pipeline(transaction=False) as pipe:
-            for sid in chunk:
-                pipe.hmget(keys.sub_key(sid), *SUMMARY_FIELDS)
-                pipe.hlen(keys.sub_dead_key(sid))
-            answers = await pipe.execute()
-        for i, sid in enumerate(chunk):
-            values, dead = answers[2 * i], answers[2 * i + 1]
-            if values[1] is not None:                       # the callback: the hash exists
-                rows.append((sid, values, int(dead)))
-    tids = sorted({text(values[2]) for _, values, _ in rows})
-    seqs = dict(zip(tids, await redis.mget([keys.topic_seq_key(t) for t in tids]))) if tids else {}
+    rows = await store.subscription_rows(redis, list(sids), SUMMARY_FIELDS)   # fields[1], the callback: it exists
+    seqs = await store.topic_sequences(redis, sorted({text(values[2]) for _, values, _ in rows}))
     summaries = []
     for sid, values, dead in rows:
         v = dict(zip(SUMMARY_FIELDS, values))
@@ -154,8 +140,7 @@ class ScanCache:
 
 async def scan_subscriptions(redis: Redis, *, limit: int = SCAN_LIMIT) -> list[SubscriptionSummary]:
     """Summaries of the hub's subscriptions: the first `limit` by lease end."""
-    sids = [text(s) for s in await redis.zrange(keys.leases_key(), 0, limit - 1)]
-    return await summarize(redis, sids)
+    return await summarize(redis, await store.subscription_ids_by_lease(redis, 0, limit))
 
 
 async def subscription_detail(redis: Redis, sid: str, now: float) -> dict[str, Any] | None:
@@ -164,15 +149,12 @@ async def subscription_detail(redis: Redis, sid: str, now: float) -> dict[str, A
     if not found:
         return None
     summary = found[0]
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.hmget(keys.sub_key(sid), "secret", "cursor")
-        pipe.exists(keys.sub_lock_key(sid))
-        secret, cursor = (await pipe.execute())[0]
+    has_secret, cursor = await store.subscription_cursor(redis, sid)
     attempts = await store.recent_attempts(redis, sid)
     letters = await store.list_dead_letters(redis, sid)
     data = summary.to_json(now)
     data.update(
-        has_secret=bool(secret), cursor=text(cursor, "0-0"),
+        has_secret=has_secret, cursor=cursor,
         attempts_recent=[{"at": a.at, "notification_id": a.notification_id, "sequence": a.sequence,
                           "status": a.status, "error": a.error, "latency_ms": a.latency_ms,
                           "outcome": a.outcome, "attempt": a.attempt} for a in attempts],
@@ -189,17 +171,8 @@ async def subscription_detail(redis: Redis, sid: str, now: float) -> dict[str, A
 
 async def topic_rows(redis: Redis, tids: list[str]) -> list[dict[str, Any]]:
     """One line per topic: url, published (its sequence), log length, subscriptions, last publish."""
-    async with redis.pipeline(transaction=False) as pipe:
-        for tid in tids:
-            pipe.hmget(keys.topic_key(tid), "url", "created")
-            pipe.get(keys.topic_seq_key(tid))
-            pipe.xlen(keys.topic_log_key(tid))
-            pipe.scard(keys.topic_subs_key(tid))
-            pipe.xrevrange(keys.topic_log_key(tid), "+", "-", count=1)
-        answers = await pipe.execute()
     rows = []
-    for i, tid in enumerate(tids):
-        (url, created), seq, length, subs, last = answers[5 * i:5 * i + 5]
+    for tid, ((url, created), seq, length, subs, last) in zip(tids, await store.topic_row_replies(redis, tids)):
         if url is None:
             continue
         last_ms = to_int(last[0][1].get(b"at")) if last else 0
@@ -214,9 +187,9 @@ async def topic_detail(redis: Redis, tid: str, now: float) -> dict[str, Any] | N
     if not rows:
         return None
     data = rows[0]
-    sids = sorted(text(s) for s in await redis.smembers(keys.topic_subs_key(tid)))
+    sids = await store.topic_subscription_ids(redis, tid)
     data["subscriptions_list"] = [s.to_json(now) for s in await summarize(redis, sids[:1000])]
-    recent: list[Any] = await redis.xrevrange(keys.topic_log_key(tid), "+", "-", count=RECENT_NOTIFICATIONS) or []
+    recent = await store.recent_entries(redis, tid, RECENT_NOTIFICATIONS)
     data["recent_notifications"] = [
         {"notification_id": text(entry_id), "sequence": to_int(f.get(b"seq")), "published_ms": to_int(f.get(b"at")),
          "content_type": text(f.get(b"ctype")), "resourcesync": text(f.get(b"rs")),
@@ -232,15 +205,11 @@ async def activity(redis: Redis, now: float) -> tuple[list[int], dict[str, int]]
     (the busiest topics of each minute, so counts of quiet topics may be left out)."""
     minute = int(now) // 60
     minutes = list(range(minute - ACTIVITY_MINUTES + 1, minute + 1))
-    async with redis.pipeline(transaction=False) as pipe:
-        for m in minutes:
-            pipe.zscore(keys.activity_key(m), "*")
-            pipe.zrevrange(keys.activity_key(m), 0, 4 * BUSIEST_SHOWN, withscores=True)
-        answers = await pipe.execute()
-    per_minute = [int(answers[2 * i] or 0) for i in range(len(minutes))]
+    answers = await store.activity_replies(redis, minutes, 4 * BUSIEST_SHOWN)
+    per_minute = [int(everything or 0) for everything, _ in answers]
     per_topic: dict[str, int] = {}
-    for i in range(len(minutes)):
-        for member, score in answers[2 * i + 1]:
+    for _, busiest in answers:
+        for member, score in busiest:
             tid = text(member)
             if tid != "*":
                 per_topic[tid] = per_topic.get(tid, 0) + int(score)
@@ -284,12 +253,7 @@ def prefixed(stats: dict[str, float], prefix: str) -> dict[str, int]:
 async def overview(redis: Redis, settings: HubSettings, now: float, scan: ScanCache | None = None,
                    ) -> dict[str, Any]:
     """The status page's front: totals, activity, latency, queues, busiest topics, trouble."""
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.scard(keys.topics_key())
-        pipe.zcard(keys.leases_key())
-        pipe.hgetall(keys.stats_key())
-        topics, subscriptions, raw_stats = await pipe.execute()
-    stats = {text(k): float(v) for k, v in raw_stats.items()}
+    topics, subscriptions, stats = await store.totals(redis)
     per_minute, per_topic = await activity(redis, now)
     summaries = await (scan.get(redis) if scan is not None else scan_subscriptions(redis))
     troubled = [(s, s.trouble(now)) for s in summaries]

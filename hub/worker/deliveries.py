@@ -16,7 +16,6 @@ from redis.exceptions import RedisError
 
 from ..callbacks import delivery_url
 from ..crypto import decrypt_secret
-from ..keys import stats_key, topic_key
 from ..records import (
     LATENCY_BUCKETS,
     RECENT_ATTEMPTS,
@@ -26,7 +25,7 @@ from ..records import (
     to_int,
 )
 from ..settings import HubSettings
-from . import claims
+from . import batched, claims
 from .batch import RedisBatcher
 from .runs import SubRun
 
@@ -111,7 +110,7 @@ class Deliveries:
     async def topic_url(self, tid: str) -> str:
         url = self._topic_urls.get(tid)
         if url is None:
-            url = text(await self.batch.execute("HGET", topic_key(tid), "url"))
+            url = await batched.topic_url(self.batch, tid)
             if len(self._topic_urls) >= TOPIC_URLS:
                 self._topic_urls.clear()
             self._topic_urls[tid] = url
@@ -173,13 +172,7 @@ class Deliveries:
 
     async def _flush_stats(self) -> None:
         stats, self._stats = self._stats, defaultdict(float)
-        for name, value in stats.items():
-            if name.endswith(":sum"):
-                self.batch.execute("HINCRBYFLOAT", stats_key(), name, repr(value))
-            else:
-                self.batch.execute("HINCRBY", stats_key(), name, int(value))
-        if stats:
-            await self.batch.execute("PING")
+        await batched.add_stats(self.batch, stats)
 
     # -- the keeper: checkpoints, lock renewal, counters
 

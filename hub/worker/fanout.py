@@ -13,17 +13,14 @@ from typing import Any
 
 from redis.exceptions import RedisError
 
-from .. import enqueue
-from ..keys import fanout_queued_key, sub_key, sub_queued_key, topic_log_key
+from .. import enqueue, store
 from ..records import (
     DELIVERY_FIELDS,
-    LogEntry,
     parse_entry_id,
-    stream_pairs,
     text,
     to_int,
 )
-from . import claims
+from . import batched, claims
 from .context import WorkerContext
 from .outcomes import apply_outcome, resend_items
 from .runs import FanOutReport, SubRun
@@ -51,7 +48,7 @@ async def fan_out(ctx: WorkerContext, topic_id: str) -> FanOutReport:
     d = ctx.deliveries
     report = FanOutReport(topic_id)
     # Clearing the flag first: a publish after this point queues (or wakes) the next fan-out.
-    ctx.batch.execute("DEL", fanout_queued_key(topic_id))
+    batched.clear_fan_out_flag(ctx.batch, topic_id)
     topic_log = TopicLog(ctx, topic_id, await d.topic_url(topic_id))
     last_id, tasks = await _dispatch(ctx, topic_log, report)
     if d.follow_seconds > 0 and last_id is not None:
@@ -110,8 +107,7 @@ async def follow(ctx: WorkerContext, tid: str, topic_log: TopicLog | None = None
     if topic_log is None:
         topic_log = TopicLog(ctx, tid, await d.topic_url(tid))
     if last_id is None:
-        last = await ctx.batch.execute("XREVRANGE", topic_log_key(tid), "+", "-", "COUNT", 1)
-        last_id = text(last[0][0]) if last else "0-0"
+        last_id = await batched.last_log_id(ctx.batch, tid) or "0-0"
     token, lease_ms = d.new_token(), int(FOLLOW_LEASE * 1000)
     d.following.add(tid)
     try:
@@ -122,9 +118,8 @@ async def follow(ctx: WorkerContext, tid: str, topic_log: TopicLog | None = None
             if wait <= 0:
                 break
             block_ms = max(1, int(min(wait, FOLLOW_LEASE / 3) * 1000))
-            answer: Any = await ctx.redis.xread({topic_log_key(tid): last_id}, count=WINDOW, block=block_ms)
-            if answer:
-                entries = [LogEntry.from_stream(i, dict(stream_pairs(f))) for i, f in answer[0][1]]
+            entries = await store.wait_for_entries(ctx.redis, tid, last_id, WINDOW, block_ms)
+            if entries:
                 topic_log.feed(last_id, entries)
                 last_id = entries[-1].notification_id
                 quiet_until = time.monotonic() + d.follow_seconds
@@ -141,9 +136,8 @@ async def _unfollow(ctx: WorkerContext, tid: str, token: str, last_id: str) -> N
     # last read but before the flag went queued no job, so it queues one now.
     try:
         left = await claims.unfollow(ctx.batch, tid, token)
-        last = await ctx.batch.execute("XREVRANGE", topic_log_key(tid), "+", "-", "COUNT", 1)
-        if not left and last and parse_entry_id(text(last[0][0])) > parse_entry_id(last_id) \
-                and ctx.queue is not None:
+        last = await batched.last_log_id(ctx.batch, tid)
+        if not left and last and parse_entry_id(last) > parse_entry_id(last_id) and ctx.queue is not None:
             await enqueue.ensure_fan_out(ctx.queue, tid, redis=ctx.redis)
     except RedisError as exc:
         log.error("could not hand topic %s back: %s (the reconciler will)", tid, exc)
@@ -152,8 +146,8 @@ async def _unfollow(ctx: WorkerContext, tid: str, token: str, last_id: str) -> N
 async def deliver_subscription(ctx: WorkerContext, sid: str) -> FanOutReport:
     """Serve one subscription (a due retry, a re-send, a resume, or a reconciled lag)."""
     d = ctx.deliveries
-    ctx.batch.execute("DEL", sub_queued_key(sid))
-    tid = text(await ctx.batch.execute("HGET", sub_key(sid), "tid"))
+    batched.clear_delivery_flag(ctx.batch, sid)
+    tid = await batched.subscription_topic_id(ctx.batch, sid)
     report = FanOutReport(tid)
     if not tid:
         return report

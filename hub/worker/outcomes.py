@@ -6,9 +6,8 @@ import logging
 import math
 
 from .. import store
-from ..keys import sub_dead_body_key, sub_dead_key, sub_resend_key
-from ..records import Attempt, DeadLetter, LogEntry, parse_entry_id, text
-from . import claims
+from ..records import Attempt, DeadLetter, LogEntry, parse_entry_id
+from . import batched, claims
 from .context import WorkerContext
 from .runs import Item, SubRun, notification_headers
 from .sending import Response, retry_delay
@@ -111,21 +110,19 @@ async def _dead_letter_resent(ctx: WorkerContext, run: SubRun, entry: LogEntry) 
 
 async def resend_items(ctx: WorkerContext, run: SubRun) -> list[Item]:
     """The dead letters queued for re-sending, in queue order, with their stored bodies."""
-    nids = [text(n) for n in await ctx.batch.execute("LRANGE", sub_resend_key(run.sid), 0, 99)]
-    if not nids:
+    queued = await batched.resend_queue(ctx.batch, run.sid)
+    if not queued:
         run.resend = 0
         return []
-    metas = await ctx.batch.execute("HMGET", sub_dead_key(run.sid), *nids)
-    bodies = await ctx.batch.execute("HMGET", sub_dead_body_key(run.sid), *nids)
     items = []
-    for nid, meta, body in zip(nids, metas, bodies):
+    for nid, meta, body in queued:
         if meta is None or body is None:    # re-sent meanwhile, or its subscription was renewed anew
             entry = LogEntry(nid, b"", "", "", 0, 0)
             await _dead_letter_resent(ctx, run, entry)
             continue
         letter = DeadLetter.from_json(meta)
         entry = LogEntry(letter.notification_id, body, letter.content_type, letter.resourcesync,
-                               letter.sequence, letter.published_ms)
+                         letter.sequence, letter.published_ms)
         items.append(Item(entry, notification_headers(entry, run.topic, ctx.settings.hub_url),
                           parse_entry_id(entry.notification_id), is_resend=True))
     if not items:

@@ -16,18 +16,14 @@ import redis as redis_sync
 from redis.exceptions import RedisError
 from rq import Queue
 
-from .. import enqueue, keys, records, store
+from .. import enqueue, store
+from ..records import parse_entry_id, text, to_int
 from ..settings import HubSettings
 from .context import WorkerContext
 
 log = logging.getLogger(__name__)
 
 SCAN_BATCH = 500          # topics (or subscriptions) read per pipeline
-
-
-def take_turn(connection: redis_sync.Redis, task: str, seconds: float) -> bool:
-    """True for the one worker (hub-wide) that runs `task` in this period of `seconds`."""
-    return bool(connection.set(keys.maintenance_key(task), 1, nx=True, px=max(1, int(seconds * 1000))))
 
 
 def queue_due(queue: Queue, now: float | None = None) -> int:
@@ -61,20 +57,13 @@ def reconcile(queue: Queue, settings: HubSettings, now: float | None = None,
     requeued = 0
     cursor = 0
     while True:
-        cursor, raw_tids = connection.sscan(keys.topics_key(), cursor, count=SCAN_BATCH)
-        tids = [records.text(t) for t in raw_tids]
-        with connection.pipeline(transaction=False) as pipe:
-            for tid in tids:
-                pipe.xrevrange(keys.topic_log_key(tid), "+", "-", count=1)
-                pipe.smembers(keys.topic_subs_key(tid))
-            answers = pipe.execute()
-        for tid, last, sids in zip(tids, answers[::2], answers[1::2]):
-            if not last or not sids:
+        cursor, tids = store.maintenance.scan_topic_ids(connection, cursor, SCAN_BATCH)
+        for tid, (last_id, sids) in zip(tids, store.maintenance.topic_ends(connection, tids)):
+            if last_id is None or not sids:
                 continue
-            last_id = records.text(last[0][0])
-            if settled.get(tid) == last_id or records.parse_entry_id(last_id)[0] > fresh_after:
+            if settled.get(tid) == last_id or parse_entry_id(last_id)[0] > fresh_after:
                 continue
-            if _lagging(connection, tid, last_id, [records.text(s) for s in sids], now, settled):
+            if _lagging(connection, tid, last_id, sids, now, settled):
                 log.info("reconciler: topic %s has unconfirmed notifications nobody is delivering; "
                          "queueing its fan-out", tid)
                 enqueue.queue_fan_out(queue, tid)
@@ -85,22 +74,17 @@ def reconcile(queue: Queue, settings: HubSettings, now: float | None = None,
 
 def _lagging(connection: redis_sync.Redis, tid: str, last_id: str, sids: list[str], now: float,
              settled: dict[str, str]) -> bool:
-    last_key = records.parse_entry_id(last_id)
+    last_key = parse_entry_id(last_id)
     caught_up, orphaned = True, False
     for start in range(0, len(sids), SCAN_BATCH):
         chunk = sids[start:start + SCAN_BATCH]
-        with connection.pipeline(transaction=False) as pipe:
-            for sid in chunk:
-                pipe.hmget(keys.sub_key(sid), "state", "expires", "cursor", "retry_at", "resend")
-                pipe.exists(keys.sub_lock_key(sid))
-            answers = pipe.execute()
-        for (state, expires, cursor, retry_at, resend), locked in zip(answers[::2], answers[1::2]):
-            if cursor is None or records.text(state, "active") != "active" or records.to_int(expires) < now:
+        for state, expires, cursor, retry_at, resend, locked in store.maintenance.delivery_states(connection, chunk):
+            if cursor is None or text(state, "active") != "active" or to_int(expires) < now:
                 continue                      # gone, paused (resume wakes it) or expired (swept)
-            if records.parse_entry_id(records.text(cursor)) >= last_key and not records.to_int(resend):
+            if parse_entry_id(text(cursor)) >= last_key and not to_int(resend):
                 continue
             caught_up = False
-            if not locked and float(records.text(retry_at) or 0) <= now:
+            if not locked and float(text(retry_at) or 0) <= now:
                 orphaned = True
     if caught_up:
         settled[tid] = last_id
@@ -110,8 +94,7 @@ def _lagging(connection: redis_sync.Redis, tid: str, last_id: str, sids: list[st
 def requeue_verifications(queue: Queue) -> bool:
     """Queue a verify_pending job when subscription requests wait in line and none is queued
     (its worker died): True when one was queued."""
-    connection = queue.connection
-    if not connection.llen(keys.verify_pending_key()):
+    if not store.maintenance.has_pending_verifications(queue.connection):
         return False
     if not enqueue.queue_pending_verifications(queue):
         return False
@@ -129,11 +112,8 @@ def trim_logs(connection: redis_sync.Redis, settings: HubSettings, now: float | 
     min_id = f"{int((now - settings.log_max_age) * 1000)}-0"
     cursor = 0
     while True:
-        cursor, tids = connection.sscan(keys.topics_key(), cursor, count=SCAN_BATCH)
-        with connection.pipeline(transaction=False) as pipe:
-            for tid in tids:
-                pipe.xtrim(keys.topic_log_key(records.text(tid)), minid=min_id, approximate=True)
-            pipe.execute()
+        cursor, tids = store.maintenance.scan_topic_ids(connection, cursor, SCAN_BATCH)
+        store.maintenance.trim_logs(connection, tids, min_id)
         if cursor == 0:
             return
 
@@ -164,12 +144,12 @@ async def maintain(ctx: WorkerContext) -> None:
 
 def _reconcile_turn(queue: Queue, settings: HubSettings, now: float, settled: dict[str, Any]) -> None:
     # a little under the interval, so that with several workers one of them runs every interval
-    if take_turn(queue.connection, "reconcile", settings.reconcile_interval * 0.9):
+    if store.maintenance.take_turn(queue.connection, "reconcile", settings.reconcile_interval * 0.9):
         reconcile(queue, settings, now, settled)
         requeue_verifications(queue)
 
 
 def _sweep_turn(queue: Queue, settings: HubSettings, now: float) -> None:
-    if take_turn(queue.connection, "sweep", settings.sweep_interval * 0.9):
+    if store.maintenance.take_turn(queue.connection, "sweep", settings.sweep_interval * 0.9):
         trim_logs(queue.connection, settings, now)
         enqueue.queue_sweep(queue)

@@ -5,8 +5,8 @@ import asyncio
 import bisect
 import time
 
-from ..keys import topic_log_key
-from ..records import LogEntry, parse_entry_id, stream_pairs
+from ..records import LogEntry, parse_entry_id
+from . import batched
 from .context import WorkerContext
 from .runs import Item, notification_headers
 
@@ -102,6 +102,4 @@ class TopicLog:
             del self.items[:drop], self.keys[:drop]
 
     async def _xrange(self, after: str, count: int) -> list[LogEntry]:
-        raw = await self.ctx.batch.execute("XRANGE", topic_log_key(self.tid), f"({after}", "+",
-                                           "COUNT", count)
-        return [LogEntry.from_stream(entry_id, dict(stream_pairs(flat))) for entry_id, flat in raw]
+        return await batched.read_log(self.ctx.batch, self.tid, after, count)

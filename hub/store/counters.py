@@ -1,0 +1,103 @@
+"""The hub-wide counters (deliveries, verifications) and what /health and /metrics read about the queue."""
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from redis.asyncio import Redis
+
+from ..keys import (
+    due_key,
+    leases_key,
+    rq_keys,
+    rq_workers_key,
+    stats_key,
+    topics_key,
+    verification_field,
+    verify_pending_key,
+)
+from ..records import (
+    text,
+)
+
+
+async def delivery_stats(redis: Redis) -> dict[str, float]:
+    """Hub-wide delivery counters and latency histograms, as written by the workers.
+
+    Fields: `outcome:<delivered|retry|gone|dead>`, `status:<2xx|3xx|4xx|5xx|error>` (counts);
+    for each histogram `delivery_seconds` (one POST) and `publish_to_delivery_seconds` (publish
+    to confirmed delivery): `<name>:le:<bound>` per bucket of LATENCY_BUCKETS plus `<name>:le:+Inf`
+    (non-cumulative counts), `<name>:sum` and `<name>:count`.
+    """
+    raw = await redis.hgetall(stats_key())
+    return {text(k): float(v) for k, v in raw.items()}
+
+
+async def count_verifications(redis: Redis, counts: Mapping[str, int]) -> None:
+    """Add verification outcomes (VerificationOutcome.result -> how many) to the hub's counters."""
+    if len(counts) == 1:
+        (result, count), = counts.items()
+        await redis.hincrby(stats_key(), verification_field(result), count)
+        return
+    async with redis.pipeline(transaction=False) as pipe:
+        for result, count in counts.items():
+            pipe.hincrby(stats_key(), verification_field(result), count)
+        await pipe.execute()
+
+
+@dataclass(frozen=True, slots=True)
+class HealthCounts:
+    """What /health reports: RQ's queue by state, live workers, and the hub's totals."""
+
+    queued: int
+    started: int
+    scheduled: int
+    failed: int
+    workers: int
+    subscriptions: int
+    topics: int
+    verifications_pending: int
+
+
+async def live_workers(redis: Redis, members: Iterable[Any]) -> int:
+    """How many of RQ's registered workers (keys.rq_workers_key() members) are still alive."""
+    members = list(members)
+    if not members:
+        return 0
+    async with redis.pipeline(transaction=False) as pipe:
+        for member in members:
+            pipe.exists(member)
+        return sum(await pipe.execute())
+
+
+async def health_counts(redis: Redis, queue: str) -> HealthCounts:
+    """One round trip (PING first: an unreachable Redis raises) plus one for the workers."""
+    rq = rq_keys(queue)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.ping()
+        pipe.smembers(rq_workers_key())
+        pipe.llen(rq["queued"])
+        for registry in ("started", "scheduled", "failed"):
+            pipe.zcard(rq[registry])
+        pipe.zcard(leases_key())
+        pipe.scard(topics_key())
+        pipe.llen(verify_pending_key())
+        _, members, queued, started, scheduled, failed, subscriptions, topics, pending = await pipe.execute()
+    return HealthCounts(queued, started, scheduled, failed, await live_workers(redis, members), subscriptions,
+                        topics, pending)
+
+
+async def queue_depths(redis: Redis, queue: str, now: float) -> dict[str, Any]:
+    """RQ queue depths, retries waiting (due zset), and live workers."""
+    rq = rq_keys(queue)
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.llen(rq["queued"])
+        for name in ("started", "scheduled", "failed"):
+            pipe.zcard(rq[name])
+        pipe.zcard(due_key())
+        pipe.zcount(due_key(), "-inf", now)
+        pipe.smembers(rq_workers_key())
+        queued, started, scheduled, failed, due, due_now, members = await pipe.execute()
+    return {"queue": queue, "queued": queued, "started": started, "scheduled": scheduled,
+            "failed": failed, "waiting_retries": due, "due_now": due_now, "workers": await live_workers(redis, members)}

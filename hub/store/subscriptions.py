@@ -1,0 +1,199 @@
+"""Verified subscriptions: activation (create or renew), removal, lookups, pause and resume, backlog."""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from redis.asyncio import Redis
+
+from ..keys import (
+    PREFIX,
+    delivery_keys,
+    due_key,
+    leases_key,
+    sub_key,
+    subscription_id,
+    topic_id,
+    topic_key,
+    topic_log_key,
+    topic_seq_key,
+    topic_subs_key,
+    topics_key,
+)
+from ..lua import Script
+from ..records import (
+    Subscription,
+    text,
+    to_int,
+)
+
+# KEYS: sub, topic subs, leases, log, topics, topic, seq
+# ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now[, start cursor, start seq]
+# A new subscription's cursor is the log's end when its verification was sent (ARGV 9-10, see
+# log_end), else its current end, so it gets everything published after the subscriber said
+# yes; a renewal keeps its cursor and delivery state. Returns 1 when new.
+_ACTIVATE = Script("""
+local is_new = redis.call('EXISTS', KEYS[1]) == 0
+if is_new then
+  local cursor, cursor_seq = ARGV[9], ARGV[10]
+  if not cursor then
+    local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
+    cursor = '0-0'
+    if #last > 0 then cursor = last[1][1] end
+    cursor_seq = redis.call('GET', KEYS[7]) or '0'
+  end
+  redis.call('HSET', KEYS[1], 'topic', ARGV[2], 'callback', ARGV[3], 'tid', ARGV[4],
+             'created', ARGV[8], 'state', 'active', 'cursor', cursor, 'cursor_seq', cursor_seq)
+end
+redis.call('HSET', KEYS[1], 'secret', ARGV[5], 'lease_seconds', ARGV[6], 'expires', ARGV[7])
+redis.call('SADD', KEYS[2], ARGV[1])
+redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
+if redis.call('SADD', KEYS[5], ARGV[4]) == 1 then
+  redis.call('HSET', KEYS[6], 'url', ARGV[2], 'created', ARGV[8])
+end
+if is_new then return 1 end
+return 0
+""")
+
+
+# KEYS: sub, leases, due, then every per-subscription key to delete (delivery_keys)
+# ARGV: sid, topic-subs key prefix, topic-subs key suffix[, now]
+# With `now`, only a subscription still expired at that moment goes (a renewal may have raced).
+_REMOVE = Script("""
+if ARGV[4] then
+  local expires = tonumber(redis.call('HGET', KEYS[1], 'expires') or '0')
+  if expires >= tonumber(ARGV[4]) then return 0 end
+end
+local tid = redis.call('HGET', KEYS[1], 'tid')
+redis.call('ZREM', KEYS[2], ARGV[1])
+redis.call('ZREM', KEYS[3], ARGV[1])
+for i = 4, #KEYS do redis.call('DEL', KEYS[i]) end
+if not tid then return 0 end
+redis.call('SREM', ARGV[2] .. tid .. ARGV[3], ARGV[1])
+redis.call('DEL', KEYS[1])
+return 1
+""")
+
+
+async def activate_subscription(
+    redis: Redis, topic: str, callback: str, *, secret: str, lease_seconds: int, now: float,
+    start: tuple[str, str] | None = None,
+) -> tuple[str, bool]:
+    """Create or renew the verified subscription (topic, callback) in one script call.
+
+    `secret` is the Fernet token of the new secret, or "" to drop it: a verified renewal
+    replaces the secret. `start` is the (cursor, cursor_seq) a new subscription starts from
+    (`log_end` taken before the verification GET); None means the log's end now.
+    Returns (subscription id, is_new).
+    """
+    sid, tid = subscription_id(topic, callback), topic_id(topic)
+    expires = int(now) + lease_seconds
+    keys = [sub_key(sid), topic_subs_key(tid), leases_key(), topic_log_key(tid), topics_key(), topic_key(tid),
+            topic_seq_key(tid)]
+    args: list[Any] = [sid, topic, callback, tid, secret, lease_seconds, expires, int(now), *(start or ())]
+    is_new = await _ACTIVATE(redis, keys, args)
+    return sid, bool(is_new)
+
+
+async def log_end(redis: Redis, topic: str) -> tuple[str, str]:
+    """(last entry id or "0-0", its sequence number) of the topic's log, read atomically."""
+    tid = topic_id(topic)
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.xrevrange(topic_log_key(tid), "+", "-", count=1)
+        pipe.get(topic_seq_key(tid))
+        last, seq = await pipe.execute()
+    return (text(last[0][0]) if last else "0-0"), text(seq, "0")
+
+
+async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | None = None) -> bool:
+    """Remove a subscription (unsubscribe, expiry, 410, admin): hash, topic set, lease, delivery keys.
+
+    With `if_expired_at`, remove it only if its lease ended before that time (the sweep).
+    Returns False when nothing was removed. Safe to call twice.
+    """
+    keys = [sub_key(sid), leases_key(), due_key(), *delivery_keys(sid)]
+    args: list[Any] = [sid, f"{PREFIX}topic:", ":subs"]
+    if if_expired_at is not None:
+        args.append(int(if_expired_at))
+    return bool(await _REMOVE(redis, keys, args))
+
+
+async def delete_delivery_state(redis: Redis, sid: str) -> None:
+    """Delete the subscription's per-subscription delivery keys (after it ended with a 410)."""
+    await redis.delete(*delivery_keys(sid))
+
+
+async def get_subscription(redis: Redis, sid: str) -> Subscription | None:
+    raw = await redis.hgetall(sub_key(sid))
+    return Subscription.from_hash(sid, raw) if raw else None
+
+
+async def subscription_secret(redis: Redis, sid: str) -> bytes | None:
+    """The stored (encrypted) secret of the subscription; None or b"" when it has none."""
+    secret: Any = await redis.hget(sub_key(sid), "secret")
+    return secret
+
+
+async def expired_subscriptions(redis: Redis, now: float, limit: int = 1000) -> list[str]:
+    """Ids of subscriptions whose lease ended before `now`, oldest first (at most `limit`)."""
+    sids = await redis.zrangebyscore(leases_key(), "-inf", f"({int(now)}", start=0, num=limit)
+    return [text(s) for s in sids]
+
+
+async def count_subscriptions(redis: Redis) -> int:
+    return int(await redis.zcard(leases_key()))
+
+
+async def subscription_ids_by_lease(redis: Redis, offset: int, limit: int) -> list[str]:
+    """Subscription ids in lease-end order (soonest first), `limit` of them from `offset`."""
+    return [text(s) for s in await redis.zrange(leases_key(), offset, offset + limit - 1)]
+
+
+async def topic_subscription_ids(redis: Redis, tid: str) -> list[str]:
+    """The ids of the topic's active subscriptions, sorted."""
+    return sorted(text(s) for s in await redis.smembers(topic_subs_key(tid)))
+
+
+# KEYS: sub, due ; ARGV: sid, state (paused|active), now. Resuming clears any backoff and wakes it.
+_SET_STATE = Script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'state', ARGV[2])
+if ARGV[2] == 'active' then
+  redis.call('HSET', KEYS[1], 'next_attempt', 0, 'retry_at', 0)
+  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+end
+return 1
+""")
+
+
+async def pause_subscription(redis: Redis, sid: str) -> bool:
+    """Stop deliveries to the subscription (its cursor stays) until resumed. False when unknown."""
+    return bool(await _SET_STATE(redis, [sub_key(sid), due_key()], [sid, "paused", 0]))
+
+
+async def resume_subscription(redis: Redis, sid: str, *, now: float | None = None) -> bool:
+    """Resume deliveries now (any retry backoff is cleared). False when the subscription is unknown."""
+    now = time.time() if now is None else now
+    return bool(await _SET_STATE(redis, [sub_key(sid), due_key()], [sid, "active", now]))
+
+
+async def subscription_backlog(redis: Redis, sid: str) -> int:
+    """How many notifications of its topic the subscription has not confirmed yet."""
+    tid, cursor_seq, cursor = await redis.hmget(sub_key(sid), "tid", "cursor_seq", "cursor")
+    if not tid:
+        return 0
+    log_key, cursor_text = topic_log_key(text(tid)), text(cursor, "0-0")
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.get(topic_seq_key(text(tid)))
+        pipe.xrange(log_key, cursor_text, cursor_text, count=1)
+        pipe.xrange(log_key, "-", "+", count=1)
+        last_seq, at_cursor, first = await pipe.execute()
+    if cursor_seq is not None:
+        done = to_int(cursor_seq)
+    elif at_cursor:            # nothing delivered yet: the seq of the entry it started after
+        done = to_int(at_cursor[0][1].get(b"seq"))
+    elif first:                # that entry was trimmed: everything still in the log is due
+        done = to_int(first[0][1].get(b"seq")) - 1
+    else:
+        done = to_int(last_seq)
+    return max(0, to_int(last_seq) - done)
