@@ -178,6 +178,7 @@ class Subscriber:
             task.cancel()
         if self.startup_tasks:
             await asyncio.wait(self.startup_tasks)
+        self.startup_tasks.clear()
         self._loop = None
         if self._renewal_task is not None:
             self._renewal_task.cancel()
