@@ -229,3 +229,43 @@ def test_handler_that_raises_once_gets_the_notification_again(framework: str, ma
     assert [line for line in app.lines if line == "raising once\n"] == ["raising once\n"]
     statuses = [attempt["status"] for attempt in report["attempts_recent"]]
     assert "503" in [str(status) for status in statuses], report["attempts_recent"]
+
+
+def test_a_request_on_a_single_threaded_flask_server_subscribes_without_waiting(hub: HubProcess, tmp_path: Path):
+    """The runner returns after the hub's 202: the one server thread is then free for the
+    hub's verification GET (waiting for it there would deadlock)."""
+    from flask import Flask
+    from werkzeug.serving import make_server
+
+    from rsnotify.subscriber.flask import callback_blueprint
+    from rsnotify.subscriber.wsgi import subscriber_thread
+
+    port = free_port()
+    settings = SubscriberSettings(callback_url=f"http://127.0.0.1:{port}/websub",
+                                  state_file=str(tmp_path / "subscriptions.db"))
+    subscriber = Subscriber(settings=settings)
+    topic = f"http://example.org/request/{tmp_path.name}/changes"
+    app = Flask(__name__)
+    app.register_blueprint(callback_blueprint(subscriber), url_prefix="/websub")
+
+    @app.post("/follow")
+    def follow():
+        subscription = subscriber_thread(subscriber).ensure(topic, hub.url)
+        return {"id": subscription.id, "status": subscription.status}
+
+    server = make_server("127.0.0.1", port, app, threaded=False)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        request = urllib.request.Request(f"http://127.0.0.1:{port}/follow", data=b"", method="POST")
+        with urllib.request.urlopen(request, timeout=WAIT) as response:
+            answer = json.loads(response.read())
+        assert answer["status"] == "pending"
+        runner = subscriber_thread(subscriber)
+        wait_for("the verification", lambda: runner.subscriptions()[0].status == "active", hub=hub)
+        assert [s.id for s in runner.subscriptions()] == [answer["id"]]
+        wait_for("the hub to hold it", lambda: len(hub_subscriptions(hub, topic)) == 1, hub=hub)
+    finally:
+        server.shutdown()
+        thread.join(10)
+        subscriber_thread(subscriber).stop()
