@@ -7,12 +7,16 @@ is the hub's hot path). Documents are built with lxml element calls. No I/O here
 from __future__ import annotations
 
 from datetime import datetime
-from typing import TYPE_CHECKING
 
 from lxml import etree
 
 from .datetimes import format_datetime, parse_w3c_datetime
-from .errors import DocumentParseError, NotificationError, NotificationParseError, ValidationError
+from .errors import (
+    DocumentParseError,
+    NotificationError,
+    NotificationParseError,
+    ValidationError,
+)
 from .notification import (
     CAPABILITY_LIST,
     CHANGE_NOTIFICATION,
@@ -37,6 +41,7 @@ from .safexml import (
     SITEMAP_NS,
     URL,
     URLSET,
+    describe_element,
     extra_attributes,
     hash_text,
     loc_problem,
@@ -50,20 +55,14 @@ from .safexml import (
     read_link,
     serialize,
     set_attributes,
-    describe_element,
-    tag_name,
     write_link,
 )
-
-if TYPE_CHECKING:
-    from .documents import ParsedDocument
 
 __all__ = [
     "RS_NS",
     "SITEMAP_NS",
     "capability_list_to_xml",
     "parse_capability_list",
-    "parse_document",
     "parse_notification",
     "parse_source_description",
     "parse_w3c_datetime",
@@ -466,15 +465,3 @@ def _write_entry_elements(parent: etree._Element, entry: CapabilityEntry) -> Non
         md = etree.SubElement(url, RS_MD)
         set_attributes(md, (("capability", entry.capability),))
         set_attributes(md, entry.extra, _CAPABILITY_ONLY)
-
-
-# -- any document ----------------------------------------------------------------------------
-
-
-def parse_document(data: bytes | str, *, max_bytes: int | None = None) -> ParsedDocument:
-    """What `data` is (change notification, Capability List, Resource List, index, ...) and
-    whether it is valid; see `rsnotify.documents`. Raises `DocumentParseError` only when it is
-    not safe, well-formed XML."""
-    from .documents import parse_document as parse  # documents builds on this module
-
-    return parse(data, max_bytes=max_bytes)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 from resync.change_list import ChangeList as ResyncChangeList
 
+from rsnotify.documents import parse_document
 from rsnotify.lists import ListRef, open_list
 from rsnotify.notification import ResourceChange
 from rsnotify.publisher import HubUnreachableError, Outbox, Publisher
@@ -32,7 +33,7 @@ from rsnotify.publisher.memory import (
     changelists,
     iter_changes,
 )
-from rsnotify.xml import parse_document, parse_notification
+from rsnotify.xml import parse_notification
 
 TOPIC = "http://127.0.0.1:9/dataset1/changes"
 BASE = "http://127.0.0.1:9/dataset1/"

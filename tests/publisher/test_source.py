@@ -21,11 +21,12 @@ import pytest
 from resync.change_list import ChangeList as ResyncChangeList
 from resync.resource_list import ResourceList as ResyncResourceList
 
+from rsnotify.documents import parse_document
 from rsnotify.lists import ListInfo, Resource, open_list
 from rsnotify.publisher.resourcelist import write_resource_list
 from rsnotify.publisher.source import SourceUrls
 from rsnotify.redis_server import free_port
-from rsnotify.xml import parse_capability_list, parse_document, parse_source_description
+from rsnotify.xml import parse_capability_list, parse_source_description
 
 BIN = Path(sys.executable).parent
 RSNOTIFY = str(BIN / "rsnotify")

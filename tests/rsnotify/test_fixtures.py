@@ -6,11 +6,11 @@ from pathlib import Path
 
 import pytest
 
+from rsnotify.documents import parse_document
 from rsnotify.notification import Channel
 from rsnotify.xml import (
     capability_list_to_xml,
     parse_capability_list,
-    parse_document,
     parse_notification,
     parse_source_description,
     source_description_to_xml,

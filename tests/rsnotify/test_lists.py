@@ -10,10 +10,10 @@ import pytest
 from resync.change_list import ChangeList as ResyncChangeList
 from resync.resource_list import ResourceList as ResyncResourceList
 
+from rsnotify.documents import parse_document
 from rsnotify.errors import DocumentParseError, NotificationError
 from rsnotify.lists import ListInfo, ListRef, ListWriter, Resource, open_list
 from rsnotify.notification import ChangeType, Link, ResourceChange
-from rsnotify.xml import parse_document
 
 CORE = Path(__file__).resolve().parents[1] / "fixtures" / "core-1.1"
 

@@ -7,8 +7,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from rsnotify.documents import parse_document
 from rsnotify.errors import DocumentParseError, NotificationParseError
-from rsnotify.xml import parse_capability_list, parse_document, parse_notification
+from rsnotify.xml import parse_capability_list, parse_notification
 
 URLSET_OPEN = (
     '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'

@@ -7,9 +7,25 @@ from datetime import datetime, timezone
 
 import pytest
 
-from rsnotify.errors import DocumentParseError, NotificationError, NotificationParseError, ValidationError
-from rsnotify.notification import CapabilityEntry, ChangeNotification, Link, ResourceChange
-from rsnotify.xml import capability_list_to_xml, parse_capability_list, parse_document, parse_notification, to_xml
+from rsnotify.documents import parse_document
+from rsnotify.errors import (
+    DocumentParseError,
+    NotificationError,
+    NotificationParseError,
+    ValidationError,
+)
+from rsnotify.notification import (
+    CapabilityEntry,
+    ChangeNotification,
+    Link,
+    ResourceChange,
+)
+from rsnotify.xml import (
+    capability_list_to_xml,
+    parse_capability_list,
+    parse_notification,
+    to_xml,
+)
 
 HEAD = (
     '<?xml version="1.0" encoding="UTF-8"?>\n'
