@@ -336,7 +336,8 @@ def set_entries(ctx: click.Context, caplist: str, resourcelist: str | None, chan
         click.echo(result.decode("utf-8"), nl=False)
         return
     _write_atomically(path, result)
-    click.echo(f"{path}: " + ", ".join(f"{name} {value}" for name, value in wanted.items() if value and name != "hub_urls"))
+    shown = {"resourcelist": resourcelist, "changelist": changelist, "change-notification": topic_url}
+    click.echo(f"{path}: " + ", ".join(f"{name} {value}" for name, value in shown.items() if value))
 
 
 def _write_atomically(path: Path, data: bytes) -> None:

@@ -95,16 +95,24 @@ class Folder:
         remembered files at or under the paths that are gone."""
         present: dict[str, FileState] = {}
         gone: set[str] = set()
-        for path in paths:
-            path = Path(path)
-            under = [known for known in self._known if known == path or path in known.parents]
-            found = {s.path: s for s in self._states(self._walk(path) if path.is_dir() else [path])}
-            present.update({s.loc: s for s in found.values()})
-            gone.update(self._known[known].loc for known in under if known not in found)
-            for known in under:
+        for path in map(Path, paths):
+            if path.is_dir():
+                found = {state.path: state for state in self._states(self._walk(path))}
+                before = self._under(path)
+            else:
+                state = self._state(path) if path.exists() else None
+                found = {path: state} if state is not None else {}
+                # A path that is no file now and was none before may be a removed folder.
+                before = [path] if path in self._known else self._under(path)
+            present.update({state.loc: state for state in found.values()})
+            for known in before:
                 if known not in found:
-                    del self._known[known]
+                    gone.add(self._known.pop(known).loc)
         return present, gone
+
+    def _under(self, folder: Path) -> list[Path]:
+        prefix = f"{folder}{os.sep}"
+        return [known for known in self._known if str(known).startswith(prefix)]
 
     def _walk(self, top: Path) -> Iterator[Path]:
         # Symlinked directories are not descended into (os.walk's default): their files would

@@ -25,6 +25,7 @@ from .source import RESERVED_NAMES, Source, SourceUrls
 
 log = logging.getLogger(__name__)
 _HUB_CHECK_SECONDS = 10.0
+_MAX_RETRY_SECONDS = 10.0  # a hub back from downtime gets what waited within this
 
 
 @click.command()
@@ -81,7 +82,7 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
     problem = asyncio.run(_hub_problem(hubs))
     if problem:
         raise click.ClickException(problem)
-    outbox = Outbox(memory_path, publisher)
+    outbox = Outbox(memory_path, publisher, max_retry_delay=_MAX_RETRY_SECONDS)
     try:
         runner = Source(Folder(folder_path, base, RESERVED_NAMES), urls, publisher, outbox, memory, _cache_dir(memory_path))
         click.echo(f"rsnotify source: {folder_path.resolve()} as {base} (capability list {urls.capability_list}); "

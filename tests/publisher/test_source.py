@@ -137,7 +137,7 @@ def test_source_serves_a_folder_that_resync_copies_byte_for_byte(hub_process, ru
         path = tmp_path / name.replace("/", "_")
         path.write_bytes(get(base + name)[2])
         documents[name] = path
-        checked = subprocess.run([RSNOTIFY, "validate", str(path)], capture_output=True, text=True)
+        checked = subprocess.run([RSNOTIFY, "validate", str(path)], capture_output=True, text=True, check=False)
         assert checked.returncode == 0, checked.stdout + checked.stderr
     resource_list = ResyncResourceList()
     resource_list.parse(str_data=documents["resourcelist.xml"].read_text())
@@ -162,7 +162,7 @@ def test_source_serves_a_folder_that_resync_copies_byte_for_byte(hub_process, ru
     # resync's own client, baseline: a byte-identical copy.
     copy = tmp_path / "copy"
     synced = subprocess.run([str(BIN / "resync-sync"), "--baseline", base, str(copy)], capture_output=True, text=True,
-                            timeout=120, cwd=tmp_path)
+                            timeout=120, cwd=tmp_path, check=False)
     assert synced.returncode == 0, synced.stdout + synced.stderr
     # resync maps a loc to a path without decoding it: "sub%20dir/b%20c.json" on its side.
     for name in ("a.txt", "bin.dat", "sub dir/b c.json"):
@@ -207,7 +207,7 @@ def test_bad_input_gets_one_line_and_an_exit_code(tmp_path, args, code, message)
     (tmp_path / "src").mkdir()
     values = {"tmp": str(tmp_path), "closed": str(free_port())}
     result = subprocess.run([RSNOTIFY, "source", *(a.format(**values) for a in args)], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")})
+                            timeout=60, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}, check=False)
     assert result.returncode == code, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
 
@@ -239,3 +239,24 @@ def test_a_resource_list_past_the_limits_becomes_an_index_of_parts(tmp_path):
     small = write_resource_list(iter(resources[:3]), tmp_path / "small", at=at, up="https://example.org/c.xml",
                                 part_url=str)
     assert small.parts == () and not open_list(small.main.open("rb")).info.is_index
+
+
+def test_source_keeps_going_while_the_hub_is_down(hub_process, run_source, tmp_path):
+    hub_port = free_port()
+    hub = hub_process(port=hub_port)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("one\n")
+    base = f"http://127.0.0.1:{free_port()}/data/"
+    run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
+               ready_url=base + "capabilitylist.xml")
+    first = wait_for(lambda: get(base + "changes")[2], "the first notification accepted")
+    hub.stop()
+    (src / "a.txt").write_text("two\n")
+    entries = wait_for(lambda: (e := _changelist_entries(base)) and len(e) == 2 and e, "the edit in the Change List")
+    assert entries[1].change.value == "updated"  # recorded although no hub answers
+    assert get(base + "changes")[2] == first
+    hub_process(port=hub_port)  # back: the outbox delivers what waited
+    later = wait_for(lambda: (body := get(base + "changes")[2]) != first and body, "the edit delivered after the hub returned",
+                     timeout=120)
+    assert b"a.txt" in later and b'change="updated"' in later
