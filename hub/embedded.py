@@ -189,7 +189,9 @@ def tune_redis(url: str) -> None:
 
 async def _serve(app: web.Application, sock: socket.socket, settings: HubSettings, children: Children,
                  redis_server: RedisServer | None, announce: Callable[[str], None]) -> None:
-    runner = web.AppRunner(app, handle_signals=False, access_log=None)
+    # aiohttp closes a connection that has not sent a whole request within keepalive_timeout of
+    # connecting (or of its last answer): the header deadline against trickling clients
+    runner = web.AppRunner(app, handle_signals=False, access_log=None, keepalive_timeout=settings.header_timeout)
     await runner.setup()  # runs the app's startup: Redis reachable, secret key matches
     site = web.SockSite(runner, sock)
     await site.start()

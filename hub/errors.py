@@ -6,7 +6,10 @@ HubError                      status 400 unless a subclass says otherwise
 ├── AuthenticationError       401  no or unknown publisher token
 ├── ForbiddenError            403  the token (or the client address) may not publish this topic
 ├── NotFoundError             404  no such topic, subscription or dead letter (admin API, diagnostics)
-├── PayloadTooLargeError      413  the body is larger than --max-body
+├── RequestTimeoutError       408  the body did not arrive within --body-timeout
+├── PayloadTooLargeError      413  the body is larger than --max-body (a form: --max-form)
+├── MisdirectedRequestError   421  the Host header names neither this hub nor localhost
+├── TooManyRequestsError      429  a rate limit is reached; `retry_after` (seconds) goes in Retry-After
 └── UnavailableError          503  Redis or the queue cannot be reached right now
 SettingsError                 bad configuration (the CLI turns it into a usage error)
 OutboundRefusedError          an outbound request's target resolves to a refused address
@@ -44,8 +47,24 @@ class NotFoundError(HubError):
     status = 404
 
 
+class RequestTimeoutError(HubError):
+    status = 408
+
+
 class PayloadTooLargeError(HubError):
     status = 413
+
+
+class MisdirectedRequestError(HubError):
+    status = 421
+
+
+class TooManyRequestsError(HubError):
+    status = 429
+
+    def __init__(self, problems: list[str] | str, retry_after: int) -> None:
+        super().__init__(problems)
+        self.retry_after = max(1, retry_after)
 
 
 class UnavailableError(HubError):

@@ -43,6 +43,35 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, separators=(",", ":"))
 
 
+# Control characters (CR, LF, ESC...) in a logged value would forge or garble lines.
+_CONTROLS = {code: f"\\x{code:02x}" for code in (*range(32), 127)}
+MAX_FIELD = 300  # characters of one logged value (a 1 MB URL is not copied into every line)
+
+
+def escape(value: object, limit: int = MAX_FIELD) -> str:
+    """A value fit for one log line: control characters escaped, cut at `limit` characters."""
+    text = str(value)
+    if len(text) > limit:
+        text = f"{text[:limit]}…({len(text)} characters)"
+    return text.translate(_CONTROLS)
+
+
+def redact_callback(url: str) -> str:
+    """A callback URL for INFO lines: scheme and host only, since the rest of an unsigned
+    subscription's callback is its only credential."""
+    scheme, _, rest = str(url).partition("://")
+    authority = rest.split("/", 1)[0].split("?", 1)[0].rpartition("@")[2]
+    return escape(f"{scheme}://{authority}/…" if rest else "…")
+
+
+class EscapingFormatter(logging.Formatter):
+    """The text format, with control characters in the message escaped (tracebacks keep their lines)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = record.message.translate(_CONTROLS)
+        return super().formatMessage(record)
+
+
 def _plain(value: Any) -> Any:
     return value if isinstance(value, (str, int, float, bool)) or value is None else str(value)
 
@@ -52,7 +81,7 @@ def configure_logging(level: str, log_format: str = "text") -> None:
     if log_format not in LOG_FORMATS:
         raise ValueError(f"log format must be text or json, got {log_format!r}")
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if log_format == "json" else logging.Formatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if log_format == "json" else EscapingFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     for old in list(root.handlers):
         root.removeHandler(old)

@@ -10,6 +10,7 @@ import ipaddress
 import socket
 from collections.abc import Iterable
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -44,6 +45,25 @@ def check_address(address: str, allowed: Iterable[Network] = ()) -> None:
         raise OutboundRefusedError(
             f"outbound connection to {address} refused: not a public address "
             "(allow its network with --allow-network CIDR)")
+
+
+def literal_refusal(url: str, allowed: Iterable[Network] = ()) -> str | None:
+    """Why `url` names a refused address by itself (an IP literal, or localhost), else None.
+
+    Lets intake refuse such a URL at once with a 400, before anything is stored or queued; host
+    names that resolve to a refused address are still stopped by the connector at connect time.
+    """
+    host = (urlsplit(url).hostname or "").lower().rstrip(".")
+    address = "127.0.0.1" if host == "localhost" or host.endswith(".localhost") else host
+    try:
+        ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return None  # a DNS name: judged when it is resolved, on connecting
+    try:
+        check_address(address, allowed)
+    except OutboundRefusedError as exc:
+        return str(exc)
+    return None
 
 
 def guarded_socket_factory(allowed: Iterable[Network]) -> Any:

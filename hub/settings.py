@@ -10,6 +10,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from limits import parse as parse_rate
 
 from rsnotify.websub import SIGNATURE_ALGORITHMS, normalize_url
 
@@ -54,7 +57,7 @@ class HubSettings:
     # -- outbound requests
     allow_networks: tuple[str, ...] = _opt(
         (), "Private/reserved network (CIDR) that callbacks and topics may resolve to (repeatable). "
-            "Loopback is allowed automatically when the hub listens on loopback only.",
+            "Loopback is allowed automatically only when the public URL itself is on loopback.",
         env="RSNOTIFY_ALLOW_NETWORK")
     secret_key: str | None = _opt(
         None, "Fernet key encrypting subscription secrets at rest [default: generated into "
@@ -78,6 +81,23 @@ class HubSettings:
     follow_seconds: float = _opt(5.0, "How long a worker keeps watching a topic's log after a fan-out, "
                                       "delivering new notifications without a queued job (seconds; 0: never).")
     queue_name: str = _opt("rsnotify", "RQ queue name.")
+    # -- intake limits (hub/web/): what one client may send, and how fast
+    trusted_proxies: tuple[str, ...] = _opt(
+        (), "Network (CIDR) of a reverse proxy whose X-Forwarded-For names the client (repeatable). "
+            "Without it, a request carrying any forwarding header counts as remote.",
+        env="RSNOTIFY_TRUSTED_PROXY")
+    max_form: int = _opt(256 * 1024, "Largest form (subscribe, unsubscribe, thin ping) accepted (bytes); 413 beyond.")
+    header_timeout: float = _opt(15.0, "Time a client has to send a request's headers, and that an idle "
+                                       "keep-alive connection stays open (seconds).")
+    body_timeout: float = _opt(60.0, "Time a client has to send a request's body (seconds); 408 beyond.")
+    rate_subscribe_client: str = _opt(
+        "60/minute", "Subscribe/unsubscribe requests per client address, e.g. 60/minute or 1000/hour "
+                     "(empty: no limit); 429 with Retry-After beyond.")
+    rate_subscribe_callback_host: str = _opt(
+        "30/minute", "Subscribe/unsubscribe requests per callback host (empty: no limit); 429 beyond.")
+    rate_publish_token: str = _opt(
+        "600/minute", "Submissions and thin pings per publisher token, or per client address on a hub "
+                      "without tokens (empty: no limit); 429 beyond.")
     # -- operations (hub/admin.py, hub/logs.py)
     admin_token: str | None = _opt(
         None, "Bearer token for the admin API (/admin/) and the status page's data. Without it, "
@@ -103,11 +123,19 @@ class HubSettings:
         if self.signature_algorithm not in SIGNATURE_ALGORITHMS:
             problems.append(f"signature_algorithm must be one of {', '.join(SIGNATURE_ALGORITHMS)}, "
                             f"got {self.signature_algorithm!r}")
-        for cidr in self.allow_networks:
-            try:
-                ipaddress.ip_network(cidr, strict=False)
-            except ValueError:
-                problems.append(f"allow_networks must hold CIDRs like 10.0.0.0/8, got {cidr!r}")
+        for name in ("allow_networks", "trusted_proxies"):
+            for cidr in getattr(self, name):
+                try:
+                    ipaddress.ip_network(cidr, strict=False)
+                except ValueError:
+                    problems.append(f"{name} must hold CIDRs like 10.0.0.0/8, got {cidr!r}")
+        for name in ("max_form", "header_timeout", "body_timeout"):
+            if getattr(self, name) <= 0:
+                problems.append(f"{name} must be a positive number, got {getattr(self, name)}")
+        for name in ("rate_subscribe_client", "rate_subscribe_callback_host", "rate_publish_token"):
+            problem = rate_problem(getattr(self, name))
+            if problem:
+                problems.append(f"{name} {problem}")
         for token, prefix in self.publish_tokens:
             if not token or not prefix.startswith(("http://", "https://")):
                 problems.append("publish tokens must be TOKEN=PREFIX with an http(s) URL prefix, "
@@ -132,13 +160,33 @@ class HubSettings:
         return self.host in LOOPBACK_HOSTS
 
     @property
+    def is_public_url_loopback(self) -> bool:
+        """Is the advertised hub URL itself on loopback (a hub for this machine only)?
+
+        Listening on loopback says nothing: behind a local reverse proxy every remote client
+        arrives from 127.0.0.1, so loopback targets are allowed only for a loopback public URL.
+        """
+        host = (urlsplit(self.hub_url).hostname or "").lower()
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            return False
+
+    @property
+    def trusted_proxy_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return tuple(ipaddress.ip_network(c, strict=False) for c in self.trusted_proxies)
+
+    @property
     def is_embedded(self) -> bool:
         return self.redis_url is None
 
     @property
     def allowed_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
-        """Non-public networks outbound requests may reach: --allow-network, plus loopback when listening on it."""
-        cidrs = list(self.allow_networks) + (list(LOOPBACK_NETWORKS) if self.is_loopback_only else [])
+        """Non-public networks outbound requests may reach: --allow-network, plus loopback when the
+        public URL is on loopback."""
+        cidrs = list(self.allow_networks) + (list(LOOPBACK_NETWORKS) if self.is_public_url_loopback else [])
         return tuple(ipaddress.ip_network(c, strict=False) for c in cidrs)
 
     @property
@@ -181,6 +229,17 @@ class HubSettings:
 
     def with_values(self, **changes: Any) -> HubSettings:
         return replace(self, **changes)
+
+
+def rate_problem(text: str) -> str | None:
+    """Why `text` is not a rate such as 60/minute (None when it is one, or empty: no limit)."""
+    if not text.strip():
+        return None
+    try:
+        parse_rate(text)  # the notation of the `limits` package, which enforces the rates
+    except ValueError:
+        return f"must be a rate such as 60/minute, 5/second or 1000/hour (empty: no limit), got {text!r}"
+    return None
 
 
 def env_name(field_name: str) -> str:
@@ -234,7 +293,7 @@ def _cast(field_name: str, var: str, raw: str, default: Any) -> Any:
     if field_name == "publish_tokens":
         return parse_tokens(raw.split())
     try:
-        if field_name == "allow_networks":
+        if field_name in ("allow_networks", "trusted_proxies"):
             return tuple(raw.split())
         if isinstance(default, bool):
             return raw.strip().lower() in ("1", "true", "yes", "on")

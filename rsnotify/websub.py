@@ -145,10 +145,6 @@ def check_url(name: str, value: str | None) -> str:
     text = value.strip()
     if len(text) > MAX_URL_LENGTH:
         raise WireError(f"{name} must be at most {MAX_URL_LENGTH} characters, got {len(text)}")
-    forbidden = _URL_FORBIDDEN.search(text)
-    if forbidden:
-        raise WireError(f"{name} must not contain {forbidden.group()!r} (spaces and control characters "
-                        f"must be percent-encoded), got {text!r}")
     try:
         parts = urlsplit(text)
         hostname = parts.hostname
@@ -156,6 +152,10 @@ def check_url(name: str, value: str | None) -> str:
         raise WireError(f"{name} has an invalid host, got {text!r}") from None
     if parts.scheme.lower() not in ("http", "https") or not hostname:
         raise WireError(f"{name} must be an absolute http or https URL, got {text!r}")
+    forbidden = _URL_FORBIDDEN.search(text)
+    if forbidden:
+        raise WireError(f"{name} must not contain {forbidden.group()!r} (spaces and control characters "
+                        f"must be percent-encoded), got {text!r}")
     if "#" in text:
         raise WireError(f"{name} must not have a fragment (#...), got {text!r}")
     host = parts.netloc.rpartition("@")[2]

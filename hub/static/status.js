@@ -51,6 +51,11 @@ async function api(path, options = {}) {
   const headers = {};
   const token = sessionStorage.getItem(TOKEN_KEY);
   if (token) headers["Authorization"] = "Bearer " + token;
+  // actions go as JSON: the hub refuses admin actions a cross-site form could send
+  if (options.method && options.method !== "GET") {
+    headers["Content-Type"] = "application/json";
+    options = {...options, body: "{}"};
+  }
   const response = await fetch(path, {...options, headers});
   if (response.status === 401) throw new AuthNeeded(await response.text());
   if (!response.ok) throw new Error(`${options.method || "GET"} ${path}: ${response.status} ${await response.text()}`);

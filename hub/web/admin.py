@@ -16,6 +16,7 @@ from ..errors import BadRequestError, NotFoundError
 from . import reports
 from .appkeys import CLOCK, QUEUE, REDIS, SCAN, SETTINGS
 from .auth import Handler, check_admin
+from .guards import raw_body_headers
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +143,7 @@ async def get_notification(request: web.Request) -> web.Response:
     entry = await store.get_notification(request.app[REDIS], tid, nid)
     if entry is None:
         raise NotFoundError(f"no notification {nid} in the log of topic {tid} (never there, or trimmed)")
-    return web.Response(body=entry.body, headers={"Content-Type": entry.content_type})
+    return web.Response(body=entry.body, headers=raw_body_headers(entry.content_type, f"notification-{nid}.xml"))
 
 
 @admin_only
@@ -218,7 +219,7 @@ async def get_dead_letter(request: web.Request) -> web.Response:
     body = await store.dead_letter_body(redis, sid, nid)
     if letter is None or body is None:
         raise NotFoundError(f"no dead letter {nid} for subscription {sid}")
-    return web.Response(body=body, headers={"Content-Type": letter.content_type})
+    return web.Response(body=body, headers=raw_body_headers(letter.content_type, f"dead-letter-{nid}.xml"))
 
 
 # --- acting ---------------------------------------------------------------------------------

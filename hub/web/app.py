@@ -16,11 +16,14 @@ from redis.exceptions import RedisError
 from rq import Queue
 
 from ..crypto import check_key_matches, load_fernet
-from ..errors import AuthenticationError, HubError, SettingsError
+from ..errors import AuthenticationError, HubError, SettingsError, TooManyRequestsError
+from ..logs import escape
 from ..settings import HubSettings
 from . import admin, diagnostics, endpoint, health, metrics, status
-from .appkeys import CLOCK, FERNET, PUBLISHERS, QUEUE, REDIS, SCAN, SETTINGS
+from .appkeys import CLOCK, FERNET, LIMITS, PUBLISHERS, QUEUE, REDIS, SCAN, SETTINGS
 from .auth import Publishers
+from .guards import add_security_headers, guards_middleware
+from .ratelimit import RateLimits
 from .reports import ScanCache
 
 log = logging.getLogger(__name__)
@@ -32,7 +35,10 @@ def build_app(settings: HubSettings, *, now: Callable[[], float] = time.time) ->
     """The hub application. Raises SettingsError for a missing Redis URL or a bad tokens file."""
     if not settings.redis_url:
         raise SettingsError("build_app needs settings.redis_url (embedded mode starts Redis first)")
-    app = web.Application(middlewares=[error_middleware], client_max_size=settings.max_body + FORM_SLACK)
+    # error_middleware is outermost, so the guards' refusals are answered like any other HubError
+    app = web.Application(middlewares=[error_middleware, guards_middleware],
+                          client_max_size=settings.max_body + FORM_SLACK)
+    app.on_response_prepare.append(add_security_headers)
     app[SETTINGS] = settings
     app[CLOCK] = now
     app[PUBLISHERS] = Publishers.from_pairs(settings.all_publish_tokens())
@@ -58,6 +64,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         app[REDIS] = client
         app[FERNET] = fernet
         app[QUEUE] = Queue(settings.queue_name, connection=connection)
+        app[LIMITS] = RateLimits(settings, url)
         yield
     finally:
         await client.aclose()
@@ -71,14 +78,17 @@ async def error_middleware(request: web.Request, handler: Callable) -> web.Strea
         return await handler(request)
     except HubError as exc:
         headers = {"WWW-Authenticate": 'Bearer realm="rsnotify"'} if isinstance(exc, AuthenticationError) else {}
-        log.info("%s %s refused with %s: %s", request.method, request.path, exc.status, exc.problems[0])
+        if isinstance(exc, TooManyRequestsError):
+            headers["Retry-After"] = str(exc.retry_after)
+        log.info("%s %s refused with %s: %s", request.method, escape(request.path), exc.status,
+                 escape(exc.problems[0]))
         return web.Response(status=exc.status, text=str(exc) + "\n", headers=headers)
     except web.HTTPException:
         raise
     except (RedisError, ConnectionError) as exc:
-        log.error("storage unavailable for %s %s: %s", request.method, request.path, exc)
+        log.error("storage unavailable for %s %s: %s", request.method, escape(request.path), exc)
         return web.Response(status=503, text="the hub's storage is unavailable right now; retry later\n",
                             headers={"Retry-After": "5"})
     except Exception:
-        log.exception("internal error on %s %s", request.method, request.path)
+        log.exception("internal error on %s %s", request.method, escape(request.path))
         return web.Response(status=500, text="internal error; the hub's log has the details\n")

@@ -11,6 +11,7 @@ from rq import Queue
 
 from ..settings import HubSettings
 from .auth import Publishers
+from .ratelimit import RateLimits
 from .reports import ScanCache
 
 SETTINGS = web.AppKey("settings", HubSettings)
@@ -20,3 +21,4 @@ FERNET = web.AppKey("fernet", Fernet)                        # encrypts subscrip
 CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")  # () -> epoch seconds
 PUBLISHERS = web.AppKey("publishers", Publishers)            # tokens and their topic prefixes
 SCAN = web.AppKey("scan", ScanCache)                         # one subscription scan shared by admin, status, /metrics
+LIMITS = web.AppKey("limits", RateLimits)                    # intake rate limits, counted in Redis

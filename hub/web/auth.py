@@ -1,9 +1,9 @@
 """Who may do what on the web side: publishers (bearer tokens and their topic prefixes, or
-loopback clients when the hub has no tokens) and operators (the admin token, or loopback)."""
+this machine's own clients when the hub has no tokens) and operators (the admin token, or
+this machine's own clients); `clients.identify` decides what "this machine's own" means."""
 from __future__ import annotations
 
 import hmac
-import ipaddress
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -13,21 +13,34 @@ from rsnotify.websub import normalize_url
 
 from ..errors import AuthenticationError, ForbiddenError
 from ..settings import HubSettings
-
-PROXY_HEADERS = ("Forwarded", "X-Forwarded-For", "X-Real-IP")  # a local proxy relays remote clients
+from .clients import Client, identify
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def is_loopback(remote: str | None) -> bool:
-    """Is the peer address a loopback address (IPv4-mapped IPv6 judged as IPv4)?"""
-    try:
-        ip = ipaddress.ip_address((remote or "").split("%", 1)[0])
-    except ValueError:
-        return False  # a Unix socket peer has no address: not trusted
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback
+CLIENT = web.RequestKey("client", Client)  # the Client that web.guards judged with --trusted-proxy
+
+
+def client_of(request: web.Request) -> Client:
+    """The request's client as the guards middleware judged it (no trusted proxies without it)."""
+    client = request.get(CLIENT)
+    if client is None:
+        client = request[CLIENT] = identify(request, ())
+    return client
+
+
+def _not_local(client: Client) -> str:
+    if client.relayed_by:
+        return f"a request through a proxy ({client.relayed_by}; see --trusted-proxy) from {client.address}"
+    return f"a request from {client.address}"
+
+
+def is_under(topic: str, prefix: str) -> bool:
+    """Is normalized `topic` the normalized `prefix` itself or below it, on a path-segment
+    boundary (a token for .../x covers .../x/y and .../x?q, never .../xy)?"""
+    if topic == prefix or prefix.endswith("/"):
+        return topic.startswith(prefix)
+    return topic.startswith((prefix + "/", prefix + "?"))
 
 
 @dataclass(frozen=True)
@@ -51,28 +64,31 @@ class Publishers:
     def serves(self, topic: str) -> bool:
         """May anyone publish `topic` here (so subscribing to it makes sense)?"""
         wanted = normalize_url(topic)
-        return not self.tokens or any(wanted.startswith(p) for _, ps in self.tokens for p in ps)
+        return not self.tokens or any(is_under(wanted, p) for _, ps in self.tokens for p in ps)
 
     def authorize(self, request: web.Request, topics: list[str]) -> None:
         """Raise AuthenticationError (401) or ForbiddenError (403) unless `request` may publish `topics`."""
         if self.is_open_to_loopback:
-            if not is_loopback(request.remote):
-                raise ForbiddenError(f"only loopback clients may publish to a hub without publisher tokens, "
-                                     f"got a request from {request.remote}")
-            if any(name in request.headers for name in PROXY_HEADERS):
-                raise ForbiddenError("a request relayed by a proxy needs a publisher token "
-                                     "(configure --publish-token): only local clients may publish without one")
+            client = client_of(request)
+            if not client.is_local:
+                raise ForbiddenError("only loopback clients may publish to a hub without publisher tokens "
+                                     f"(configure --publish-token), got {_not_local(client)}")
             return
+        prefixes = self.token_prefixes(request)
+        outside = [t for t in topics if not any(is_under(normalize_url(t), p) for p in prefixes)]
+        if outside:
+            raise ForbiddenError([f"this token may not publish to {t}; it may publish under "
+                                  f"{', '.join(prefixes)}" for t in outside])
+
+    def token_prefixes(self, request: web.Request) -> tuple[str, ...]:
+        """The prefixes of the request's bearer token; AuthenticationError when it has none or an unknown one."""
         scheme, _, token = request.headers.get("Authorization", "").partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             raise AuthenticationError("publishing needs 'Authorization: Bearer <token>', got none")
         prefixes = self._prefixes(token.strip())
         if prefixes is None:
             raise AuthenticationError("the bearer token is not a publisher token of this hub")
-        outside = [t for t in topics if not normalize_url(t).startswith(prefixes)]
-        if outside:
-            raise ForbiddenError([f"this token may not publish to {t}; it may publish under "
-                                  f"{', '.join(prefixes)}" for t in outside])
+        return prefixes
 
     def _prefixes(self, token: str) -> tuple[str, ...] | None:
         found = None
@@ -86,11 +102,10 @@ def check_admin(request: web.Request, settings: HubSettings) -> None:
     """Raise AuthenticationError (401) or ForbiddenError (403) unless `request` may use the admin API."""
     token = settings.admin_token
     if not token:
-        proxied = [h for h in PROXY_HEADERS if h in request.headers]
-        if not is_loopback(request.remote) or proxied:
-            seen = f"a request through a proxy ({proxied[0]})" if proxied else f"a request from {request.remote}"
+        client = client_of(request)
+        if not client.is_local:
             raise ForbiddenError(f"this hub has no admin token (--admin-token / RSNOTIFY_ADMIN_TOKEN), so only "
-                                 f"loopback clients not behind a proxy may use it, got {seen}")
+                                 f"loopback clients not behind a proxy may use it, got {_not_local(client)}")
         return
     scheme, _, given = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() != "bearer" or not given.strip():

@@ -10,12 +10,19 @@ import json
 import logging
 import secrets
 from dataclasses import dataclass
+from urllib.parse import parse_qsl, urlsplit
 
 from aiohttp import web
 from cryptography.fernet import Fernet
-from multidict import MultiDictProxy
+from multidict import MultiDict, MultiDictProxy
 
-from rsnotify.errors import DocumentParseError, ValidationError, WireError
+from rsnotify.errors import (
+    DocumentParseError,
+    NotificationParseError,
+    ValidationError,
+    WireError,
+)
+from rsnotify.safexml import parse_in_thread
 from rsnotify.websub import (
     NOTIFICATION_ID_HEADER,
     SubscriptionRequest,
@@ -29,11 +36,19 @@ from rsnotify.xml import parse_notification
 
 from .. import enqueue, store
 from ..crypto import encrypt_secret
-from ..errors import BadRequestError, PayloadTooLargeError, UnsupportedMediaError
+from ..errors import (
+    BadRequestError,
+    PayloadTooLargeError,
+    RequestTimeoutError,
+    UnsupportedMediaError,
+)
+from ..logs import escape, redact_callback
+from ..netguard import literal_refusal
 from ..records import Intent
 from ..settings import HubSettings
-from .appkeys import CLOCK, FERNET, PUBLISHERS, QUEUE, REDIS, SETTINGS
-from .auth import Publishers
+from .appkeys import CLOCK, FERNET, LIMITS, PUBLISHERS, QUEUE, REDIS, SETTINGS
+from .auth import Publishers, client_of
+from .ratelimit import token_identifier
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +56,7 @@ log = logging.getLogger(__name__)
 FORM_TYPE = "application/x-www-form-urlencoded"
 XML_TYPE = "application/xml"
 MAX_PING_TOPICS = 100
-PARSE_INLINE_BYTES = 256 * 1024  # larger documents are parsed in a thread, so the loop stays free
+MAX_FORM_FIELDS = 200  # a subscribe form has five; a thin ping names at most MAX_PING_TOPICS
 CHALLENGE_BYTES = 32
 
 
@@ -67,17 +82,21 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
 
 
 async def read_form(request: web.Request) -> MultiDictProxy[str]:
+    """The urlencoded form, read up to --max-form bytes within --body-timeout; UTF-8 only."""
     settings = request.app[SETTINGS]
-    if request.content_length is not None and request.content_length > settings.max_body:
-        raise PayloadTooLargeError(f"form of {request.content_length} bytes is larger than the "
-                                   f"hub's limit of {settings.max_body} bytes")
+    charset = (request.charset or "utf-8").lower()
+    if charset not in ("utf-8", "utf8", "us-ascii", "ascii"):
+        raise BadRequestError(f"the form's charset must be UTF-8, got {escape(charset, 40)!r}")
+    body = await read_body(request, settings.max_form, what="form", setting="--max-form")
     try:
-        form = await request.post()
+        text = body.decode("utf-8")
+        pairs = parse_qsl(text, keep_blank_values=True, strict_parsing=False, encoding="utf-8",
+                          errors="strict", max_num_fields=MAX_FORM_FIELDS)
     except UnicodeDecodeError:
         raise BadRequestError("the form is not valid UTF-8") from None
-    except web.HTTPRequestEntityTooLarge:
-        raise PayloadTooLargeError(f"form is larger than the hub's limit of {settings.max_body} bytes") from None
-    return form  # type: ignore[return-value]  # urlencoded forms hold only strings
+    except ValueError:  # max_num_fields passed
+        raise BadRequestError(f"the form has more than {MAX_FORM_FIELDS} fields") from None
+    return MultiDictProxy(MultiDict(pairs))
 
 
 # --- subscribe / unsubscribe --------------------------------------------------------------
@@ -96,12 +115,22 @@ async def subscription_request(request: web.Request, form: MultiDictProxy[str]) 
     except WireError as exc:
         raise BadRequestError(exc.problems) from None
     app = request.app
+    settings = app[SETTINGS]
+    refusal = literal_refusal(wanted.callback, settings.allowed_networks)
+    if refusal:  # nothing is stored or queued, so no verification or denial ever goes there
+        raise BadRequestError(f"hub.callback cannot be reached from this hub: {refusal}")
+    client = client_of(request)
+    await app[LIMITS].check(app[LIMITS].subscribe_client, client, client.address)
+    await app[LIMITS].check(app[LIMITS].subscribe_callback_host, client,
+                            (urlsplit(wanted.callback).hostname or "").lower())
     challenge = secrets.token_urlsafe(CHALLENGE_BYTES)
-    intent = make_intent(wanted, app[SETTINGS], app[PUBLISHERS], app[FERNET])
-    if await store.queue_intent(app[REDIS], challenge, intent, app[SETTINGS].intent_ttl):
+    intent = make_intent(wanted, settings, app[PUBLISHERS], app[FERNET])
+    if await store.queue_intent(app[REDIS], challenge, intent, settings.intent_ttl):
         await enqueue.enqueue_pending_verifications(app[QUEUE])
-    log.info("%s request for %s at %s accepted; verification queued%s", wanted.mode, wanted.callback,
-             wanted.topic, f" (will be denied: {intent.reason})" if intent.reason else "")
+    log.info("%s request for %s at %s accepted; verification queued%s", wanted.mode,
+             redact_callback(wanted.callback), escape(wanted.topic),
+             f" (will be denied: {intent.reason})" if intent.reason else "")
+    log.debug("%s request's callback: %s", wanted.mode, escape(wanted.callback))
     return web.Response(status=202, text=f"{wanted.mode} request accepted; the callback will be verified\n")
 
 
@@ -165,18 +194,24 @@ def _same_url(url: str, hub_url: str) -> bool:
         return False
 
 
-async def read_body(request: web.Request, limit: int) -> bytes:
-    """The request body, refused with 413 as soon as it passes `limit` (nothing more is read)."""
+async def read_body(request: web.Request, limit: int, *, what: str = "body", setting: str = "--max-body") -> bytes:
+    """The request body, refused with 413 as soon as it passes `limit` (nothing more is read), and
+    with 408 when it does not arrive within --body-timeout."""
     if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLargeError(f"body of {request.content_length} bytes is larger than the hub's "
-                                   f"limit of {limit} bytes (--max-body)")
+        raise PayloadTooLargeError(f"{what} of {request.content_length} bytes is larger than the hub's "
+                                   f"limit of {limit} bytes ({setting})")
+    timeout = request.app[SETTINGS].body_timeout
     chunks: list[bytes] = []
     size = 0
-    while chunk := await request.content.read(min(1 << 20, limit + 1 - size)):
-        chunks.append(chunk)
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLargeError(f"body is larger than the hub's limit of {limit} bytes (--max-body)")
+    try:
+        async with asyncio.timeout(timeout):
+            while chunk := await request.content.read(min(1 << 20, limit + 1 - size)):
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > limit:
+                    raise PayloadTooLargeError(f"{what} is larger than the hub's limit of {limit} bytes ({setting})")
+    except TimeoutError:
+        raise RequestTimeoutError(f"the {what} did not arrive within {timeout:g} s (--body-timeout)") from None
     return b"".join(chunks)
 
 
@@ -186,13 +221,14 @@ async def submission(request: web.Request) -> web.Response:
     settings = app[SETTINGS]
     links = check_submission_links(request.headers.getall("Link", []), settings.hub_url)
     app[PUBLISHERS].authorize(request, [links.topic])
+    await check_publish_rate(request)
     body = await read_body(request, settings.max_body)
     await validate_notification(body)
     appended = await store.append_notification(
         app[REDIS], links.topic, body, content_type=request.headers["Content-Type"],
         resourcesync=links.resourcesync, now=app[CLOCK](), max_len=settings.log_max_len)
     await enqueue.ensure_fan_out(app[QUEUE], appended.topic_id, redis=app[REDIS])
-    log.info("notification %s stored for %s (seq %s, %d bytes)", appended.notification_id, links.topic,
+    log.info("notification %s stored for %s (seq %s, %d bytes)", appended.notification_id, escape(links.topic),
              appended.sequence, len(body))
     answer = {"notification_id": appended.notification_id, "topic": links.topic, "sequence": appended.sequence}
     return web.Response(status=200, text=json.dumps(answer), content_type="application/json",
@@ -204,10 +240,7 @@ async def validate_notification(body: bytes) -> None:
     if not body:
         raise BadRequestError("the body is empty; expected a ResourceSync change notification (<urlset>)")
     try:
-        if len(body) <= PARSE_INLINE_BYTES:
-            parse_notification(body)
-        else:
-            await asyncio.to_thread(parse_notification, body)
+        await parse_in_thread(parse_notification, body, error=NotificationParseError)
     except ValidationError as exc:
         raise BadRequestError(["the body is not a valid change notification:", *exc.problems]) from None
     except DocumentParseError as exc:
@@ -236,8 +269,25 @@ async def thin_ping(request: web.Request, form: MultiDictProxy[str]) -> web.Resp
         problems.append(f"a ping may name at most {MAX_PING_TOPICS} topics, got {len(topics)}")
     if problems:
         raise BadRequestError(problems)
+    allowed = request.app[SETTINGS].allowed_networks
+    refused = [f"{topic} cannot be fetched from this hub: {why}" for topic in topics
+               if (why := literal_refusal(topic, allowed))]
+    if refused:
+        raise BadRequestError(refused)
     request.app[PUBLISHERS].authorize(request, topics)
+    await check_publish_rate(request)
     for topic in topics:
         await enqueue.enqueue_fetch(request.app[QUEUE], topic)
-    log.info("thin ping for %s: fetch queued", ", ".join(topics))
+    log.info("thin ping for %s: fetch queued", escape(", ".join(topics)))
     return web.Response(status=202, text=f"publish accepted; fetching {len(topics)} topic(s)\n")
+
+
+async def check_publish_rate(request: web.Request) -> None:
+    """Count a submission or thin ping against its token's rate (the client's, without tokens)."""
+    app = request.app
+    client = client_of(request)
+    if app[PUBLISHERS].is_open_to_loopback:
+        identifier = "client:" + client.address
+    else:
+        identifier = token_identifier(request.headers.get("Authorization", "").partition(" ")[2].strip())
+    await app[LIMITS].check(app[LIMITS].publish, client, identifier)

@@ -148,10 +148,11 @@ async def test_callback_on_a_refused_network_is_never_contacted(aiohttp_client, 
     await intake_ctx.session.close()
     intake_ctx.settings = public
     intake_ctx.session = make_session(public)
-    assert (await subscribe(client, callback_server.url())).status == 202
-    [outcome] = await run_jobs(intake_ctx)
-    assert outcome.result == "refused"
-    assert "127.0.0.1 refused: not a public address" in outcome.reason
+    # an address literal is refused at intake: nothing is stored, so no verification (or denial) is sent
+    response = await subscribe(client, callback_server.url())
+    assert response.status == 400
+    assert "127.0.0.1 refused: not a public address" in await response.text()
+    assert await run_jobs(intake_ctx) == []
     assert callback_server.requests == []
     assert await store.count_subscriptions(intake_ctx.redis) == 0
 

@@ -1,0 +1,71 @@
+"""Who sent a request: the client's address, and whether it is this machine's own.
+
+Forwarding headers are believed only from a peer inside --trusted-proxy. Without trusted
+proxies, any forwarding header (a proxy's, or one a client made up) means "remote": only a
+loopback peer that carries none is local. No I/O here.
+"""
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+# Headers some proxy, CDN or load balancer uses to name the client: their presence shows a relay.
+FORWARDING_HEADERS = (
+    "Forwarded", "X-Forwarded-For", "X-Forwarded-Host", "X-Forwarded-Proto", "X-Real-IP", "X-Client-IP",
+    "CF-Connecting-IP", "True-Client-IP", "Fastly-Client-IP", "X-Cluster-Client-IP", "Client-IP",
+    "X-Original-Forwarded-For", "Via",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Client:
+    """The sender of a request as the hub judges it."""
+
+    address: str         # the client's address (the peer's when no trusted proxy names another)
+    is_local: bool       # this machine's own client: loopback, not relayed (or relayed by a trusted proxy for one)
+    relayed_by: str = ""  # the forwarding header that made an untrusted relay visible, for messages
+
+
+def parse_address(text: str | None) -> Address | None:
+    try:
+        ip = ipaddress.ip_address((text or "").strip().strip("[]").split("%", 1)[0])
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+def _inside(ip: Address | None, networks: Iterable[Network]) -> bool:
+    return ip is not None and any(ip.version == net.version and ip in net for net in networks)
+
+
+def identify(request: web.Request, trusted: tuple[Network, ...]) -> Client:
+    """The client of `request`, believing X-Forwarded-For only from a peer inside `trusted`.
+
+    Through trusted proxies the client is the right-most X-Forwarded-For address that is not
+    itself a trusted proxy (addresses to its left were written by the client and prove nothing).
+    A trusted proxy that names no client gives an unknown, hence remote, client.
+    """
+    peer_text = request.remote or ""
+    peer = parse_address(peer_text)
+    relayed = next((name for name in FORWARDING_HEADERS if name in request.headers), "")
+    if _inside(peer, trusted):
+        hops = [hop.strip() for value in request.headers.getall("X-Forwarded-For", []) for hop in value.split(",")]
+        for hop in reversed(hops):
+            ip = parse_address(hop)
+            if ip is None:
+                return Client(hop[:64], False, "X-Forwarded-For")
+            if not _inside(ip, trusted):
+                return Client(str(ip), ip.is_loopback, "X-Forwarded-For")
+        if hops:  # every hop is a trusted proxy: the left-most one is where the request began
+            first = parse_address(hops[0])
+            return Client(str(first), bool(first and first.is_loopback), "X-Forwarded-For")
+        return Client(peer_text, False, relayed or "a trusted proxy that names no client")
+    return Client(peer_text, bool(peer and peer.is_loopback) and not relayed, relayed)

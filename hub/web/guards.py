@@ -1,0 +1,127 @@
+"""Browser safety for every request: who the client is, a Host check against DNS rebinding,
+no state change from another site's page, admin actions only as non-simple requests, and
+the security headers of every response.
+
+A browser attaches no bearer token by itself, so a request with an Authorization header is
+never a forged one; the checks below guard what a page on another site could make a
+visitor's browser send to a hub on their machine or network.
+"""
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+from aiohttp import web
+
+from ..errors import ForbiddenError, MisdirectedRequestError
+from ..settings import HubSettings
+from .appkeys import SETTINGS
+from .auth import CLIENT, Handler
+from .clients import identify
+
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+UNGUARDED_PATHS = frozenset({"/health", "/live"})  # probes name the pod's address in Host
+# What a cross-site <form> or a fetch without a preflight may send (the CORS "simple" types).
+SIMPLE_TYPES = frozenset({"", "application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
+
+PAGE_POLICY = ("default-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; object-src 'none'; "
+               "base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+SECURITY_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Content-Security-Policy": PAGE_POLICY,
+}
+# A stored body (as a publisher sent it) must never run as a page of the hub's origin.
+RAW_BODY_POLICY = "sandbox; default-src 'none'"
+
+
+def raw_body_headers(content_type: str, filename: str) -> dict[str, str]:
+    """Headers that serve a stored body as an inert download."""
+    return {"Content-Type": content_type or "application/octet-stream",
+            "Content-Disposition": f'attachment; filename="{filename}"',
+            "Content-Security-Policy": RAW_BODY_POLICY}
+
+
+def allowed_hosts(settings: HubSettings) -> frozenset[str]:
+    """Host names a request may name: the public URL's, the listening address's, and localhost's."""
+    names = set(LOCAL_NAMES)
+    names.add((urlsplit(settings.hub_url).hostname or "").lower())
+    if settings.host not in ("0.0.0.0", "::", ""):
+        names.add(settings.host.strip("[]").lower())
+    return frozenset(names)
+
+
+def _host_name(value: str) -> str:
+    value = value.strip().lower()
+    if value.startswith("["):
+        return value[1:value.find("]")] if "]" in value else value
+    return value.partition(":")[0]
+
+
+def _is_ip_literal(name: str) -> bool:
+    try:
+        ipaddress.ip_address(name)
+    except ValueError:
+        return False
+    return True
+
+
+def check_host(request: web.Request, hosts: frozenset[str]) -> None:
+    """421 unless the Host header names this hub, localhost or an IP address: a DNS name an
+    attacker rebound to this hub's address does not."""
+    host = request.headers.get("Host")
+    if host is None or request.path in UNGUARDED_PATHS or "Authorization" in request.headers:
+        return
+    name = _host_name(host)
+    if name not in hosts and not _is_ip_literal(name):  # an address cannot be rebound; a name can
+        raise MisdirectedRequestError(f"this hub answers to {', '.join(sorted(hosts))}, got Host: {host[:200]!r} "
+                                      "(set --public-url to the name clients use)")
+
+
+def check_same_site(request: web.Request) -> None:
+    """403 for a state-changing request a page of another site made a browser send."""
+    if request.method in SAFE_METHODS or "Authorization" in request.headers:
+        return
+    fetch_site = request.headers.get("Sec-Fetch-Site", "").lower()
+    if fetch_site in ("cross-site", "same-site"):
+        raise ForbiddenError(f"a {fetch_site} request from a browser may not change anything here "
+                             f"(Sec-Fetch-Site: {fetch_site})")
+    origin = request.headers.get("Origin")
+    if origin is None:
+        return
+    parts = urlsplit(origin)
+    if origin == "null" or parts.netloc.lower() != request.headers.get("Host", "").lower():
+        raise ForbiddenError(f"a cross-site request from a browser may not change anything here "
+                             f"(Origin: {origin[:200]!r})")
+
+
+def check_admin_action(request: web.Request) -> None:
+    """403 for an admin action sent as a simple request (one a cross-site form could send)."""
+    if request.method in SAFE_METHODS or not request.path.startswith("/admin/"):
+        return
+    if "Authorization" in request.headers or request.method != "POST":
+        return  # DELETE and friends are preflighted by browsers
+    content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if content_type in SIMPLE_TYPES:
+        raise ForbiddenError("admin actions must be sent with 'Content-Type: application/json' or an "
+                             f"Authorization header, got Content-Type {content_type or 'none'!r}")
+
+
+@web.middleware
+async def guards_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    settings = request.app[SETTINGS]
+    request[CLIENT] = identify(request, settings.trusted_proxy_networks)
+    check_host(request, allowed_hosts(settings))
+    check_same_site(request)
+    check_admin_action(request)
+    return await handler(request)
+
+
+async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """on_response_prepare: every answer (errors included) carries the security headers;
+    a handler's own Content-Security-Policy (raw bodies) wins."""
+    for name, value in SECURITY_HEADERS.items():
+        response.headers.setdefault(name, value)
