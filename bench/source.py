@@ -42,6 +42,7 @@ for start in range(0, count, 10_000):
                               (("md5", "%032x" % i), ("sha-256", "%064x" % i)), 2048, "text/plain")
                for i in range(start, min(count, start + 10_000))]
     memory.record_documents(topic, publisher.prepare(changes))
+memory.update_resources(topic)  # as `rsnotify source` keeps it between renders
 """
 _RENDER = """
 import json, resource, sys, time

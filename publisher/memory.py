@@ -1,5 +1,6 @@
 """The change memory: one SQLite file (WAL) holding, per topic, the from/until chain, every
-change ever published (grouped into Change Lists) and the resources' current state.
+change ever published (grouped into Change Lists) and the resources' current state (derived
+from the changes when a Resource List is rendered, so publishing pays for one insert).
 
 A prepared notification's changes are recorded in the same transaction that advances the
 chain, before any hub POST, so a Change List is never behind a delivered notification. Writers
@@ -51,6 +52,13 @@ CREATE TABLE IF NOT EXISTS changes (
     links TEXT                       -- JSON [[rel, href, type], ...] or NULL
 );
 CREATE INDEX IF NOT EXISTS changes_by_list ON changes (list_id, id);
+-- How far `resources` has followed `changes` (a change id), and the chain's end then: the
+-- Resource List's `at`. Kept off the publish path: brought up to date when a list is rendered.
+CREATE TABLE IF NOT EXISTS resources_state (
+    topic TEXT PRIMARY KEY,
+    change_id INTEGER NOT NULL,
+    until_time TEXT
+);
 CREATE TABLE IF NOT EXISTS resources (
     topic TEXT NOT NULL,
     loc TEXT NOT NULL,
@@ -155,9 +163,10 @@ def record(
     Change Lists, the resources' state, and the chain's new end."""
     if not documents:
         return
+    text = _DatetimeText()
     for document in documents:
         list_id = _open_list_for(db, topic, document, policy, now)
-        rows = [_change_row(list_id, change) for change in document.changes]
+        rows = [_change_row(list_id, change, text) for change in document.changes]
         db.executemany(
             "INSERT INTO changes (list_id, loc, change, datetime, lastmod, hash, length, type, links) "
             "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -165,7 +174,6 @@ def record(
         )
         size = sum(_entry_size(row[1], row[5], row[7]) for row in rows)
         db.execute("UPDATE changelists SET entries = entries + ?, bytes = bytes + ? WHERE id = ?", (len(rows), size, list_id))
-        _update_resources(db, topic, document.changes)
     current = last_until(db, topic)
     end = max(document.until_time for document in documents)
     if current is None or end > current:  # never backwards (a submitted old document)
@@ -211,6 +219,7 @@ def _open_list_for(
 def _drop_expired(db: sqlite3.Connection, topic: str, policy: ListPolicy, now: Callable[[], float]) -> None:
     if policy.keep_seconds is None:
         return
+    update_resources(db, topic)  # the changes about to go must reach the resources first
     horizon = datetime.fromtimestamp(now(), UTC) - timedelta(seconds=policy.keep_seconds)
     expired = [
         list_id
@@ -224,14 +233,29 @@ def _drop_expired(db: sqlite3.Connection, topic: str, policy: ListPolicy, now: C
         db.execute("DELETE FROM changelists WHERE id = ?", (list_id,))
 
 
-def _change_row(list_id: int, change: ResourceChange) -> tuple:
+class _DatetimeText:
+    """format_datetime with memory: the changes of one publish mostly share one datetime."""
+
+    def __init__(self) -> None:
+        self._seen: dict[datetime, str] = {}
+
+    def __call__(self, value: datetime | None) -> str | None:
+        if value is None:
+            return None
+        text = self._seen.get(value)
+        if text is None:
+            text = self._seen[value] = format_datetime(value)
+        return text
+
+
+def _change_row(list_id: int, change: ResourceChange, text: Callable[[datetime | None], str | None]) -> tuple:
     links = json.dumps([[link.rel, link.href, link.media_type] for link in change.links]) if change.links else None
     return (
         list_id,
         change.loc,
         change.change.value,
-        _text(change.changed_at),
-        _text(change.lastmod),
+        text(change.changed_at),
+        text(change.lastmod),
         change.hash,
         change.length,
         change.media_type,
@@ -239,32 +263,52 @@ def _change_row(list_id: int, change: ResourceChange) -> tuple:
     )
 
 
-def _update_resources(db: sqlite3.Connection, topic: str, changes: Sequence[ResourceChange]) -> None:
-    """Each change in order; a run of upserts or deletes goes in one statement."""
-    run: list[ResourceChange] = []
-    for change in changes:
-        if run and (run[-1].change is ChangeType.DELETED) != (change.change is ChangeType.DELETED):
+def update_resources(db: sqlite3.Connection, topic: str) -> None:
+    """Bring the topic's `resources` up to every recorded change (inside an `immediate`
+    transaction), and note the chain's end they now reflect."""
+    row = db.execute("SELECT change_id FROM resources_state WHERE topic = ?", (topic,)).fetchone()
+    done = row[0] if row else 0
+    cursor = db.execute(
+        "SELECT c.id, c.loc, c.change, c.datetime, c.lastmod, c.hash, c.length, c.type FROM changes c "
+        "JOIN changelists l ON l.id = c.list_id WHERE l.topic = ? AND c.id > ? ORDER BY c.id",
+        (topic, done),
+    )
+    while rows := cursor.fetchmany(_FETCH):
+        done = rows[-1][0]
+        run: list[tuple] = []
+        for row in rows:
+            if run and (run[-1][2] == "deleted") != (row[2] == "deleted"):
+                _apply_run(db, topic, run)
+                run = []
+            run.append(row)
+        if run:
             _apply_run(db, topic, run)
-            run = []
-        run.append(change)
-    if run:
-        _apply_run(db, topic, run)
+    until = db.execute("SELECT until_time FROM chain WHERE topic = ?", (topic,)).fetchone()
+    db.execute(
+        "INSERT INTO resources_state (topic, change_id, until_time) VALUES (?, ?, ?) "
+        "ON CONFLICT(topic) DO UPDATE SET change_id = excluded.change_id, until_time = excluded.until_time",
+        (topic, done, until[0] if until else None),
+    )
 
 
-def _apply_run(db: sqlite3.Connection, topic: str, run: list[ResourceChange]) -> None:
-    if run[0].change is ChangeType.DELETED:
-        db.executemany("DELETE FROM resources WHERE topic = ? AND loc = ?", [(topic, c.loc) for c in run])
+def _apply_run(db: sqlite3.Connection, topic: str, run: list[tuple]) -> None:
+    """Rows (id, loc, change, datetime, lastmod, hash, length, type), all deletes or none."""
+    if run[0][2] == "deleted":
+        db.executemany("DELETE FROM resources WHERE topic = ? AND loc = ?", [(topic, row[1]) for row in run])
         return
     db.executemany(
         "INSERT INTO resources (topic, loc, lastmod, hash, length, type) VALUES (?, ?, ?, ?, ?, ?) "
         "ON CONFLICT(topic, loc) DO UPDATE SET lastmod = excluded.lastmod, hash = excluded.hash, "
         "length = excluded.length, type = excluded.type",
-        [(topic, c.loc, _text(c.lastmod or c.changed_at), c.hash, c.length, c.media_type) for c in run],
+        [(topic, loc, lastmod or changed_at, hashes, length, kind)
+         for _id, loc, _change, changed_at, lastmod, hashes, length, kind in run],
     )
 
 
-def _text(value: datetime | None) -> str | None:
-    return None if value is None else format_datetime(value)
+def resources_at(db: sqlite3.Connection, topic: str) -> datetime | None:
+    """The chain's end that the topic's `resources` reflect (see `update_resources`), or None."""
+    row = db.execute("SELECT until_time FROM resources_state WHERE topic = ?", (topic,)).fetchone()
+    return _datetime(row[0]) if row else None
 
 
 def _datetime(value: str | None) -> datetime | None:
@@ -359,6 +403,11 @@ class ChangeMemory:
             documents = prepare(last_until(db, topic))
             record(db, topic, documents, self.policy, self._now)
             return documents
+
+    def update_resources(self, topic: str) -> None:
+        """Bring the topic's resources up to every recorded change (before reading them)."""
+        with self._lock, immediate(self._db, self.path) as db:
+            update_resources(db, topic)
 
     def record_documents(self, topic: str, documents: Sequence[ChangeNotification]) -> None:
         """Record documents built elsewhere (e.g. a submitted XML document)."""

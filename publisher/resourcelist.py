@@ -2,8 +2,8 @@
 
 `write_resource_list(resources, folder, ...)` takes any iterable of `Resource`s (for Sources
 whose changes do not all pass through the publisher); `snapshot_resource_list` takes them
-from the change memory in one read transaction, with `at` = the chain's last `until`, so a
-baseline followed by catch-up from `at` has no seam. Past the Sitemap limits the list becomes
+from the change memory in one read transaction, with `at` = the chain's last `until` they
+reflect, so a baseline followed by catch-up from `at` has no seam. Past the Sitemap limits the list becomes
 a Resource List Index with numbered parts. Memory stays flat in the number of resources.
 """
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from rsnotify.lists import RESOURCE_LIST, ListInfo, ListRef, ListWriter, Resource
 from rsnotify.notification import Link
 
-from .memory import ChangeMemory, iter_resources, last_until
+from .memory import ChangeMemory, iter_resources, resources_at
 
 RESOURCE_LIST_NAME = "resourcelist.xml"
 MAX_ENTRIES = 50_000
@@ -94,8 +94,12 @@ def snapshot_resource_list(
 ) -> ResourceListFiles:
     """The topic's current resources from `memory`, written into a new subfolder of `folder`
     named after `at` (so parts of different snapshots never mix)."""
+    memory.update_resources(topic)
     with memory.snapshot() as db:
-        at = last_until(db, topic) or now()
+        # `at` is the chain's end when the resources were last brought up to date: the list
+        # reflects every change up to it (a later change may already be recorded; catch-up
+        # from `at` replays it, harmlessly).
+        at = resources_at(db, topic) or now()
         base = Path(folder)
         base.mkdir(parents=True, exist_ok=True)
         target = Path(tempfile.mkdtemp(prefix=at.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ-"), dir=base))

@@ -147,6 +147,7 @@ class Source:
             return self._publish(changes_against(present, recorded, complete=False, gone=gone))
 
     def _recorded(self) -> dict[str, str | None]:
+        self.memory.update_resources(self.publisher.topic_url)
         with self.memory.snapshot() as db:
             return resource_hashes(db, self.publisher.topic_url)
 

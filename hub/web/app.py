@@ -63,7 +63,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         await check_key_matches(client, fernet)
         app[REDIS] = client
         app[FERNET] = fernet
-        app[QUEUE] = Queue(settings.queue_name, connection=connection)
+        app[QUEUE] = make_queue(settings.queue_name, connection)
         app[LIMITS] = RateLimits(settings, url)
         yield
     finally:

@@ -55,7 +55,7 @@ class HubWorker(SimpleWorker):
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         super().bootstrap(*args, **kwargs)
         self._loop_thread = LoopThread()
-        queue = Queue(self.settings.queue_name, connection=self.connection)
+        queue = make_queue(self.settings.queue_name, self.connection)
         url = self.settings.redis_url or _url_of(self.connection)
         try:
             follow = 0.0 if self._burst else self.settings.follow_seconds  # a burst worker ends with its queue
@@ -103,6 +103,6 @@ def run_worker(settings: HubSettings, *, burst: bool = False, queues: Sequence[s
     except RedisError as exc:
         raise SettingsError(f"cannot reach Redis at {url}: {exc}") from None
     names = list(queues) or [settings.queue_name]
-    worker = HubWorker([Queue(n, connection=connection) for n in names], connection=connection,
+    worker = HubWorker([make_queue(n, connection) for n in names], connection=connection,
                        settings=settings, name=name)
     worker.work(burst=burst, logging_level=rq_log_level)

@@ -71,7 +71,7 @@ async def intake_ctx(hub_settings: HubSettings, clock: Clock) -> AsyncIterator[I
     connection = redis_lib.Redis.from_url(hub_settings.redis_url)
     session = make_session(hub_settings)
     ctx = IntakeContext(hub_settings, client, session, load_fernet(hub_settings),
-                        Queue(hub_settings.queue_name, connection=connection), clock)
+                        make_queue(hub_settings.queue_name, connection), clock)
     yield ctx
     await session.close()
     await client.aclose()
@@ -164,6 +164,7 @@ from rsnotify.hub.crypto import encrypt_secret as _encrypt_secret
 from rsnotify.hub.worker import context as _context
 from rsnotify.hub.worker import fanout as _fanout
 from rsnotify.hub.worker import runs as _runs
+from rsnotify.hub.enqueue import make_queue
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from aiohttp import web
 from rsnotify.hub import keys, store
 from rsnotify.hub.worker import fanout, sending
 from rsnotify.websub import (
+from rsnotify.hub.enqueue import make_queue
     NOTIFICATION_ID_HEADER,
     SEQUENCE_HEADER,
     SIGNATURE_HEADER,
@@ -369,7 +370,7 @@ async def test_a_worker_follows_a_busy_topic_so_publishes_need_no_job(fanout_set
 
     from rsnotify.hub import enqueue
     from rsnotify.hub.worker import context as worker
-    queue = Queue(fanout_settings.queue_name, connection=redis)
+    queue = make_queue(fanout_settings.queue_name, redis)
     ctx = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
     tid = keys.topic_id(TOPIC)
     try:
@@ -400,7 +401,7 @@ async def test_two_followers_share_a_big_topic_and_each_subscription_gets_everyt
     from rq import Queue
 
     from rsnotify.hub.worker import context as worker
-    queue = Queue(fanout_settings.queue_name, connection=redis)
+    queue = make_queue(fanout_settings.queue_name, redis)
     first = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
     second = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
     tid = keys.topic_id(TOPIC)

@@ -20,6 +20,7 @@ from rsnotify.hub.settings import HubSettings
 from rsnotify.hub.web.app import build_app
 from rsnotify.hub.worker import fanout, fetch, verification
 from rsnotify.hub.worker.context import close_context, open_context
+from rsnotify.hub.enqueue import make_queue
 
 TOPIC = "http://source.example.org/changes/rs"
 BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
@@ -168,7 +169,7 @@ async def start_hub(aiohttp_server: Callable[..., Any], settings: HubSettings, c
                     ) -> AsyncIterator[OpsHub]:
     server = await aiohttp_server(build_app(settings, now=clock), host="127.0.0.1", port=settings.port)
     connection = redis_lib.Redis.from_url(settings.redis_url)
-    queue = Queue(settings.queue_name, connection=connection)
+    queue = make_queue(settings.queue_name, connection)
     ctx = await open_context(settings, queue=queue, clock=clock)
     http = aiohttp.ClientSession()
     try:
