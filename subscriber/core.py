@@ -191,6 +191,9 @@ class CallbackCore:
             raise SettingsError(f"ack must be {' or '.join(ACK_MODES)}, got {ack!r}")
         self.store = store
         self.ack = ack
+        # A receiver that keeps the raw delivery itself (sync's inbox): when set, it alone runs
+        # before the answer (no parsing, no store update), and its exception answers 503.
+        self.on_receive: Callable[[Subscription, CallbackRequest], Awaitable[None]] | None = None
         self.hooks: dict[str, list[Hook]] = {event: [] for event in HOOK_EVENTS}
         self.on_notification = on_notification
         self.on_denial = on_denial
@@ -381,6 +384,13 @@ class CallbackCore:
             if not verify_signature(request.body, subscription.secret, signature):
                 log.warning("refused delivery to %s: bad %s", subscription.id, SIGNATURE_HEADER)
                 return CallbackResponse(403, f"{SIGNATURE_HEADER} does not match the body")
+        if self.on_receive is not None:
+            try:
+                await self.on_receive(subscription, request)
+            except Exception as exc:
+                log.exception("could not store the delivery to %s", subscription.id)
+                return CallbackResponse(503, f"the notification could not be stored ({exc}); deliver it again later")
+            return CallbackResponse(200, "stored")
         if self.ack == ACK_AFTER_HANDLER:
             return await self._receive_and_handle(subscription, request)
         notification_id = request.header(NOTIFICATION_ID_HEADER)

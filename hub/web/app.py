@@ -13,9 +13,9 @@ import redis as redis_sync
 import redis.asyncio as redis_async
 from aiohttp import web
 from redis.exceptions import RedisError
-from rq import Queue
 
 from ..crypto import check_key_matches, load_fernet
+from ..enqueue import make_queue
 from ..errors import AuthenticationError, HubError, SettingsError, TooManyRequestsError
 from ..logs import escape
 from ..settings import HubSettings

@@ -10,8 +10,9 @@ from typing import Any
 
 import redis as redis_sync
 from redis.exceptions import RedisError
-from rq import Queue, SimpleWorker
+from rq import SimpleWorker
 
+from ..enqueue import JOB_SERIALIZER, make_queue
 from ..errors import SettingsError
 from ..settings import HubSettings
 from . import reconciler
@@ -40,6 +41,8 @@ class HubWorker(SimpleWorker):
 
     def __init__(self, queues: Any, *args: Any, settings: HubSettings | None = None,
                  clock: Callable[[], float] = time.time, **kwargs: Any) -> None:
+        # jobs are JSON (enqueue.make_queue): the worker never unpickles what Redis holds
+        kwargs["serializer"] = JOB_SERIALIZER
         super().__init__(queues, *args, **kwargs)
         self.settings = settings or HubSettings()
         self.clock = clock

@@ -22,6 +22,7 @@ from rsnotify.hub.worker import reconciler
 from rsnotify.hub.worker.process import HubWorker
 from rsnotify.redis_server import start_redis_server
 from rsnotify.websub import SEQUENCE_HEADER, SIGNATURE_HEADER, verify_signature
+from rsnotify.hub.enqueue import make_queue
 
 TOPIC = "http://source.example.org/feed"
 
@@ -86,7 +87,7 @@ def wait_for(condition, timeout: float, what: str, logs: Path | None = None) -> 
 
 
 def test_burst_worker_delivers_publishes_in_order_and_bursts_queue_few_jobs(fanout_settings, redis, sink) -> None:
-    queue = Queue(fanout_settings.queue_name, connection=redis)
+    queue = make_queue(fanout_settings.queue_name, redis)
     subscribe(fanout_settings, sink.url("/a?id=1"))
     subscribe(fanout_settings, sink.url("/b"), secret="sesame")
     queued = publish(fanout_settings, queue, [body(n) for n in range(25)])
@@ -105,7 +106,7 @@ def test_burst_worker_delivers_publishes_in_order_and_bursts_queue_few_jobs(fano
 
 
 def test_burst_worker_retries_a_failing_subscriber_alone(fanout_settings, redis, sink) -> None:
-    queue = Queue(fanout_settings.queue_name, connection=redis)
+    queue = make_queue(fanout_settings.queue_name, redis)
     sink.behave["/flaky"] = lambda n: 500 if n < 2 else 200
     subscribe(fanout_settings, sink.url("/flaky"))
     subscribe(fanout_settings, sink.url("/fine"))
@@ -122,7 +123,7 @@ def test_burst_worker_retries_a_failing_subscriber_alone(fanout_settings, redis,
 
 
 def test_reconciler_requeues_a_lagging_subscription_whose_claim_expired(fanout_settings, redis, sink) -> None:
-    queue = Queue(fanout_settings.queue_name, connection=redis)
+    queue = make_queue(fanout_settings.queue_name, redis)
     sid = subscribe(fanout_settings, sink.url("/orphan"))
     publish(fanout_settings, queue, [body(n) for n in range(3)])
     queue.empty()                               # the fan-out job died with its worker
@@ -140,7 +141,7 @@ def test_reconciler_requeues_a_lagging_subscription_whose_claim_expired(fanout_s
 
 
 def test_log_is_trimmed_by_age(fanout_settings, redis) -> None:
-    queue = Queue(fanout_settings.queue_name, connection=redis)
+    queue = make_queue(fanout_settings.queue_name, redis)
     publish(fanout_settings, queue, [body(n) for n in range(3)])
     key = keys.topic_log_key(keys.topic_id(TOPIC))
     reconciler.trim_logs(redis, fanout_settings.with_values(log_max_age=3600), now=time.time())
@@ -171,7 +172,7 @@ def stop(process: subprocess.Popen) -> None:
 
 def test_worker_killed_mid_fan_out_loses_nothing(fanout_settings, redis, sink, tmp_path) -> None:
     settings = fanout_settings.with_values(lock_ttl=1, reconcile_interval=0.3, retry_base=0.05)
-    queue = Queue(settings.queue_name, connection=redis)
+    queue = make_queue(settings.queue_name, redis)
     paths = ["/k1", "/k2", "/k3"]
     for path in paths:
         sink.behave[path] = lambda n: ("hang", 0.01)        # ~10 ms per delivery: a long fan-out
@@ -201,7 +202,7 @@ def test_redis_restarted_from_its_aof_mid_stream_loses_nothing(fanout_settings, 
     url = server.url
     settings = fanout_settings.with_values(redis_url=url, lock_ttl=1, reconcile_interval=0.3, retry_base=0.05)
     connection = redis_lib.Redis.from_url(url)
-    queue = Queue(settings.queue_name, connection=connection)
+    queue = make_queue(settings.queue_name, connection)
     worker = None
     try:
         sink.behave["/r1"] = sink.behave["/r2"] = lambda n: ("hang", 0.05)   # so Redis stops mid-stream
@@ -227,7 +228,7 @@ def test_redis_restarted_from_its_aof_mid_stream_loses_nothing(fanout_settings, 
 
 
 def test_waiting_verifications_get_a_job_again_when_theirs_was_lost(fanout_settings, redis) -> None:
-    queue = Queue(fanout_settings.queue_name, connection=redis)
+    queue = make_queue(fanout_settings.queue_name, redis)
     assert not reconciler.requeue_verifications(queue)          # nothing waits
     redis.rpush(keys.verify_pending_key(), "challenge-1")
     redis.set(keys.verify_queued_key(), 1, ex=60)
@@ -240,7 +241,7 @@ def test_waiting_verifications_get_a_job_again_when_theirs_was_lost(fanout_setti
 def test_a_stopping_worker_hands_back_a_subscription_stuck_on_a_hanging_callback(fanout_settings, redis, sink,
                                                                                    tmp_path) -> None:
     settings = fanout_settings.with_values(delivery_timeout=30.0, lock_ttl=60)
-    queue = Queue(settings.queue_name, connection=redis)
+    queue = make_queue(settings.queue_name, redis)
     sink.behave["/stuck"] = lambda n: ("hang", 20)
     sid = subscribe(settings, sink.url("/stuck"))
     worker = start_worker(settings, tmp_path, "stopping")
