@@ -25,7 +25,8 @@ from .scenarios import (
 )
 from .sinks import SinkProcess
 
-SCENARIOS = ("ceiling", "fanout", "latency", "ingest", "subscribe", "scale", "isolation", "failover", "source")
+SCENARIOS = ("ceiling", "fanout", "latency", "ingest", "subscribe", "scale", "isolation", "failover", "source",
+             "sync")
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
@@ -106,6 +107,7 @@ async def _run(chosen: list[str], sizes: Sizes, output: Output, *, workers: int,
     from .profiling import Profiler
     from .scale import scenario_scale
     from .source import scenario_source
+    from .sync import scenario_sync
 
     sink = SinkProcess()
     results: dict[str, list[dict]] = {}
@@ -138,7 +140,8 @@ async def _run(chosen: list[str], sizes: Sizes, output: Output, *, workers: int,
                 else:
                     runner = {"latency": scenario_latency, "ingest": scenario_ingest,
                               "subscribe": scenario_subscribe, "isolation": scenario_isolation,
-                              "failover": scenario_failover, "source": scenario_source}[name]
+                              "failover": scenario_failover, "source": scenario_source,
+                              "sync": scenario_sync}[name]
                     results[name] = await runner(bench)
     finally:
         sink.stop()

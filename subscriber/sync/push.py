@@ -1,7 +1,7 @@
 """Push for sync: the callback server, the subscription (reused across restarts), and the
 inbox hook that stores each delivery before the hub gets its 2xx.
 
-The core runs with ack="after_handler": the inbox insert runs before the answer, and when it
+The core's `on_receive` stores each delivery's bytes in the inbox before the answer; when that
 fails the hub is answered 503 and delivers again. Subscriptions live in the same state file
 as the engine's records (a `subscriptions` table), so a restart finds the callback URL and
 secret again and the hub keeps the subscription's place in its log.
@@ -15,9 +15,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
+from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER
+
 from ..aiohttp_adapter import add_callback_routes
 from ..client import Subscriber
-from ..core import ACK_AFTER_HANDLER, ReceivedNotification
+from ..core import CallbackRequest
 from ..discovery import DiscoveredTopic
 from ..errors import SubscriberError
 from ..settings import CALLBACK_PATH, SubscriberSettings
@@ -27,6 +29,11 @@ from .state import SyncState
 log = logging.getLogger(__name__)
 
 REPLAY_FIELD = "rsnotify.replay_from"   # rsnotify hub extension: deliver from this sequence on
+
+
+def _sequence(value: str | None) -> int | None:
+    text = (value or "").strip()
+    return int(text) if text.isdigit() else None
 
 
 class Push:
@@ -39,17 +46,19 @@ class Push:
         self.wake = wake
         self.status = status
         self.store = SqliteStore(state.path)
-        self.subscriber = Subscriber(None, self.store, settings=settings, ack=ACK_AFTER_HANDLER)
-        self.subscriber.core.add_hook("notification", self._receive)
+        self.subscriber = Subscriber(None, self.store, settings=settings)
+        self.subscriber.core.on_receive = self._receive
         self.subscriber.intent_extras = self._replay_field
         self.subscription: Subscription | None = None
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
 
-    async def _receive(self, received: ReceivedNotification) -> None:
-        # Raising here answers 503: the hub keeps the notification and retries.
-        self.state.add_to_inbox(received.hub, received.sequence, received.notification_id,
-                                received.content_type, received.body)
+    async def _receive(self, subscription: Subscription, request: CallbackRequest) -> None:
+        # Runs before the hub's answer; raising answers 503, so the hub keeps it and retries.
+        # Parsing waits for the engine: the inbox holds the bytes as delivered.
+        self.state.add_to_inbox(subscription.hub, _sequence(request.header(SEQUENCE_HEADER)),
+                                request.header(NOTIFICATION_ID_HEADER),
+                                request.header("Content-Type") or "application/octet-stream", request.body)
         self.wake.set()
 
     def _replay_field(self, subscription: Subscription, mode: str) -> dict[str, str]:

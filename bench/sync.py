@@ -1,0 +1,273 @@
+"""The Destination sync (`rsnotify sync`): what a copy of a Source costs and how fast it follows.
+
+- baseline: `rsnotify sync --once` of N x 2 KB resources from a loopback Source process
+  (bench.sync_source), wall time and peak RSS (GNU time), side by side with the reference
+  client `resync-sync --baseline` on the same Source in the same run;
+- catch-up: 500 changes (60% updates, 20% creations, 20% deletions) made while the Destination
+  was stopped, then `rsnotify sync --once` again: wall time from start to exit, the resource GETs
+  it made, and `rsnotify audit` to check the copy is equal;
+- live: `rsnotify sync` running against `rsnotify hub`; 20 notifications/s of 10 updates each are
+  published; the time from the hub POST to all 10 files holding their new bytes (p50, p99);
+- inbox: deliveries POSTed (16 in flight) to the Destination's callback endpoint, which writes
+  each to its SQLite inbox before answering: deliveries per second.
+"""
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from rsnotify.datetimes import parse_w3c_datetime
+from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
+from rsnotify.publisher import Publisher
+from rsnotify.redis_server import free_port
+from rsnotify.xml import to_xml
+
+from .scenarios import Bench, Sizes
+
+RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
+RESYNC = str(Path(sys.executable).with_name("resync-sync"))
+TIME = shutil.which("time") or "/usr/bin/time"
+
+
+def _resources(sizes: Sizes) -> int:
+    """100,000 with --full (the issue's size), 10,000 by default, 200 for the smoke test."""
+    if sizes.source_resources <= 1_000:
+        return 200
+    return 100_000 if sizes.runs >= 5 else 10_000
+
+
+class _Proc:
+    """A child process whose stdout lines are collected."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.lines: list[str] = []
+        self._reader = asyncio.ensure_future(self._read())
+
+    async def _read(self) -> None:
+        assert self.process.stdout is not None
+        async for line in self.process.stdout:
+            self.lines.append(line.decode(errors="replace").strip())
+
+    async def wait_line(self, predicate, timeout: float) -> str:  # type: ignore[no-untyped-def]
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for line in self.lines:
+                if predicate(line):
+                    return line
+            if self.process.returncode is not None:
+                break
+            await asyncio.sleep(0.02)
+        raise RuntimeError(f"child {self.process.pid} never printed the expected line; got {self.lines[-5:]}")
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            self.process.terminate()
+            try:
+                await asyncio.wait_for(self.process.wait(), 30)
+            except TimeoutError:
+                self.process.kill()
+                await self.process.wait()
+        self._reader.cancel()
+
+
+async def _spawn(*args: str) -> _Proc:
+    process = await asyncio.create_subprocess_exec(*args, stdout=asyncio.subprocess.PIPE,
+                                                   stderr=asyncio.subprocess.DEVNULL)
+    return _Proc(process)
+
+
+async def _measure(args: list[str], cwd: Path) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS in MB, exit code) of one command, from GNU time."""
+    report = cwd / f"time-{time.monotonic_ns()}.txt"
+    process = await asyncio.create_subprocess_exec(TIME, "-f", "%e %M", "-o", str(report), *args, cwd=cwd,
+                                                   stdout=asyncio.subprocess.DEVNULL,
+                                                   stderr=asyncio.subprocess.DEVNULL)
+    code = await process.wait()
+    wall, rss_kb = report.read_text().strip().splitlines()[-1].split()
+    return float(wall), int(rss_kb) / 1024, code
+
+
+def _tree_md5(root: Path) -> dict[str, str]:
+    return {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
+
+
+async def _source(count: int, hub: str | None = None) -> tuple[_Proc, str]:
+    port = free_port()
+    proc = await _spawn(sys.executable, "-m", "bench.sync_source", str(port), str(count), *([hub] if hub else []))
+    await proc.wait_line(lambda line: line == "ready", 60)
+    return proc, f"http://127.0.0.1:{port}"
+
+
+async def baseline_run(bench: Bench, count: int, run: int, folder: Path) -> dict:
+    source, base = await _source(count)
+    try:
+        ours = folder / "rsnotify"
+        wall, rss, code = await _measure([RSNOTIFY, "sync", "--once", "--capability-list", f"{base}/caps.xml",
+                                          "--dir", str(ours), "--concurrency", "32"], folder)
+        theirs = folder / "resync"
+        resync_wall, resync_rss, resync_code = await _measure(
+            [RESYNC, "--baseline", "--sitemap", f"{base}/resourcelist.xml", f"{base}/r/={theirs}"], folder)
+        ours_files = _tree_md5(ours / f"127.0.0.1_{base.rsplit(':', 1)[1]}" / "r")
+        equal = ours_files == _tree_md5(theirs) and len(ours_files) == count
+
+        async with bench.session.post(f"{base}/admin/changes", params={"count": str(min(500, count))}) as response:
+            await response.json()
+        async with bench.session.get(f"{base}/gets") as response:
+            gets_before = (await response.json())["gets"]
+        catchup_wall, catchup_rss, catchup_code = await _measure(
+            [RSNOTIFY, "sync", "--once", "--capability-list", f"{base}/caps.xml", "--dir", str(ours)], folder)
+        async with bench.session.get(f"{base}/gets") as response:
+            catchup_gets = (await response.json())["gets"] - gets_before
+        audit = await asyncio.create_subprocess_exec(RSNOTIFY, "audit", "--capability-list", f"{base}/caps.xml",
+                                                     "--dir", str(ours), stdout=asyncio.subprocess.DEVNULL,
+                                                     stderr=asyncio.subprocess.DEVNULL)
+        audit_code = await audit.wait()
+    finally:
+        await source.stop()
+    return {
+        "scenario": "sync", "run": run, "resources": count,
+        "baseline_s": wall, "baseline_rate": round(count / wall) if wall else None, "baseline_rss_mb": round(rss, 1),
+        "baseline_exit": code, "resync_s": resync_wall, "resync_rss_mb": round(resync_rss, 1),
+        "resync_exit": resync_code, "same_bytes_as_resync": equal,
+        "catchup_500_s": catchup_wall, "catchup_gets": catchup_gets, "catchup_exit": catchup_code,
+        "catchup_rss_mb": round(catchup_rss, 1), "audit_exit": audit_code,
+    }
+
+
+async def live_run(bench: Bench, run: int, folder: Path, rate: float, seconds: float) -> dict:
+    hub = bench.start_hub()
+    await hub.wait_ready(bench.session)
+    source, base = await _source(200, hub.url)
+    dest = folder / "live"
+    port = free_port()
+    sync = await _spawn(RSNOTIFY, "sync", "--capability-list", f"{base}/caps.xml", "--dir", str(dest), "--json",
+                        "--listen", f"127.0.0.1:{port}")
+    latencies: list[float] = []
+    try:
+        await sync.wait_line(lambda line: '"event": "live"' in line, 120)
+        files = dest / f"127.0.0.1_{base.rsplit(':', 1)[1]}" / "r"
+        async with bench.session.get(f"{base}/caps.xml") as response:
+            await response.read()
+        status = json.loads((await (await asyncio.create_subprocess_exec(
+            RSNOTIFY, "sync", "status", "--dir", str(dest), "--json", stdout=asyncio.subprocess.PIPE)).communicate())[0])
+        last_until = parse_w3c_datetime(status["high_water"])
+        waits = []
+        async with Publisher(hub.url, f"{base}/changes") as publisher:
+            count = int(rate * seconds)
+            started = time.monotonic()
+            for n in range(count):
+                await asyncio.sleep(max(0.0, started + n / rate - time.monotonic()))
+                async with bench.session.post(f"{base}/admin/changes",
+                                              params={"count": "10", "kinds": "update"}) as response:
+                    made = await response.json()
+                until = datetime.now(UTC)
+                changes = tuple(ResourceChange(c["loc"], ChangeType.UPDATED, changed_at=parse_w3c_datetime(c["datetime"]),
+                                               length=c["length"], hashes=(("md5", c["md5"]),)) for c in made)
+                document = to_xml(ChangeNotification(last_until, until, changes))
+                last_until = until
+                t0 = time.monotonic()
+                await publisher.submit(document)
+                expected = {c["loc"].rsplit("/", 1)[1]: c["md5"] for c in made}
+                waits.append(asyncio.ensure_future(_wait_files(files, expected, t0, latencies, bench.timeout)))
+            await asyncio.gather(*waits)
+    finally:
+        await sync.stop()
+        await source.stop()
+        hub.stop()
+    latencies.sort()
+    return {"scenario": "sync-live", "run": run, "notifications": len(latencies), "rate": rate,
+            "p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else None,
+            "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000, 1)
+            if latencies else None}
+
+
+async def _wait_files(folder: Path, expected: dict[str, str], t0: float, latencies: list[float],
+                      timeout: float) -> None:
+    pending = dict(expected)
+    while pending:
+        for name, digest in list(pending.items()):
+            try:
+                if hashlib.md5((folder / name).read_bytes()).hexdigest() == digest:
+                    del pending[name]
+            except OSError:
+                pass
+        if pending:
+            if time.monotonic() - t0 > timeout:
+                return
+            await asyncio.sleep(0.002)
+    latencies.append(time.monotonic() - t0)
+
+
+async def inbox_run(bench: Bench, run: int, folder: Path, deliveries: int) -> dict:
+    port = free_port()
+    server = await _spawn(sys.executable, "-m", "bench.sync_inbox", str(port), str(folder / "inbox"))
+    try:
+        callback = await server.wait_line(lambda line: line.startswith("http"), 60)
+        start = datetime(2026, 1, 1, tzinfo=UTC)
+        body = to_xml(ChangeNotification(start, start, (ResourceChange("http://127.0.0.1:9/r/1", ChangeType.UPDATED,
+                                                                        changed_at=start),)))
+        queue = iter(range(deliveries))
+        failures = 0
+
+        async def client() -> None:
+            nonlocal failures
+            for n in queue:
+                async with bench.session.post(callback, data=body, headers={
+                        "Content-Type": "application/xml", "X-RSNotify-Id": f"bench-{run}-{n}",
+                        "X-RSNotify-Sequence": str(n + 1)}) as response:
+                    await response.read()
+                    failures += response.status != 200
+
+        started = time.monotonic()
+        await asyncio.gather(*(client() for _ in range(16)))
+        elapsed = time.monotonic() - started
+    finally:
+        await server.stop()
+    return {"scenario": "sync-inbox", "run": run, "deliveries": deliveries, "failures": failures,
+            "rate": round(deliveries / elapsed)}
+
+
+async def scenario_sync(bench: Bench) -> list[dict]:
+    count = _resources(bench.sizes)
+    smoke = count <= 200
+    results = []
+    for run in range(1, bench.sizes.runs + 1):
+        with tempfile.TemporaryDirectory(prefix="rsnotify-bench-sync-") as tmp:
+            folder = Path(tmp)
+            for result in (await baseline_run(bench, count, run, folder),
+                           await live_run(bench, run, folder, 20.0, 1.0 if smoke else 10.0),
+                           await inbox_run(bench, run, folder, 200 if smoke else 5000)):
+                bench.emit(result)
+                results.append(result)
+    for line in summary(results):
+        print("# " + line, flush=True)
+    return results
+
+
+def summary(results: list[dict]) -> list[str]:
+    """Median lines for the targets table."""
+    def med(kind: str, key: str) -> float | None:
+        values = [r[key] for r in results if r["scenario"] == kind and r.get(key) is not None]
+        return statistics.median(values) if values else None
+
+    base = [r for r in results if r["scenario"] == "sync"]
+    count = base[0]["resources"] if base else 0
+    return [
+        f"sync baseline {count:,} x 2 KB: {med('sync', 'baseline_s')} s (goal <= 40 s at 100,000), peak RSS "
+        f"{med('sync', 'baseline_rss_mb')} MB (goal <= 100); resync-sync --baseline same run: "
+        f"{med('sync', 'resync_s')} s, {med('sync', 'resync_rss_mb')} MB",
+        f"sync catch-up of 500 changes after restart: {med('sync', 'catchup_500_s')} s (goal <= 3 s), "
+        f"{med('sync', 'catchup_gets')} resource GETs",
+        f"sync live publish->file p50 {med('sync-live', 'p50_ms')} ms (goal <= 40), p99 {med('sync-live', 'p99_ms')} ms "
+        f"(goal <= 100) at 20 notifications/s x 10 changes",
+        f"sync inbox: {med('sync-inbox', 'rate')} deliveries/s (goal >= 1,000)",
+    ]
