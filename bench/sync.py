@@ -262,12 +262,12 @@ def summary(results: list[dict]) -> list[str]:
     base = [r for r in results if r["scenario"] == "sync"]
     count = base[0]["resources"] if base else 0
     return [
-        f"sync baseline {count:,} x 2 KB: {med('sync', 'baseline_s')} s (goal <= 40 s at 100,000), peak RSS "
+        (f"sync baseline {count:,} x 2 KB: {med('sync', 'baseline_s')} s (goal <= 40 s at 100,000), peak RSS "
         f"{med('sync', 'baseline_rss_mb')} MB (goal <= 100); resync-sync --baseline same run: "
-        f"{med('sync', 'resync_s')} s, {med('sync', 'resync_rss_mb')} MB",
-        f"sync catch-up of 500 changes after restart: {med('sync', 'catchup_500_s')} s (goal <= 3 s), "
-        f"{med('sync', 'catchup_gets')} resource GETs",
-        f"sync live publish->file p50 {med('sync-live', 'p50_ms')} ms (goal <= 40), p99 {med('sync-live', 'p99_ms')} ms "
-        f"(goal <= 100) at 20 notifications/s x 10 changes",
+        f"{med('sync', 'resync_s')} s, {med('sync', 'resync_rss_mb')} MB"),
+        (f"sync catch-up of 500 changes after restart: {med('sync', 'catchup_500_s')} s (goal <= 3 s), "
+        f"{med('sync', 'catchup_gets')} resource GETs"),
+        (f"sync live publish->file p50 {med('sync-live', 'p50_ms')} ms (goal <= 40), p99 {med('sync-live', 'p99_ms')} ms "
+        f"(goal <= 100) at 20 notifications/s x 10 changes"),
         f"sync inbox: {med('sync-inbox', 'rate')} deliveries/s (goal >= 1,000)",
     ]

@@ -12,8 +12,10 @@ import asyncio
 import functools
 from collections.abc import Iterable
 
+from redis import Redis as SyncRedis
 from redis.asyncio import Redis
 from rq import Queue
+from rq.serializers import JSONSerializer
 
 from .store import queued
 
@@ -26,9 +28,17 @@ VERIFY_PENDING = f"{JOBS}.verify_pending"
 FETCH_TOPIC = f"{JOBS}.fetch_topic"
 SWEEP_LEASES = f"{JOBS}.sweep_leases"
 
+# Jobs carry only ids and URLs, so JSON holds them; pickle would let anyone who can write to
+# Redis run code in every worker.
+JOB_SERIALIZER = JSONSerializer
 JOB_TIMEOUT = 600         # s; a job that waits longer for its coroutine is failed by RQ
 QUEUED_TTL = 60           # s a "job queued" flag lives; a lost job is then queued again
 FAILURE_TTL = 7 * 86400   # s RQ keeps a failed job for inspection
+
+
+def make_queue(name: str, connection: SyncRedis) -> Queue:
+    """The hub's RQ queue `name`, with the JSON job serializer every hub process uses."""
+    return Queue(name, connection=connection, serializer=JOB_SERIALIZER)
 
 
 def job_options(description: str) -> dict[str, object]:
