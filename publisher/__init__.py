@@ -20,6 +20,8 @@ _EXPORTS = {
     "Receipt": "rsnotify.publisher.client",
     "Outbox": "rsnotify.publisher.outbox",
     "OutboxEntry": "rsnotify.publisher.outbox",
+    "ChangeMemory": "rsnotify.publisher.memory",
+    "ListPolicy": "rsnotify.publisher.memory",
     "Topic": "rsnotify.publisher.topic",
     "TopicResponse": "rsnotify.publisher.topic",
     "topic_response": "rsnotify.publisher.topic",
@@ -41,7 +43,7 @@ _EXPORTS = {
 }
 
 __all__ = [  # noqa: RUF022  (grouped by module, as in _EXPORTS)
-    "Publisher", "Receipt", "Outbox", "OutboxEntry", "Topic", "TopicResponse", "topic_response", "topic_handler",
+    "Publisher", "Receipt", "Outbox", "OutboxEntry", "ChangeMemory", "ListPolicy", "Topic", "TopicResponse", "topic_response", "topic_handler",
     "add_topic_route",
     "asgi_topic_app", "wsgi_topic_app", "add_channel", "add_channel_to_document", "new_capability_list",
     "PublisherSettings", "PublisherError", "PublishError", "HubUnreachableError", "ChangeInputError",

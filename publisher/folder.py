@@ -142,6 +142,9 @@ class Folder:
             known = self._known.get(path)
             if known is not None and known.mtime_ns == stat.st_mtime_ns and known.length == stat.st_size:
                 return known
+            if not _is_text(path):
+                log.warning("%r is not served: its name is not valid UTF-8, so it has no URL", str(path))
+                return None
             state = FileState(
                 self.loc(path), path, stat.st_size, _hash(path), media_type(path),
                 datetime.fromtimestamp(stat.st_mtime, UTC), stat.st_mtime_ns,
@@ -186,6 +189,14 @@ def _hash(path: Path) -> str:
             md5.update(chunk)
             sha.update(chunk)
     return f"md5:{md5.hexdigest()} sha-256:{sha.hexdigest()}"
+
+
+def _is_text(path: Path) -> bool:
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # bytes os.fsdecode kept as surrogates
+        return False
+    return True
 
 
 def media_type(path: Path) -> str:

@@ -260,3 +260,25 @@ def test_source_keeps_going_while_the_hub_is_down(hub_process, run_source, tmp_p
     later = wait_for(lambda: (body := get(base + "changes")[2]) != first and body, "the edit delivered after the hub returned",
                      timeout=120)
     assert b"a.txt" in later and b'change="updated"' in later
+
+
+def test_a_folder_lists_regular_files_inside_it_only(tmp_path):
+    from rsnotify.publisher.folder import Folder, changes_against
+
+    root = tmp_path / "src"
+    (root / "ü dir").mkdir(parents=True)
+    (root / "ü dir" / "x%y.txt").write_text("x")
+    (root / "capabilitylist.xml").write_text("<shadowed/>")
+    os.symlink(tmp_path, root / "outside")  # a symlinked folder leaving the root
+    os.symlink(root / "ü dir" / "x%y.txt", root / "inside-link.txt")
+    with open(os.path.join(os.fsencode(root), b"bad\xff.txt"), "wb") as handle:
+        handle.write(b"no URL")
+    folder = Folder(root, "http://127.0.0.1:1/d/", ["capabilitylist.xml"])
+    states = folder.scan()
+    assert sorted(states) == ["http://127.0.0.1:1/d/%C3%BC%20dir/x%25y.txt", "http://127.0.0.1:1/d/inside-link.txt"]
+    assert folder.path_for("%C3%BC%20dir/x%25y.txt") == root / "ü dir" / "x%y.txt"
+    assert folder.path_for("../src/%C3%BC%20dir/x%25y.txt") is None and folder.path_for("capabilitylist.xml") is None
+    changes = changes_against(states, {"http://127.0.0.1:1/d/gone.txt": "md5:0"}, complete=True)
+    assert [(c.loc.rsplit("/", 1)[1], c.change.value) for c in changes] == [
+        ("x%25y.txt", "created"), ("inside-link.txt", "created"), ("gone.txt", "deleted"),
+    ]
