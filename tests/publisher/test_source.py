@@ -277,7 +277,9 @@ def test_a_folder_lists_regular_files_inside_it_only(tmp_path):
     states = folder.scan()
     assert sorted(states) == ["http://127.0.0.1:1/d/%C3%BC%20dir/x%25y.txt", "http://127.0.0.1:1/d/inside-link.txt"]
     assert folder.path_for("%C3%BC%20dir/x%25y.txt") == root / "ü dir" / "x%y.txt"
-    assert folder.path_for("../src/%C3%BC%20dir/x%25y.txt") is None and folder.path_for("capabilitylist.xml") is None
+    (tmp_path / "secret.txt").write_text("secret")
+    assert folder.path_for("../secret.txt") is None and folder.path_for("outside/secret.txt") is None
+    assert folder.path_for("capabilitylist.xml") is None
     changes = changes_against(states, {"http://127.0.0.1:1/d/gone.txt": "md5:0"}, complete=True)
     assert [(c.loc.rsplit("/", 1)[1], c.change.value) for c in changes] == [
         ("x%25y.txt", "created"), ("inside-link.txt", "created"), ("gone.txt", "deleted"),
