@@ -192,6 +192,7 @@ async def _run(settings: SubscriberSettings, mirror_dir: str | None, unsubscribe
 
     subscriber = Subscriber(store=store, settings=settings, on_notification=on_notification,
                             on_denial=_report_denial, ack=ACK_AFTER_HANDLER)
+    logging.getLogger("rsnotify.subscriber.core").addFilter(_NoTracebackForClosedStdout())
     app = web.Application()
     route_path = urlsplit(settings.callback_url).path.rstrip("/") if settings.callback_url else CALLBACK_PATH
     add_callback_routes(app, subscriber.core, route_path)
@@ -321,6 +322,16 @@ def _print_notification(received: ReceivedNotification, outcomes: tuple[MirrorOu
     for problem in received.problems:
         _status(f"notification {received.notification_id} on {received.topic} is not a valid change "
                 f"notification: {problem}")
+
+
+class _NoTracebackForClosedStdout(logging.Filter):
+    """The core logs a handler failure with its traceback; a closed stdout is expected here
+    (said once on stderr), so its records lose the traceback."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.exc_info and isinstance(record.exc_info[1], BrokenPipeError):
+            record.exc_info, record.exc_text = None, None
+        return True
 
 
 def _lose_stdout(signals: dict[str, Any], stop: asyncio.Event) -> None:
