@@ -80,6 +80,14 @@ def activity_key(minute: int) -> str:       # zset per minute (epoch s // 60): t
     return f"{PREFIX}activity:{minute}"
 
 
+def history_key(minute: int) -> str:        # hash per minute (epoch s // 60): deliveries, failures, latency; TTL
+    return f"{PREFIX}history:{minute}"
+
+
+def worker_status_key(name: str) -> str:    # hash: one worker's host, pid, claims, lanes, seen (epoch s); TTL
+    return f"{PREFIX}worker:{name}"
+
+
 def diagnostics_token_key(sid: str) -> str:  # sha256 hex of a subscriber's diagnostics token, with TTL
     return f"{PREFIX}sub:{sid}:diag"
 

@@ -110,12 +110,13 @@ def overview(admin: Admin) -> None:
 
 @admin.command(short_help="Topics and what was published.")
 @click.option("--url", metavar="URL", help="Only the topic with this URL.")
+@click.option("--search", metavar="TEXT", help="Only topics whose URL holds TEXT.")
 @click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
 @pass_admin
-def topics(admin: Admin, url: str | None, offset: int, limit: int) -> None:
+def topics(admin: Admin, url: str | None, search: str | None, offset: int, limit: int) -> None:
     """The hub's topics: notifications published, subscriptions, last publish."""
-    data = admin.run(lambda client: client.topics(url=url, offset=offset, limit=limit))
+    data = admin.run(lambda client: client.topics(url=url, search=search, offset=offset, limit=limit))
     admin.emit(data, lambda d: render_table(
         d["topics"], [("TOPIC ID", "tid"), ("PUBLISHED", "published"), ("SUBSCRIPTIONS", "subscriptions"),
                       ("LAST PUBLISHED", lambda r: utc(r["last_published_ms"] / 1000)), ("URL", "url")],
@@ -128,16 +129,18 @@ def topics(admin: Admin, url: str | None, offset: int, limit: int) -> None:
 @click.option("--state", type=click.Choice(["active", "paused", "expired"]), help="Only subscriptions in this state.")
 @click.option("--topic", metavar="URL", help="Only subscriptions to this topic.")
 @click.option("--callback", metavar="URL", help="With --topic: the one subscription of this callback.")
+@click.option("--search", metavar="TEXT", help="Only subscriptions whose topic or callback URL holds TEXT.")
 @click.option("--offset", type=click.IntRange(min=0), default=0, show_default=True)
 @click.option("--limit", type=click.IntRange(1, 1000), default=100, show_default=True)
 @pass_admin
 def subscriptions(admin: Admin, trouble: bool, state: str | None, topic: str | None, callback: str | None,
-                  offset: int, limit: int) -> None:
+                  search: str | None, offset: int, limit: int) -> None:
     """Subscriptions with their state, backlog, dead letters and what is wrong."""
     if callback and not topic:
         raise click.UsageError("--callback needs --topic: a subscription is a topic and a callback")
     data = admin.run(lambda client: client.subscriptions(topic=topic, callback=callback, state=state,
-                                                         trouble=trouble, offset=offset, limit=limit))
+                                                         trouble=trouble, search=search, offset=offset,
+                                                         limit=limit))
     admin.emit(data, lambda d: render_table(d["subscriptions"], SUBSCRIPTION_COLUMNS, total=d["total"],
                                             offset=d["offset"], noun="subscription"))
 
@@ -231,7 +234,7 @@ Column = tuple[str, Any]   # heading, and a key of the row or a function of the 
 SUBSCRIPTION_COLUMNS: list[Column] = [
     ("SUBSCRIPTION ID", "sid"), ("STATE", "state"), ("BACKLOG", "backlog"), ("DEAD", "dead_letters"),
     ("LAST", lambda r: r["last_status"] or r["last_outcome"] or "-"),
-    ("CALLBACK", "callback"), ("TROUBLE", lambda r: "; ".join(r.get("trouble") or []) or "-"),
+    ("CALLBACK", "callback"), ("TROUBLE", lambda r: r.get("problem") or "; ".join(r.get("trouble") or []) or "-"),
 ]
 DEAD_LETTER_COLUMNS: list[Column] = [
     ("NOTIFICATION ID", "notification_id"), ("SEQ", "sequence"), ("ATTEMPTS", "attempts"),

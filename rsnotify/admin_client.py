@@ -62,15 +62,17 @@ class AdminClient:
     async def overview(self) -> dict[str, Any]:
         return await self._call("GET", "admin/overview")
 
-    async def topics(self, *, url: str | None = None, offset: int = 0, limit: int = 100) -> dict[str, Any]:
-        query = {"offset": offset, "limit": limit, **({"url": url} if url else {})}
+    async def topics(self, *, url: str | None = None, search: str | None = None, offset: int = 0,
+                     limit: int = 100) -> dict[str, Any]:
+        query = {"offset": offset, "limit": limit, **({"url": url} if url else {}),
+                 **({"search": search} if search else {})}
         return await self._call("GET", "admin/topics", query)
 
     async def subscriptions(self, *, topic: str | None = None, callback: str | None = None,
-                            state: str | None = None, trouble: bool = False, offset: int = 0,
-                            limit: int = 100) -> dict[str, Any]:
+                            state: str | None = None, trouble: bool = False, search: str | None = None,
+                            offset: int = 0, limit: int = 100) -> dict[str, Any]:
         query: dict[str, Any] = {"offset": offset, "limit": limit}
-        for name, value in (("topic", topic), ("callback", callback), ("state", state)):
+        for name, value in (("topic", topic), ("callback", callback), ("state", state), ("search", search)):
             if value:
                 query[name] = value
         if trouble:

@@ -3,10 +3,8 @@
 "use strict";
 
 const POLL_MS = 2000;
-const CHART_POINTS = 150;          // 5 minutes of 2-second points
 const TOKEN_KEY = "rsnotify-admin-token";
 const main = document.getElementById("main");
-const samples = [];                // {t, delivered, failed, sum, count} from successive polls
 let timer = null;
 
 // --- small helpers ---------------------------------------------------------------------------
@@ -59,19 +57,47 @@ async function api(path, options = {}) {
   const response = await fetch(path, {...options, headers});
   if (response.status === 401) throw new AuthNeeded(await response.text());
   if (!response.ok) throw new Error(`${options.method || "GET"} ${path}: ${response.status} ${await response.text()}`);
-  return response.json();
+  return options.raw ? response.text() : response.json();
+}
+
+// What anyone may read when the hub's status needs its admin token: what this hub is, and how a
+// subscriber checks its own subscription without an operator.
+function landing() {
+  const hub = location.origin + "/";
+  return `<section class="landing" id="landing">
+    <h1>A WebSub hub for ResourceSync change notifications</h1>
+    <p>This is an <strong>rsnotify</strong> hub at <code>${esc(hub)}</code>. Sources publish change notifications
+      to it; it delivers each one, in order, to every subscriber of the notification's topic.</p>
+    <h2>Subscribers</h2>
+    <p>Subscribe with a form <code>POST ${esc(hub)}</code>: <code>hub.mode=subscribe</code>, <code>hub.topic</code>,
+      <code>hub.callback</code>, and <code>hub.secret</code> for signed deliveries. To see your own subscription
+      (state, backlog, last delivery attempts) without asking an operator:</p>
+    <ul>
+      <li><code>POST ${esc(hub)}diagnostics</code> with <code>hub.topic</code> and <code>hub.callback</code>: the hub
+        sends your callback a private link (<code>hub.mode=diagnostics</code>, <code>hub.diagnostics</code>);</li>
+      <li>with a secret, <code>GET ${esc(hub)}diagnostics/<var>id</var></code> signed by
+        <code>X-Hub-Signature</code> over <var>id</var>, a newline and <code>X-RSNotify-Timestamp</code>
+        (<var>id</var>: the first 32 hex digits of sha256(topic, a newline, callback)).</li>
+    </ul>
+    <p class="muted">The rsnotify subscriber toolkit's <code>diagnostics()</code> does either for you.</p>
+    <h2>Operators</h2>
+    <form id="token-form">
+      <label for="token-input">The status of this hub needs its admin token (<code>RSNOTIFY_ADMIN_TOKEN</code>).</label>
+      <div><input id="token-input" type="password" placeholder="admin token" autocomplete="off">
+      <button type="submit">Show status</button></div>
+      <p id="token-error" class="bad"></p>
+    </form>
+  </section>`;
 }
 
 function askToken(message) {
   clearInterval(timer);
-  main.innerHTML = "";
-  const form = document.getElementById("token-form");
-  form.hidden = false;
+  document.getElementById("search-form").hidden = true;
+  main.innerHTML = landing();
   document.getElementById("token-error").textContent = sessionStorage.getItem(TOKEN_KEY) ? message : "";
-  form.onsubmit = (event) => {
+  document.getElementById("token-form").onsubmit = (event) => {
     event.preventDefault();
     sessionStorage.setItem(TOKEN_KEY, document.getElementById("token-input").value.trim());
-    form.hidden = true;
     start();
   };
 }
@@ -86,7 +112,8 @@ async function refresh(render) {
   try {
     await render();
     showError(null);
-    document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    document.getElementById("search-form").hidden = false;
+    document.getElementById("updated").textContent = "updated " + new Date().toISOString().slice(11, 19) + " UTC";
   } catch (error) {
     if (error instanceof AuthNeeded) askToken(error.message); else showError(error);
   }
@@ -98,18 +125,22 @@ async function renderOverview() {
   const o = await api("/admin/overview");
   document.getElementById("hub-url").textContent = o.hub_url;
   const d = o.deliveries, q = o.queues;
-  samples.push({t: Date.now() / 1000, delivered: d.delivered || 0, failed: (d.retry || 0) + (d.dead || 0),
-                sum: o.publish_to_delivery_seconds.sum, count: o.publish_to_delivery_seconds.count});
-  if (samples.length > CHART_POINTS + 1) samples.shift();
   const states = o.subscriptions_by_state;
   const busiest = o.busiest_topics.map((t) =>
     `<tr><td class="url"><a href="/topics/${esc(t.tid)}">${esc(t.url)}</a></td><td class="num">${num(t.last_hour)}</td>` +
     `<td class="num">${num(t.published)}</td><td class="num">${num(t.subscriptions)}</td></tr>`);
   const trouble = o.trouble.map((s) =>
     `<tr><td class="url"><a href="/subscriptions/${esc(s.sid)}">${esc(s.callback)}</a><div class="muted">${esc(s.topic)}</div></td>` +
-    `<td>${s.trouble.map((r) => `<div class="warn">${esc(r)}</div>`).join("")}</td><td>${statusText(s)}</td>` +
+    `<td class="problem ${s.attempts || s.dead_letters ? "bad" : "warn"}">${esc(s.problem)}</td>` +
     `<td class="num">${num(s.backlog)}</td><td class="num">${num(s.dead_letters)}</td></tr>`);
+  const now = o.now;
+  const workers = o.workers.map((w) =>
+    `<tr><td>${esc(w.name)}</td><td>${esc(w.host)} <span class="muted">pid ${esc(w.pid)}</span></td>` +
+    `<td>${w.last_seen ? time(w.last_seen) + ` <span class="muted">(${duration(now - w.last_seen)} ago)</span>` : "—"}</td>` +
+    `<td class="num">${w.claims == null ? "—" : num(w.claims)}</td>` +
+    `<td>${w.slots == null ? esc(w.state) : `${num(w.slots)} delivery slots · following ${num(w.following)} topic(s)`}</td></tr>`);
   const lat = o.publish_to_delivery_seconds, post = o.delivery_seconds;
+  const hours = Math.round(o.history.length / 60);
   main.innerHTML = `
     <div class="cards">
       ${card("m-topics", "topics", o.topics)}
@@ -127,57 +158,65 @@ async function renderOverview() {
       ${card("m-queued", "jobs queued", q.queued)}
       ${card("m-retries-waiting", "retries waiting", q.waiting_retries)}
     </div>
-    <h2>Deliveries per second and publish→delivery latency (live)</h2>
+    <h2>Deliveries per minute and publish→delivery latency, last ${hours} hours</h2>
     <div class="charts">
-      <div><canvas id="live" width="800" height="180"></canvas>
-        <div class="legend muted"><span class="ok">■ delivered/s</span><span class="bad">■ failed/s</span>
-        <span style="color:#1d4ed8">— avg publish→delivery (ms, right axis)</span></div></div>
-      <div><canvas id="minutes" width="400" height="180"></canvas>
-        <div class="legend muted">notifications per minute, last hour</div></div>
+      <div><canvas id="history" width="800" height="200"></canvas>
+        <div class="legend muted"><span class="ok">■ delivered</span><span class="bad">■ failed</span>
+        <span style="color:#1d4ed8">— average publish→delivery (ms, right axis)</span> · times in UTC</div></div>
+      <div><canvas id="minutes" width="400" height="200"></canvas>
+        <div class="legend muted">notifications published per minute, last hour</div></div>
     </div>
     <p class="muted">publish→delivery: p50 ≤ <span id="m-p50">${ms(lat.p50)}</span>, p95 ≤ ${ms(lat.p95)}
       · one POST: p50 ≤ ${ms(post.p50)}, p95 ≤ ${ms(post.p95)}
       · verifications: ${Object.entries(o.verifications).map(([k, v]) => esc(k) + " " + num(v)).join(", ") || "none"}</p>
+    <h2>Subscriptions in trouble (${num(o.trouble_count)})</h2>
+    ${table(["subscriber (callback / topic)", "problem", "#backlog", "#dead letters"], trouble, "trouble")}
+    ${o.subscriptions_scanned < o.subscriptions ? `<p class="muted">Trouble is looked for among the
+      ${num(o.subscriptions_scanned)} subscriptions whose leases end first (of ${num(o.subscriptions)}).</p>` : ""}
     <h2>Busiest topics (last hour)</h2>
     ${table(["topic", "#last hour", "#published", "#subscriptions"], busiest, "busiest")}
-    <h2>Subscriptions in trouble (${num(o.trouble_count)})</h2>
-    ${table(["callback / topic", "why", "last status", "#backlog", "#dead letters"], trouble, "trouble")}
-    <p class="muted">${num(o.subscriptions_scanned)} of ${num(o.subscriptions)} subscriptions looked at.</p>`;
-  drawLive(document.getElementById("live"));
+    <h2>Workers (${num(o.workers.length)})</h2>
+    ${table(["worker", "host", "last seen", "#claims", "lanes"], workers, "workers")}`;
+  drawHistory(document.getElementById("history"), o.history);
   drawBars(document.getElementById("minutes"), o.published_per_minute);
 }
 
-function drawLive(canvas) {
-  const ctx = canvas.getContext("2d"), w = canvas.width, h = canvas.height, pad = 30;
+// The server keeps one row per minute (store/history.py), so the chart is full as soon as it opens.
+function drawHistory(canvas, rows) {
+  const ctx = canvas.getContext("2d"), w = canvas.width, h = canvas.height, pad = 34;
   ctx.clearRect(0, 0, w, h);
-  const points = [];
-  for (let i = 1; i < samples.length; i++) {
-    const a = samples[i - 1], b = samples[i], dt = Math.max(0.001, b.t - a.t);
-    const n = b.count - a.count;
-    points.push({ok: Math.max(0, b.delivered - a.delivered) / dt, bad: Math.max(0, b.failed - a.failed) / dt,
-                 lat: n > 0 ? (b.sum - a.sum) / n * 1000 : null});
-  }
-  const top = Math.max(1, ...points.map((p) => Math.max(p.ok, p.bad)));
-  const latTop = Math.max(1, ...points.map((p) => p.lat || 0));
-  const x = (i) => pad + (w - 2 * pad) * (i / Math.max(1, CHART_POINTS - 1));
-  const line = (values, scale, color) => {
-    ctx.strokeStyle = color; ctx.lineWidth = 2; ctx.beginPath();
-    let started = false;
-    values.forEach((v, i) => {
-      if (v == null) { started = false; return; }
-      const y = h - pad - (h - 2 * pad) * (v / scale);
-      if (started) ctx.lineTo(x(i), y); else { ctx.moveTo(x(i), y); started = true; }
-    });
-    ctx.stroke();
-  };
+  const top = Math.max(1, ...rows.map((r) => r.delivered + r.failed));
+  const latTop = Math.max(1, ...rows.map((r) => r.latency_ms || 0));
+  const bw = (w - 2 * pad) / Math.max(1, rows.length);
+  const y = (v, scale) => h - pad - (h - 2 * pad) * (v / scale);
+  rows.forEach((r, i) => {
+    const x = pad + i * bw;
+    ctx.fillStyle = "#067647";
+    ctx.fillRect(x, y(r.delivered, top), Math.max(1, bw), h - pad - y(r.delivered, top));
+    ctx.fillStyle = "#b42318";
+    ctx.fillRect(x, y(r.delivered + r.failed, top), Math.max(1, bw), y(r.delivered, top) - y(r.delivered + r.failed, top));
+  });
+  ctx.strokeStyle = "#1d4ed8"; ctx.lineWidth = 1.5; ctx.beginPath();
+  let started = false;
+  rows.forEach((r, i) => {
+    if (r.latency_ms == null) { started = false; return; }
+    const x = pad + (i + 0.5) * bw, yy = y(r.latency_ms, latTop);
+    if (started) ctx.lineTo(x, yy); else { ctx.moveTo(x, yy); started = true; }
+  });
+  ctx.stroke();
+  ctx.fillStyle = "#1d4ed8";    // a dot per minute too, so a lone minute shows
+  rows.forEach((r, i) => { if (r.latency_ms != null) ctx.fillRect(pad + (i + 0.5) * bw - 1.5, y(r.latency_ms, latTop) - 1.5, 3, 3); });
   ctx.fillStyle = "#6b7280"; ctx.font = "11px sans-serif";
-  ctx.fillText(top.toFixed(top < 10 ? 1 : 0) + "/s", 2, pad - 6);
-  ctx.fillText(latTop.toFixed(0) + " ms", w - pad - 20, pad - 6);
+  ctx.fillText(num(top) + "/min", 2, pad - 8);
+  ctx.fillText(latTop.toFixed(0) + " ms", w - pad - 10, pad - 8);
   ctx.strokeStyle = "#e5e7eb"; ctx.beginPath(); ctx.moveTo(pad, h - pad); ctx.lineTo(w - pad, h - pad); ctx.stroke();
-  if (!points.length) { ctx.fillText("collecting… (one point every " + POLL_MS / 1000 + " s)", pad + 4, h / 2); return; }
-  line(points.map((p) => p.ok), top, "#067647");
-  line(points.map((p) => p.bad), top, "#b42318");
-  line(points.map((p) => p.lat), latTop, "#1d4ed8");
+  rows.forEach((r, i) => {      // a tick and its UTC time at each full hour
+    if (r.minute % 3600 !== 0) return;
+    const x = pad + i * bw;
+    ctx.fillStyle = "#6b7280"; ctx.fillRect(x, h - pad, 1, 4);
+    ctx.fillText(new Date(r.minute * 1000).toISOString().slice(11, 16), x - 14, h - pad + 16);
+  });
+  if (!rows.some((r) => r.delivered || r.failed)) ctx.fillText("no deliveries in this time", pad + 8, h / 2);
 }
 
 function drawBars(canvas, values) {
@@ -202,9 +241,10 @@ async function renderTopic(tid) {
   const subs = t.subscriptions_list.map((s) =>
     `<tr><td class="url"><a href="/subscriptions/${esc(s.sid)}">${esc(s.callback)}</a></td><td>${esc(s.state)}</td>` +
     `<td class="num">${num(s.backlog)}</td><td class="num">${num(s.delivered)}</td><td>${statusText(s)}</td>` +
-    `<td>${s.trouble.map((r) => `<div class="warn">${esc(r)}</div>`).join("")}</td></tr>`);
+    `<td class="warn">${esc(s.problem)}</td></tr>`);
   const recent = t.recent_notifications.map((n) =>
-    `<tr><td class="num">${num(n.sequence)}</td><td>${esc(n.notification_id)}</td><td>${time(n.published_ms / 1000)}</td>` +
+    `<tr><td class="num">${num(n.sequence)}</td><td>${bodyLink("/admin/topics/" + t.tid + "/notifications/" + n.notification_id,
+       n.notification_id)}</td><td>${time(n.published_ms / 1000)}</td>` +
     `<td>${esc(n.content_type)}</td><td class="num">${num(n.bytes)}</td></tr>`);
   main.innerHTML = `
     <h1>${esc(t.url)}</h1>
@@ -237,16 +277,18 @@ async function renderSubscription(sid) {
         `${Number(s.last_latency_ms).toFixed(1)} ms ${s.last_error ? "— " + esc(s.last_error) : ""}` : "none yet"],
     ["retrying", s.attempts ? `<span class="warn">${s.attempts} failed attempt(s); next ${time(s.next_attempt)}</span>` : "no"],
     ["missed (left the log)", s.gaps ? `<span class="bad">${num(s.gaps)} (last ${esc(s.last_gap)})</span>` : "none"],
-    ["cursor", esc(s.cursor)],
     ["trouble", s.trouble.length ? s.trouble.map((r) => `<div class="warn">${esc(r)}</div>`).join("") : '<span class="ok">none</span>'],
   ].map(([k, v]) => `<tr><th>${esc(k)}</th><td>${v}</td></tr>`);
   const attempts = s.attempts_recent.map((a) =>
-    `<tr><td>${time(a.at)}</td><td class="num">${num(a.sequence)}</td><td>${esc(a.notification_id)}</td>` +
+    `<tr><td>${time(a.at)}</td><td class="num">${num(a.sequence)}</td>` +
+    `<td>${bodyLink("/admin/topics/" + s.tid + "/notifications/" + a.notification_id, a.notification_id)}</td>` +
     `<td class="${a.outcome === "delivered" ? "ok" : "bad"}">${esc(a.outcome)}</td>` +
     `<td>${a.status == null ? "—" : esc(a.status)}</td><td class="num">${Number(a.latency_ms).toFixed(1)} ms</td>` +
     `<td>${esc(a.error)}</td></tr>`);
   const dead = s.dead_letters_list.map((d) =>
-    `<tr><td class="num">${num(d.sequence)}</td><td>${esc(d.notification_id)}</td><td>${num(d.attempts)}</td>` +
+    `<tr><td class="num">${num(d.sequence)}</td>` +
+    `<td>${bodyLink("/admin/subscriptions/" + s.sid + "/dead-letters/" + d.notification_id, d.notification_id)}</td>` +
+    `<td>${num(d.attempts)}</td>` +
     `<td>${d.status == null ? esc(d.error) : "HTTP " + esc(d.status)}</td><td>${time(d.dead_at)}</td>` +
     `<td>${d.resend ? "queued" : `<button data-resend="${esc(d.notification_id)}">Re-send</button>`}</td></tr>`);
   main.innerHTML = `
@@ -282,6 +324,59 @@ async function renderSubscription(sid) {
     button.onclick = () => act("POST", base + "/dead-letters/" + encodeURIComponent(button.dataset.resend) + "/resend");
   });
 }
+
+// --- notification bodies and search (outside #main, so the next poll does not wipe them) ---------
+
+function bodyLink(path, nid) {
+  return `<a href="${esc(path)}" data-body="${esc(path)}" title="show this notification's body">${esc(nid)}</a>`;
+}
+
+// A click shows the body below (fetched with the admin token; the API serves it as a download).
+document.addEventListener("click", async (event) => {
+  const link = event.target.closest("a[data-body]");
+  if (!link) return;
+  event.preventDefault();
+  const view = document.getElementById("body-view");
+  try {
+    const text = await api(link.dataset.body, {raw: true});
+    view.querySelector("h2").textContent = "Notification " + link.textContent;
+    view.querySelector("pre").textContent = text;
+    view.hidden = false;
+    view.scrollIntoView({block: "nearest"});
+  } catch (error) {
+    if (error instanceof AuthNeeded) askToken(error.message); else showError(error);
+  }
+});
+
+async function search(text) {
+  const box = document.getElementById("search-results");
+  if (!text) { box.hidden = true; box.innerHTML = ""; return; }
+  const q = encodeURIComponent(text);
+  const [subs, topics] = await Promise.all([api(`/admin/subscriptions?search=${q}&limit=50`),
+                                            api(`/admin/topics?search=${q}&limit=50`)]);
+  const topicRows = topics.topics.map((t) =>
+    `<tr><td class="url"><a href="/topics/${esc(t.tid)}">${esc(t.url)}</a></td><td class="num">${num(t.published)}</td>` +
+    `<td class="num">${num(t.subscriptions)}</td></tr>`);
+  const subRows = subs.subscriptions.map((s) =>
+    `<tr><td class="url"><a href="/subscriptions/${esc(s.sid)}">${esc(s.callback)}</a><div class="muted">${esc(s.topic)}</div></td>` +
+    `<td>${esc(s.state)}</td><td class="warn">${esc(s.problem) || '<span class="ok">fine</span>'}</td></tr>`);
+  box.innerHTML = `<h2>Search “${esc(text)}”: ${num(topics.total)} topic(s), ${num(subs.total)} subscription(s)
+      <button id="search-clear" type="button">Clear</button></h2>
+    ${table(["topic", "#published", "#subscriptions"], topicRows, "search-topics")}
+    ${table(["subscriber (callback / topic)", "state", "problem"], subRows, "search-subscriptions")}`;
+  box.hidden = false;
+  document.getElementById("search-clear").onclick = () => {
+    document.getElementById("search-input").value = "";
+    search("");
+  };
+}
+
+document.getElementById("search-form").onsubmit = (event) => {
+  event.preventDefault();
+  const text = document.getElementById("search-input").value.trim();
+  search(text).catch((error) => (error instanceof AuthNeeded ? askToken(error.message) : showError(error)));
+};
+document.getElementById("body-close").onclick = () => { document.getElementById("body-view").hidden = true; };
 
 // --- routing -------------------------------------------------------------------------------------
 

@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 
 PAGE_DEFAULT = 100
 PAGE_MAX = 1000
+SEARCH_MAX = 200          # characters of a ?search= text
+SEARCH_TOPICS = 10_000    # topics a ?search= looks through (by id)
 DEFAULT_REMOVAL_REASON = "the hub's operator removed this subscription"
 
 # --- authorization --------------------------------------------------------------------------
@@ -82,6 +84,14 @@ async def _require_subscription(request: web.Request, sid: str) -> records.Subsc
     return found
 
 
+def _search(request: web.Request) -> str:
+    """?search=: lower-cased, at most SEARCH_MAX characters ("" when absent)."""
+    value = request.query.get("search", "").strip().lower()
+    if len(value) > SEARCH_MAX:
+        raise BadRequestError(f"search must be at most {SEARCH_MAX} characters, got {len(value)}")
+    return value
+
+
 def _now(request: web.Request) -> float:
     return float(request.app[CLOCK]())
 
@@ -93,9 +103,9 @@ def _now(request: web.Request) -> float:
 async def api_index(request: web.Request) -> web.Response:
     """GET /admin/: what this API offers."""
     return web.json_response({"endpoints": [
-        "GET /admin/overview", "GET /admin/topics?offset=&limit=&url=", "GET /admin/topics/{tid}",
+        "GET /admin/overview", "GET /admin/topics?offset=&limit=&url=&search=", "GET /admin/topics/{tid}",
         "GET /admin/topics/{tid}/notifications/{nid}",
-        "GET /admin/subscriptions?offset=&limit=&topic=&callback=&state=&trouble=1",
+        "GET /admin/subscriptions?offset=&limit=&topic=&callback=&state=&trouble=1&search=",
         "GET /admin/subscriptions/{sid}", "GET /admin/subscriptions/{sid}/attempts",
         "GET /admin/subscriptions/{sid}/dead-letters", "GET /admin/subscriptions/{sid}/dead-letters/{nid}",
         "POST /admin/subscriptions/{sid}/dead-letters/resend",
@@ -114,12 +124,17 @@ async def get_overview(request: web.Request) -> web.Response:
 
 @admin_only
 async def list_topics(request: web.Request) -> web.Response:
-    """GET /admin/topics: topics by id (or the one with ?url=)."""
+    """GET /admin/topics: topics by id (or the one with ?url=, or those whose URL holds ?search=)."""
     redis = request.app[REDIS]
     offset, limit = _page(request)
+    search = _search(request)
     if "url" in request.query:
         tids = [keys.topic_id(request.query["url"])]
         total = 1
+    elif search:
+        rows = await reports.topic_rows(redis, (await store.topic_ids(redis))[:SEARCH_TOPICS])
+        found = [row for row in rows if search in row["url"].lower()]
+        return web.json_response({"total": len(found), "offset": offset, "topics": found[offset:offset + limit]})
     else:
         everything = await store.topic_ids(redis)
         tids, total = everything[offset:offset + limit], len(everything)
@@ -148,9 +163,11 @@ async def get_notification(request: web.Request) -> web.Response:
 
 @admin_only
 async def list_subscriptions(request: web.Request) -> web.Response:
-    """GET /admin/subscriptions: by lease end; ?topic= (with ?callback= one), ?state=, ?trouble=1."""
+    """GET /admin/subscriptions: by lease end; ?topic= (with ?callback= one), ?state=, ?trouble=1,
+    ?search= (text in the topic or callback URL, or the start of the id)."""
     redis, now, query = request.app[REDIS], _now(request), request.query
     offset, limit = _page(request)
+    search = _search(request)
     state = query.get("state")
     if state not in (None, "active", "paused", "expired"):
         raise BadRequestError(f"state must be active, paused or expired, got {state!r}")
@@ -159,7 +176,7 @@ async def list_subscriptions(request: web.Request) -> web.Response:
     elif "topic" in query:
         sids = await store.topic_subscription_ids(redis, keys.topic_id(query["topic"]))
         chosen = await reports.summarize(redis, sids)
-    elif state or query.get("trouble"):
+    elif state or query.get("trouble") or search:
         chosen = await request.app[SCAN].get(redis)
     else:
         total = await store.count_subscriptions(redis)
@@ -172,6 +189,8 @@ async def list_subscriptions(request: web.Request) -> web.Response:
                   and (state == "expired" or s.state == state)]
     if query.get("trouble") not in (None, "", "0"):
         chosen = [s for s in chosen if s.trouble(now)]
+    if search:
+        chosen = [s for s in chosen if s.matches(search)]
     page = chosen[offset:offset + limit]
     return web.json_response({"total": len(chosen), "offset": offset, "subscriptions": [s.to_json(now) for s in page]})
 

@@ -8,6 +8,7 @@ import asyncio
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from redis.asyncio import Redis
@@ -15,6 +16,7 @@ from redis.asyncio import Redis
 from .. import store
 from ..records import LATENCY_BUCKETS, text, to_float, to_int
 from ..settings import HubSettings
+from ..store import history
 
 SCAN_LIMIT = 20_000         # subscriptions looked at for totals and trouble (the lease zset's first ones)
 SCAN_CACHE_SECONDS = 2.0    # a scan is shared by the requests of this process for this long
@@ -65,8 +67,8 @@ class SubscriptionSummary:
         if self.state == "paused":
             reasons.append("paused by an operator")
         if self.attempts > 0:
-            last = f"HTTP {self.last_status}" if self.last_status else (self.last_error or "no answer")
-            reasons.append(f"retrying: {self.attempts} failed attempt(s), last {last}")
+            reasons.append(f"retrying: {self.attempts} failed attempt(s), last "
+                           f"{short_error(self.last_status, self.last_error)}")
         if self.dead_letters:
             reasons.append(f"{self.dead_letters} dead letter(s)")
         if (self.state == "active" and self.attempts == 0 and self.backlog > 0
@@ -75,11 +77,63 @@ class SubscriptionSummary:
                            f"{_duration(now - max(self.last_attempt_at, self.created))} (are workers running?)")
         return reasons
 
+    def problem(self, now: float) -> str:
+        """The trouble in one short line a person reads at a glance ("" when there is none):
+        `connection refused · next try 13:31:56 UTC`, `3 dead letters · last HTTP 500`."""
+        if self.state == "paused":
+            return "paused by an operator"
+        if self.expires < now:
+            return "lease ended: nothing is delivered until the subscriber renews"
+        last = short_error(self.last_status, self.last_error)
+        if self.attempts > 0:
+            when = f"next try {clock_time(self.next_attempt, now)}" if self.next_attempt else "retry pending"
+            return f"{last} · {when} · attempt {self.attempts + 1}"
+        if self.dead_letters:
+            return f"{self.dead_letters} dead letter{'s' if self.dead_letters != 1 else ''} · last {last}"
+        reasons = self.trouble(now)
+        return reasons[0] if reasons else ""
+
     def to_json(self, now: float) -> dict[str, Any]:
         data = asdict(self)
         data["expires_in"] = int(self.expires - now)
         data["trouble"] = self.trouble(now)
+        data["problem"] = self.problem(now)
         return data
+
+    def matches(self, search: str) -> bool:
+        """Whether `search` (lower case) occurs in the topic, the callback or the id."""
+        return search in self.topic.lower() or search in self.callback.lower() or self.sid.startswith(search)
+
+
+# what a raw client error says, in the words an operator uses (first match wins)
+_ERROR_WORDS = (
+    (("connection refused", "connect call failed"), "connection refused"),
+    (("timeout", "timed out"), "no answer in time"),
+    (("name or service not known", "nodename nor servname", "temporary failure in name resolution",
+      "no address associated"), "host name not found"),
+    (("ssl", "certificate", "tls"), "TLS failed"),
+    (("server disconnected", "connection reset", "connection closed"), "connection closed without an answer"),
+    (("refused by the hub", "not allowed", "private", "reserved"), "address not allowed"),
+)
+
+
+def short_error(status: str | int | None, error: str) -> str:
+    """One short phrase for an attempt's result: `HTTP 503`, `connection refused`, ..."""
+    if status not in (None, ""):
+        return f"HTTP {status}"
+    lowered = error.lower()
+    for needles, words in _ERROR_WORDS:
+        if any(needle in lowered for needle in needles):
+            return words
+    first = error.strip().split(";")[0].split(":")[0].strip()
+    return (first[:60] + "…" if len(first) > 60 else first) or "no answer"
+
+
+def clock_time(epoch: float, now: float) -> str:
+    """HH:MM:SS UTC (with the date when it is not today's)."""
+    moment, today = datetime.fromtimestamp(epoch, UTC), datetime.fromtimestamp(now, UTC)
+    pattern = "%H:%M:%S UTC" if moment.date() == today.date() else "%Y-%m-%d %H:%M:%S UTC"
+    return moment.strftime(pattern)
 
 
 def _duration(seconds: float) -> str:
@@ -288,4 +342,6 @@ async def overview(redis: Redis, settings: HubSettings, now: float, scan: ScanCa
         "busiest_topics": busiest,
         "trouble": [dict(s.to_json(now), trouble=why) for s, why in troubled[:TROUBLE_SHOWN]],
         "trouble_count": len(troubled),
+        "history": await history.delivery_history(redis, now),
+        "workers": await history.worker_rows(redis),
     }

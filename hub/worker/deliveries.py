@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
+import os
+import socket
 import time
 import uuid
 from collections import defaultdict
@@ -16,6 +18,7 @@ from redis.exceptions import RedisError
 
 from ..callbacks import delivery_url
 from ..crypto import decrypt_secret
+from ..logs import DeliverySummary
 from ..records import (
     LATENCY_BUCKETS,
     RECENT_ATTEMPTS,
@@ -25,11 +28,14 @@ from ..records import (
     to_int,
 )
 from ..settings import HubSettings
+from ..store import history
 from . import batched, claims
 from .batch import RedisBatcher
 from .runs import SubRun
 
 log = logging.getLogger(__name__)
+
+REPORT_EVERY = 5.0      # s between two reports of this worker's state (store.history.WORKER_STATUS_TTL: 30)
 
 CHECKPOINT_EVERY = 0.2    # s between cursor/attempt writes of running subscriptions
 SECRET_CACHE = 10_000     # decrypted secrets kept per process
@@ -55,6 +61,10 @@ class Deliveries:
         self._claims = 0
         self._secrets: dict[str, str] = {}
         self._stats: defaultdict[str, float] = defaultdict(float)
+        self.summary = DeliverySummary(log)       # one INFO line a minute instead of one per success
+        self.name: str | None = None              # the RQ worker's name, once its process has one
+        self.concurrency = concurrency
+        self._reported = 0.0
         self._keeper: asyncio.Task[None] | None = None
         self.timeout = aiohttp.ClientTimeout(total=settings.delivery_timeout, sock_connect=settings.connect_timeout)
 
@@ -164,6 +174,7 @@ class Deliveries:
 
     def count(self, outcome: str, status: int | None, seconds: float, entry: LogEntry) -> None:
         s = self._stats
+        self.summary.add(outcome, seconds * 1000)
         s[f"outcome:{outcome}"] += 1
         s["status:error" if status is None else f"status:{status // 100}xx"] += 1
         _observe(s, "delivery_seconds", seconds)
@@ -172,7 +183,21 @@ class Deliveries:
 
     async def _flush_stats(self) -> None:
         stats, self._stats = self._stats, defaultdict(float)
+        # the status page's per-minute history, in the same pipeline as the counters
+        minute = [self.batch.execute(*command) for command in history.minute_commands(stats, time.time())]
         await batched.add_stats(self.batch, stats)
+        await asyncio.gather(*minute)
+
+    def _report(self) -> None:
+        """What the status page's workers table shows about this worker, every few seconds."""
+        now = time.time()
+        if self.name is None or now - self._reported < REPORT_EVERY:
+            return
+        self._reported = now
+        status = {"host": socket.gethostname(), "pid": os.getpid(), "seen": round(now, 3),
+                  "claims": len(self.runs), "following": len(self.following), "slots": self.concurrency}
+        for command in history.worker_status_commands(self.name, status):
+            self.batch.execute(*command)
 
     # -- the keeper: checkpoints, lock renewal, counters
 
@@ -190,6 +215,8 @@ class Deliveries:
                     last_renew = time.monotonic()
                     await self._renew(list(self.runs.values()))
                 await self._flush_stats()
+                self.summary.log_if_due()
+                self._report()
             except RedisError as exc:
                 log.error("delivery keeper: Redis failed: %s", exc)
 

@@ -69,6 +69,7 @@ class HubWorker(SimpleWorker):
             self._loop_thread = None
             raise
         self.ctx.loop_thread = self._loop_thread
+        self.ctx.deliveries.name = self.name     # its reports in the status page's workers table
         set_context(self.ctx)
         if not self._burst:
             self._maintenance = self._loop_thread.submit(reconciler.maintain(self.ctx))

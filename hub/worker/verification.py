@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -18,6 +19,7 @@ from yarl import URL
 
 from .. import keys, store
 from ..callbacks import callback_url
+from ..logs import delivery_fields
 from ..netguard import describe_refusal, read_limited
 from ..records import Intent
 from ..settings import HubSettings
@@ -76,11 +78,14 @@ async def verify_intent(ctx: OutboundContext, challenge: str) -> VerificationOut
         # Taken before the GET: a notification published while the subscriber answers is
         # after its "yes", so a new subscription must get it.
         start = await store.log_end(ctx.redis, intent.topic)
+    began = time.monotonic()
     status, refusal = await _get_echo(ctx, intent, callback_url(intent.callback, params), challenge)
+    ms = (time.monotonic() - began) * 1000
     if refusal:
-        log.warning("%s of %s for %s not verified: %s", intent.mode, intent.callback, intent.topic, refusal)
+        log.warning("%s of %s for %s not verified: %s", intent.mode, intent.callback, intent.topic, refusal,
+                    extra=delivery_fields(keys.subscription_id(intent.topic, intent.callback), status=status, ms=ms))
         return VerificationOutcome(intent.mode, intent.topic, intent.callback, "refused", status, refusal)
-    return await _apply(ctx, intent, status, start)
+    return await _apply(ctx, intent, status, start, ms)
 
 
 async def _get_echo(ctx: OutboundContext, intent: Intent, url: URL, challenge: str) -> tuple[int | None, str]:
@@ -100,7 +105,7 @@ async def _get_echo(ctx: OutboundContext, intent: Intent, url: URL, challenge: s
 
 
 async def _apply(ctx: OutboundContext, intent: Intent, status: int | None,
-                 start: tuple[str, str] | None) -> VerificationOutcome:
+                 start: tuple[str, str] | None, ms: float | None = None) -> VerificationOutcome:
     if intent.mode == "subscribe":
         sid, is_new = await store.activate_subscription(
             ctx.redis, intent.topic, intent.callback, secret=intent.secret,
@@ -111,7 +116,8 @@ async def _apply(ctx: OutboundContext, intent: Intent, status: int | None,
         await store.remove_subscription(ctx.redis, sid)
         result = "unsubscribed"
     log.info("subscription %s %s: %s for %s (lease %ss)", sid, result, intent.callback, intent.topic,
-             intent.lease_seconds if intent.mode == "subscribe" else "-")
+             intent.lease_seconds if intent.mode == "subscribe" else "-",
+             extra=delivery_fields(sid, status=status, ms=ms))
     return VerificationOutcome(intent.mode, intent.topic, intent.callback, result, status, subscription_id=sid)
 
 
@@ -149,9 +155,11 @@ async def send_denial(ctx: OutboundContext, intent: Intent) -> VerificationOutco
             status = response.status
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         why = describe_refusal(exc) or f"callback unreachable: {type(exc).__name__} {exc}".strip()
-        log.warning("denial of %s for %s not delivered: %s", intent.callback, intent.topic, why)
+        log.warning("denial of %s for %s not delivered: %s", intent.callback, intent.topic, why,
+                    extra=delivery_fields(keys.subscription_id(intent.topic, intent.callback)))
         return VerificationOutcome("denied", intent.topic, intent.callback, "denial-failed", None, why)
-    log.info("denied %s for %s (%s): callback answered %s", intent.callback, intent.topic, intent.reason, status)
+    log.info("denied %s for %s (%s): callback answered %s", intent.callback, intent.topic, intent.reason, status,
+             extra=delivery_fields(keys.subscription_id(intent.topic, intent.callback), status=status))
     return VerificationOutcome("denied", intent.topic, intent.callback, "denial-sent", status, intent.reason)
 
 
