@@ -1,0 +1,451 @@
+"""Hostile requests against a real `rsnotify hub` process, one test per finding of the security
+review: each gets a clear 4xx (or is refused), nothing is stored, delivered or fetched, and the
+hub still answers /health within a second afterwards."""
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import stat
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
+
+import pytest
+import redis as redis_lib
+
+from tests.support.waiting import wait_until
+
+FORM = "application/x-www-form-urlencoded"
+TOPIC = "http://data.example.org/ds1/changes"
+NOTIFICATION = (
+    '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'
+    '<rs:md capability="change-notification" from="2013-01-03T00:00:00Z" until="2013-01-03T00:10:00Z"/>'
+    '<url><loc>{loc}</loc><rs:md change="updated" datetime="2013-01-03T00:05:00Z"/>{extra}</url></urlset>'
+)
+DEV_ZERO_ENTITY = (
+    '<?xml version="1.0" encoding="UTF-16"?>\n'
+    '<!DOCTYPE urlset [<!ENTITY % x SYSTEM "file:///dev/zero"> %x;]>\n'
+    '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"/>'
+)
+
+
+def notification(loc: str = "http://data.example.org/res1", extra: str = "") -> bytes:
+    return NOTIFICATION.format(loc=loc, extra=extra).encode()
+
+
+# --- a recording loopback server (a callback, or an internal service an attacker aims at) -----
+
+
+@dataclass
+class Recorder:
+    """Records every request; answers a verification GET by echoing hub.challenge."""
+
+    host: str = "127.0.0.1"
+    requests: list[tuple[str, str, bytes]] = field(default_factory=list)
+    seen: threading.Condition = field(default_factory=threading.Condition)
+
+    def start(self) -> Recorder:
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _record(self) -> bytes:
+                size = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(size) if size else b""
+                with recorder.seen:
+                    recorder.requests.append((self.command, self.path, body))
+                    recorder.seen.notify_all()
+                return body
+
+            def do_GET(self) -> None:
+                self._record()
+                challenge = parse_qs(urlsplit(self.path).query).get("hub.challenge", [""])[0].encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(challenge)))
+                self.end_headers()
+                self.wfile.write(challenge)
+
+            def do_POST(self) -> None:
+                self._record()
+                self.send_response(204)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer((self.host, 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        return self
+
+    def url(self, path: str = "/cb") -> str:
+        return f"http://{self.host}:{self.server.server_address[1]}{path}"
+
+    def wait_for(self, count: int, timeout: float = 60.0) -> list[tuple[str, str, bytes]]:
+        with self.seen:
+            assert self.seen.wait_for(lambda: len(self.requests) >= count, timeout), self.requests
+            return list(self.requests)
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def recorders() -> Iterator[Callable[..., Recorder]]:
+    started: list[Recorder] = []
+
+    def start(host: str = "127.0.0.1") -> Recorder:
+        recorder = Recorder(host).start()
+        started.append(recorder)
+        return recorder
+
+    yield start
+    for recorder in started:
+        recorder.stop()
+
+
+# --- plain HTTP, with every header under the test's control --------------------------------
+
+
+@dataclass
+class Answer:
+    status: int
+    headers: http.client.HTTPMessage
+    text: str
+
+
+def call(url: str, method: str = "GET", body: bytes | str = b"", headers: dict[str, str] | None = None,
+         timeout: float = 30.0) -> Answer:
+    parts = urlsplit(url)
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    try:
+        data = body.encode() if isinstance(body, str) else body
+        connection.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=data,
+                           headers=headers or {})
+        response = connection.getresponse()
+        return Answer(response.status, response.headers, response.read().decode(errors="replace"))
+    finally:
+        connection.close()
+
+
+def form(hub_url: str, fields: dict[str, str] | str, headers: dict[str, str] | None = None) -> Answer:
+    body = fields if isinstance(fields, str) else urlencode(fields)
+    return call(hub_url, "POST", body, {"Content-Type": FORM, **(headers or {})})
+
+
+def publish(hub_url: str, body: bytes, topic: str = TOPIC, token: str | None = None,
+            headers: dict[str, str] | None = None) -> Answer:
+    sent = {"Content-Type": "application/xml", "Link": f'<{topic}>; rel="self", <{hub_url}>; rel="hub"'}
+    if token:
+        sent["Authorization"] = f"Bearer {token}"
+    return call(hub_url, "POST", body, {**sent, **(headers or {})})
+
+
+def subscribe(hub_url: str, callback: str, topic: str = TOPIC, headers: dict[str, str] | None = None,
+              **extra: str) -> Answer:
+    return form(hub_url, {"hub.mode": "subscribe", "hub.topic": topic, "hub.callback": callback, **extra}, headers)
+
+
+def assert_healthy_within_a_second(hub_url: str) -> None:
+    answer = call(hub_url + "health", timeout=1.0)
+    assert answer.status == 200, answer.text
+
+
+def stored(redis: redis_lib.Redis) -> dict[str, int]:
+    """What the hub keeps: topics, subscriptions, pending intents, notifications."""
+    return {
+        "topics": redis.scard("rsnotify:topics"),
+        "subscriptions": sum(1 for key in redis.scan_iter("rsnotify:sub:*") if key.count(b":") == 2),
+        "intents": sum(1 for _ in redis.scan_iter("rsnotify:intent:*")),
+        "notifications": sum(redis.xlen(key) for key in redis.scan_iter("rsnotify:topic:*:log")),
+    }
+
+
+NOTHING = {"topics": 0, "subscriptions": 0, "intents": 0, "notifications": 0}
+
+
+@pytest.fixture
+def start(hub_process, redis_url: str) -> Callable[..., object]:
+    """A hub process on the test's Redis with one worker."""
+
+    def launch(*args: str, workers: int = 1):
+        return hub_process(*args, redis_url=redis_url, workers=workers)
+
+    return launch
+
+
+# --- 1. XML -------------------------------------------------------------------------------
+
+
+def test_1_hostile_xml_is_refused_at_once_and_the_hub_stays_responsive(start, redis, recorders) -> None:
+    hub = start()
+    crowd = " ".join(f'a{i}="1"' for i in range(100_000))
+    for body, reason in (
+        (DEV_ZERO_ENTITY.encode("utf-16"), "UTF-16 byte order mark; expected UTF-8"),
+        (DEV_ZERO_ENTITY.replace("UTF-16", "UTF-8").encode(), "document has a DTD"),
+        (notification(extra=f'<rs:ln rel="alternate" href="http://data.example.org/x" {crowd}/>'),
+         "attributes; expected at most 64"),
+    ):
+        answer = publish(hub.url, body)
+        assert answer.status == 400, answer.text
+        assert reason in answer.text
+        assert_healthy_within_a_second(hub.url)
+    assert stored(redis) == NOTHING
+    # the hub still works: a valid notification goes through
+    assert publish(hub.url, notification()).status == 200
+
+
+# --- 2. outbound requests -----------------------------------------------------------------
+
+
+def test_2_a_hub_with_a_public_url_never_calls_loopback(start, redis, recorders) -> None:
+    internal = recorders("127.0.0.1")
+    control = recorders("127.0.0.2")
+    hub = start("--public-url", "https://hub.example.org/", "--allow-network", "127.0.0.2/32",
+                "--publish-token", "tok=http://data.example.org/")
+    answer = subscribe(hub.url, internal.url("/admin/delete-everything"))
+    assert answer.status == 400, answer.text
+    assert "127.0.0.1" in answer.text and "--allow-network" in answer.text
+    # a topic this hub does not carry is denied at once: no denial GET to the refused address
+    answer = subscribe(hub.url, internal.url("/denied"), topic="http://elsewhere.example/t")
+    assert answer.status == 400, answer.text
+    assert_healthy_within_a_second(hub.url)
+    # control: an allowed callback on 127.0.0.2 is verified through the same queue and worker
+    assert subscribe(hub.url, control.url()).status == 202
+    control.wait_for(1)
+    assert internal.requests == []
+    wait_until(lambda: stored(redis)["subscriptions"] == 1, what="the control subscription")
+
+
+# --- 3. browsers: CSRF, DNS rebinding, stored XSS ----------------------------------------
+
+
+def test_3_cross_site_requests_foreign_hosts_and_raw_bodies(start, redis, recorders) -> None:
+    target = recorders()
+    hub = start()
+    for headers in ({"Origin": "http://evil.example"}, {"Sec-Fetch-Site": "cross-site"}, {"Origin": "null"}):
+        answer = form(hub.url, {"hub.mode": "subscribe", "hub.topic": TOPIC, "hub.callback": target.url()}, headers)
+        assert answer.status == 403, answer.text
+        assert "cross-site" in answer.text or "Origin" in answer.text
+        answer = form(hub.url, {"hub.mode": "publish", "hub.url": target.url("/internal")}, headers)
+        assert answer.status == 403, answer.text
+    # DNS rebinding: the right address under a foreign name
+    answer = call(hub.url + "admin/overview", headers={"Host": "attacker.example"})
+    assert answer.status == 421, answer.text
+    assert stored(redis) == NOTHING
+    assert_healthy_within_a_second(hub.url)
+    # a same-origin subscribe works; an admin mutation sent as a simple (form) request does not
+    assert subscribe(hub.url, target.url()).status == 202
+    target.wait_for(1)
+    def subscriptions() -> list[dict]:
+        return json.loads(call(hub.url + "admin/subscriptions").text)["subscriptions"]
+
+    wait_until(subscriptions, what="the subscription to be verified")
+    sid = subscriptions()[0]["sid"]
+    answer = call(hub.url + f"admin/subscriptions/{sid}/pause", "POST", "", {"Content-Type": FORM})
+    assert answer.status == 403, answer.text
+    assert json.loads(call(hub.url + f"admin/subscriptions/{sid}").text)["state"] == "active"
+    # a valid notification carrying a foreign script element is served as an inert attachment
+    script = '<h:script xmlns:h="http://www.w3.org/1999/xhtml">fetch("/admin/overview")</h:script>'
+    answer = publish(hub.url, notification(extra=script))
+    assert answer.status == 200, answer.text
+    tid = json.loads(call(hub.url + "admin/topics").text)["topics"][0]["tid"]
+    raw = call(hub.url + f"admin/topics/{tid}/notifications/{json.loads(answer.text)['notification_id']}")
+    assert raw.status == 200
+    assert raw.headers["Content-Disposition"].startswith("attachment")
+    assert raw.headers["X-Content-Type-Options"] == "nosniff"
+    assert "sandbox" in raw.headers["Content-Security-Policy"]
+    page = call(hub.url)
+    assert page.headers["X-Frame-Options"] == "DENY"
+    assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
+
+
+# --- 4. forms -----------------------------------------------------------------------------
+
+
+def test_4_forms_are_bounded(start, redis, recorders) -> None:
+    target = recorders()
+    hub = start()
+    padding = "x" * (300 * 1024)
+    answer = form(hub.url, {"hub.mode": "subscribe", "hub.topic": TOPIC, "hub.callback": target.url(),
+                            "padding": padding})
+    assert answer.status == 413, answer.text
+    assert "262144" in answer.text
+    assert stored(redis) == NOTHING
+    assert_healthy_within_a_second(hub.url)
+    assert target.requests == []
+
+
+# --- 5. token prefixes --------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "topic, status, reason",
+    [
+        ("http://data.example.org/ds1x/changes", 403, "may not publish"),
+        ("http://data.example.org/ds1/../ds2/changes", 400, "'.' or '..' path segments"),
+        ("http://data.example.org/ds1/%2e%2e/ds2/changes", 400, "'.' or '..' path segments"),
+        ("http://data.example.org/ds1/changes#x", 400, "fragment"),
+    ],
+)
+def test_5_token_prefixes_match_whole_path_segments(start, redis, topic: str, status: int, reason: str) -> None:
+    hub = start("--publish-token", "tok=http://data.example.org/ds1")
+    answer = publish(hub.url, notification(), topic=topic, token="tok")
+    assert answer.status == status, answer.text
+    assert reason in answer.text
+    assert stored(redis) == NOTHING
+    assert_healthy_within_a_second(hub.url)
+    assert publish(hub.url, notification(), topic="http://data.example.org/ds1/changes", token="tok").status == 200
+
+
+# --- 6. limits ----------------------------------------------------------------------------
+
+
+def test_6_long_urls_rates_and_slow_clients_are_limited(start, redis, recorders) -> None:
+    target = recorders()
+    # the production layout: remote clients reach the hub through a proxy on this machine
+    hub = start("--rate-subscribe-client", "5/minute", "--header-timeout", "2", "--trusted-proxy", "127.0.0.1/32")
+    remote = {"X-Forwarded-For": "203.0.113.7"}
+    answer = subscribe(hub.url, target.url("/" + "a" * 3000))
+    assert answer.status == 400 and "at most 2048 characters" in answer.text, answer.text
+    answer = form(hub.url, {"hub.mode": "publish", "hub.url": "http://data.example.org/" + "b" * 3000})
+    assert answer.status == 400 and "at most 2048 characters" in answer.text, answer.text
+    statuses = [subscribe(hub.url, target.url(f"/cb{i}"), headers=remote).status for i in range(5)]
+    assert statuses == [202] * 5
+    refused = subscribe(hub.url, target.url("/cb-too-many"), headers=remote)
+    assert refused.status == 429, refused.text
+    assert int(refused.headers["Retry-After"]) >= 1
+    target.wait_for(5)
+    assert not any("/cb-too-many" in path for _, path, _ in target.requests)
+    wait_until(lambda: stored(redis)["subscriptions"] == 5, what="five subscriptions")
+    # a client trickling its headers is cut off, and others are served meanwhile
+    port = urlsplit(hub.url).port
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as slow:
+        slow.sendall(b"POST / HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        assert_healthy_within_a_second(hub.url)
+        reply = slow.recv(1024)  # the hub closes (or answers 408) once the header deadline passes
+        assert reply == b"" or reply.startswith(b"HTTP/1.1 408"), reply
+    assert_healthy_within_a_second(hub.url)
+
+
+def test_6_callback_hosts_and_publish_tokens_are_rate_limited(start, redis, recorders) -> None:
+    target = recorders()
+    hub = start("--rate-subscribe-callback-host", "3/minute", "--rate-publish-token", "2/minute",
+                "--publish-token", "tok=http://data.example.org/", "--trusted-proxy", "127.0.0.1/32")
+    statuses = [subscribe(hub.url, target.url(f"/cb{i}"), headers={"X-Forwarded-For": f"203.0.113.{i}"}).status
+                for i in range(4)]
+    assert statuses == [202, 202, 202, 429]
+    remote = {"X-Forwarded-For": "203.0.113.50"}
+    statuses = [publish(hub.url, notification(), token="tok", headers=remote).status for _ in range(3)]
+    assert statuses == [200, 200, 429]
+    assert stored(redis)["notifications"] == 2
+    assert_healthy_within_a_second(hub.url)
+
+
+# --- 7. malformed input -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields, reason",
+    [
+        ({"hub.lease_seconds": "²"}, "hub.lease_seconds must be a positive integer"),
+        ({"hub.lease_seconds": "9" * 5000}, "at most 10 digits"),
+        ({"hub.callback": "http://127.0.0.1\\@evil.example/cb"}, "must not contain '\\\\'"),
+        ({"hub.callback": "http://127.0.0.1\x00.evil/cb"}, "must not contain '\\x00'"),
+        ({"hub.callback": "http://127.0.0.1/cb\r\nX-Injected: 1"}, "must not contain '\\r'"),
+        ({"hub.topic": "http://data.example.org/a b"}, "must not contain ' '"),
+        ({"hub.topic": "http://data.example.org/<script>"}, "must not contain '<'"),
+    ],
+    ids=["superscript-lease", "huge-lease", "backslash", "nul", "crlf", "space", "angle-bracket"],
+)
+def test_7_malformed_forms_get_a_400_with_the_reason(start, redis, recorders, fields: dict[str, str],
+                                                     reason: str) -> None:
+    target = recorders()
+    hub = start()
+    answer = form(hub.url, {"hub.mode": "subscribe", "hub.topic": TOPIC, "hub.callback": target.url(), **fields})
+    assert answer.status == 400, answer.text
+    assert reason in answer.text
+    assert stored(redis) == NOTHING
+    assert_healthy_within_a_second(hub.url)
+    assert "Traceback" not in hub.output()
+
+
+def test_7_bad_charsets_get_a_400_and_logs_keep_callback_paths_out(start, redis, recorders) -> None:
+    target = recorders()
+    hub = start(workers=0)  # the web process's own log lines: intake is what this test is about
+    answer = call(hub.url, "POST", "hub.mode=subscribe", {"Content-Type": f"{FORM}; charset=x-bogus-9"})
+    assert answer.status == 400, answer.text
+    assert "x-bogus-9" in answer.text
+    assert stored(redis) == NOTHING
+    secret_path = "/cb/capability-3f9a7c"
+    assert subscribe(hub.url, target.url(secret_path)).status == 202
+    assert_healthy_within_a_second(hub.url)
+    hub.wait_for_output(r"subscribe request for http://127\.0\.0\.1:\d+/… at ")
+    assert "capability-3f9a7c" not in hub.output()
+    assert "Traceback" not in hub.output()
+
+
+# --- 8. whom to trust ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("header", ["X-Client-IP", "CF-Connecting-IP", "True-Client-IP", "X-Forwarded-For"])
+def test_8_forwarding_headers_make_a_client_remote_without_trusted_proxies(start, redis, header: str) -> None:
+    hub = start()
+    answer = publish(hub.url, notification(), headers={header: "203.0.113.9"})
+    assert answer.status == 403, answer.text
+    answer = call(hub.url + "admin/overview", headers={header: "203.0.113.9"})
+    assert answer.status == 403, answer.text
+    assert stored(redis) == NOTHING
+    assert_healthy_within_a_second(hub.url)
+
+
+def test_8_a_trusted_proxy_names_the_client(start, redis) -> None:
+    hub = start("--trusted-proxy", "127.0.0.0/8")
+    answer = publish(hub.url, notification(), headers={"X-Forwarded-For": "203.0.113.9"})
+    assert answer.status == 403 and "203.0.113.9" in answer.text, answer.text
+    assert stored(redis) == NOTHING
+    # a local client through the trusted local proxy is local
+    assert publish(hub.url, notification(), headers={"X-Forwarded-For": "127.0.0.1"}).status == 200
+
+
+def test_8_jobs_are_json_and_the_embedded_data_is_private(hub_process, redis, redis_url: str, tmp_path: Path,
+                                                          recorders) -> None:
+    target = recorders()
+    hub = hub_process(redis_url=redis_url, workers=0)
+    assert subscribe(hub.url, target.url()).status == 202
+    jobs = [key for key in redis.scan_iter("rq:job:*") if key.count(b":") == 2]
+    assert jobs
+    for key in jobs:
+        data = redis.hget(key, "data")
+        json.loads(zlib.decompress(data))  # JSON, never pickle
+    embedded = hub_process(data_dir=tmp_path / "hub-data", workers=0)
+    assert_healthy_within_a_second(embedded.url)
+    data_dir = tmp_path / "hub-data"
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    for path in data_dir.rglob("*"):
+        if path.is_file() and not path.name.endswith((".lock", ".sock")):
+            assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0, path
+
+
+# --- 9. <loc> -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "loc, reason",
+    [("/res1", "is relative"), ("http://data.example.org/a b", "space"), ("ftp://data.example.org/r", "scheme 'ftp'")],
+)
+def test_9_a_loc_must_be_an_absolute_http_uri(start, redis, recorders, loc: str, reason: str) -> None:
+    target = recorders()
+    hub = start()
+    assert subscribe(hub.url, target.url()).status == 202
+    target.wait_for(1)
+    answer = publish(hub.url, notification(loc=quote(loc, safe=":/ ")))
+    assert answer.status == 400, answer.text
+    assert reason in answer.text
+    assert stored(redis)["notifications"] == 0
+    assert_healthy_within_a_second(hub.url)
+    assert [method for method, _, _ in target.requests] == ["GET"]  # the verification, no delivery
