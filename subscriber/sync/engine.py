@@ -317,10 +317,16 @@ class SyncEngine:
         if stop.is_set():
             return EXIT_IN_SYNC
         self._go_live()
-        last_pull = time.monotonic()
+        last_pull = last_subscribe = time.monotonic()
         while not stop.is_set():
             self.wake.clear()
             try:
+                if self._push_lost() and time.monotonic() - last_subscribe > self.poll_interval:
+                    last_subscribe = time.monotonic()
+                    if await self._resubscribe():
+                        await self.recover("resubscribed")
+                        self._go_live()
+                        continue
                 status = await self.drain_inbox()
                 polling = self.push is None or self.push.subscription is None
                 if time.monotonic() - last_pull > self.poll_interval and (polling or self._silent()):
@@ -334,6 +340,25 @@ class SyncEngine:
             timeout = self.options.settle if status == WAIT else self.poll_interval
             await _wait_any(stop, self.wake, timeout)
         return EXIT_IN_SYNC
+
+    def _push_lost(self) -> bool:
+        lost = self.push is not None and self.push.subscription is None and bool(self.channels)
+        if lost and self.state.get("engine_state") == LIVE:
+            self._set_state(POLLING)
+            self.events.emit(ev.DEGRADED, reason="the subscription was lost; polling the Source's lists")
+        return lost
+
+    async def _resubscribe(self) -> bool:
+        assert self.push is not None
+        try:
+            subscription = await self.push.subscribe(self.channels[0])
+        except SubscriberError as exc:
+            self.status(f"could not subscribe again ({exc}); still polling")
+            return False
+        self.status(f"subscribed again to {subscription.topic} at {subscription.hub}")
+        self.events.emit(ev.SUBSCRIBED, topic=subscription.topic, hub=subscription.hub,
+                         lease_seconds=subscription.lease_seconds, callback=subscription.callback)
+        return True
 
     def _silent(self) -> bool:
         rows = self.state._query("SELECT max(received_at) FROM inbox")

@@ -48,6 +48,8 @@ class Push:
         self.store = SqliteStore(state.path)
         self.subscriber = Subscriber(None, self.store, settings=settings)
         self.subscriber.core.on_receive = self._receive
+        self.subscriber.core.add_hook("denied", self._lost)
+        self.subscriber.core.add_hook("renewal_failed", self._lost)
         self.subscriber.intent_extras = self._replay_field
         self.subscription: Subscription | None = None
         self._runner: web.AppRunner | None = None
@@ -60,6 +62,15 @@ class Push:
                                 request.header(NOTIFICATION_ID_HEADER),
                                 request.header("Content-Type") or "application/octet-stream", request.body)
         self.wake.set()
+
+    async def _lost(self, subscription: Subscription, *details: object) -> None:
+        # A denied subscription or a failed renewal: push is unhealthy until a new subscription
+        # is verified; the engine polls the Source's lists meanwhile.
+        if self.subscription is not None and subscription.id == self.subscription.id:
+            self.status(f"the subscription to {subscription.topic} at {subscription.hub} was lost "
+                        f"({subscription.denial_reason or 'renewal failed'}); polling until it is back")
+            self.subscription = None
+            self.wake.set()
 
     def _replay_field(self, subscription: Subscription, mode: str) -> dict[str, str]:
         if mode != "subscribe":
