@@ -9,9 +9,9 @@ import pytest
 from aiohttp import web
 
 from rsnotify.hub import keys, store
+from rsnotify.hub.enqueue import make_queue
 from rsnotify.hub.worker import fanout, sending
 from rsnotify.websub import (
-from rsnotify.hub.enqueue import make_queue
     NOTIFICATION_ID_HEADER,
     SEQUENCE_HEADER,
     SIGNATURE_HEADER,
@@ -366,7 +366,6 @@ def test_retry_delay_grows_exponentially_with_jitter_up_to_the_cap() -> None:
 
 
 async def test_a_worker_follows_a_busy_topic_so_publishes_need_no_job(fanout_settings, clock, callback_server, redis) -> None:
-    from rq import Queue
 
     from rsnotify.hub import enqueue
     from rsnotify.hub.worker import context as worker
@@ -398,7 +397,6 @@ async def test_a_worker_follows_a_busy_topic_so_publishes_need_no_job(fanout_set
 
 async def test_two_followers_share_a_big_topic_and_each_subscription_gets_everything_once(
         fanout_settings, clock, callback_server, redis) -> None:
-    from rq import Queue
 
     from rsnotify.hub.worker import context as worker
     queue = make_queue(fanout_settings.queue_name, redis)
