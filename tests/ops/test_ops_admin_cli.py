@@ -39,7 +39,7 @@ def refused(result: Result, *expected: str) -> str:
 async def failing_and_healthy(hub, subscriber) -> tuple[str, str]:
     """/good answers 200, /bad 500: after three publishes /bad holds three dead letters."""
     good = await hub.subscribe(subscriber.url("/good"))
-    subscriber.status["/bad"] = 500
+    subscriber.on("/bad", 500)
     bad = await hub.subscribe(subscriber.url("/bad"))
     for n in range(3):
         await hub.publish(body(n))
@@ -62,7 +62,9 @@ async def test_overview_and_trouble_tell_what_is_wrong(ops_hub, subscriber) -> N
     lines = ok(await rsnotify_admin(ops_hub.url, "subscriptions", "--trouble")).splitlines()
     assert lines[0].split()[:3] == ["SUBSCRIPTION", "ID", "STATE"]
     [row] = lines[1:]
-    assert row.startswith(bad) and "3 dead letter(s)" in row and "500" in row
+    assert row.startswith(bad) and row.endswith("3 dead letters · last HTTP 500")
+    searched = ok(await rsnotify_admin(ops_hub.url, "subscriptions", "--search", "/BAD")).splitlines()
+    assert len(searched) == 2 and searched[1].startswith(bad)
 
     everything = ok(await rsnotify_admin(ops_hub.url, "subscriptions"))
     assert good in everything and bad in everything
@@ -76,7 +78,7 @@ async def test_dead_letters_resent_reach_the_recovered_subscriber(ops_hub, subsc
     assert len(listed) == 1 + 3 and all("500" in line for line in listed[1:])
     first_nid = listed[1].split()[0]
 
-    subscriber.status["/bad"] = 200                       # the subscriber is fixed
+    subscriber.on("/bad", 200)                      # the subscriber is fixed
     assert ok(await rsnotify_admin(ops_hub.url, "dead-letters", "resend", bad, first_nid)).strip() == \
         f"{bad}: dead letter {first_nid} queued for re-sending"
     assert ok(await rsnotify_admin(ops_hub.url, "dead-letters", "resend", bad)).strip() == \
