@@ -158,9 +158,12 @@ def record(
     documents: Sequence[ChangeNotification],
     policy: ListPolicy,
     now: Callable[[], float] = time.time,
+    *,
+    chain_end: datetime | None = None,
 ) -> None:
     """Record `documents` (inside an `immediate` transaction): their changes into the topic's
-    Change Lists, the resources' state, and the chain's new end."""
+    Change Lists, and the chain's new end. `chain_end`: the end read earlier in the same
+    transaction (saves reading it again)."""
     if not documents:
         return
     text = _DatetimeText()
@@ -174,7 +177,7 @@ def record(
         )
         size = sum(_entry_size(row[1], row[5], row[7]) for row in rows)
         db.execute("UPDATE changelists SET entries = entries + ?, bytes = bytes + ? WHERE id = ?", (len(rows), size, list_id))
-    current = last_until(db, topic)
+    current = chain_end if chain_end is not None else last_until(db, topic)
     end = max(document.until_time for document in documents)
     if current is None or end > current:  # never backwards (a submitted old document)
         db.execute(
@@ -400,8 +403,9 @@ class ChangeMemory:
         other thread or process can take the same interval.
         """
         with self._lock, immediate(self._db, self.path) as db:
-            documents = prepare(last_until(db, topic))
-            record(db, topic, documents, self.policy, self._now)
+            end = last_until(db, topic)
+            documents = prepare(end)
+            record(db, topic, documents, self.policy, self._now, chain_end=end)
             return documents
 
     def update_resources(self, topic: str) -> None:

@@ -124,9 +124,10 @@ class Outbox:
                 # The write lock is taken before the chain is read: no other process can
                 # take the same interval.
                 with immediate(self._db, self.path) as db:
-                    documents = self.publisher.prepare(items, after=last_until(db, topic))
+                    end = last_until(db, topic)
+                    documents = self.publisher.prepare(items, after=end)
                     ids = [self._insert(topic, document) for document in documents]
-                    record(db, topic, documents, policy)
+                    record(db, topic, documents, policy, chain_end=end)
             except sqlite3.Error as exc:
                 raise StateError(f"cannot write to the outbox {self.path}: {exc}") from exc
             if not documents:
