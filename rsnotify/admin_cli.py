@@ -248,6 +248,12 @@ ATTEMPT_COLUMNS: list[Column] = [
 ]
 
 
+WORKER_COLUMNS: list[Column] = [
+    ("WORKER", "name"), ("HOST", "host"), ("PID", "pid"), ("LAST SEEN", lambda r: utc(r.get("last_seen"))),
+    ("CLAIMS", "claims"), ("SLOTS", "slots"), ("FOLLOWING", "following"),
+]
+
+
 def utc(epoch_seconds: float | None) -> str:
     """A time as operators compare it across machines: UTC, with the zone written out."""
     if not epoch_seconds:
@@ -304,6 +310,8 @@ def render_overview(o: dict[str, Any]) -> str:
     ]
     width = max(len(k) for k, _ in lines)
     text = "\n".join(f"{k.ljust(width)}  {v}" for k, v in lines)
+    if o.get("workers"):
+        text += "\n\n" + render_table(o["workers"], WORKER_COLUMNS, noun="worker")
     trouble = o.get("trouble", [])
     count = o.get("trouble_count", len(trouble))
     if not count:

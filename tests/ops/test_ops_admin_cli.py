@@ -124,3 +124,15 @@ async def test_unreachable_hub_and_bad_ids_are_one_line_errors(unused_tcp_port: 
     assert bad_url.exit_code == 2 and "starts with http:// or https://" in bad_url.output
     bad_id = await rsnotify_admin("http://127.0.0.1:1/", "pause", "not-an-id")
     assert bad_id.exit_code == 2 and "32 lower-case hex digits" in bad_id.output
+
+
+def test_overview_lists_the_workers() -> None:
+    from rsnotify.admin_cli import render_overview
+
+    text = render_overview({"hub_url": "http://127.0.0.1:8080/", "now": 1_800_000_000, "workers": [
+        {"name": "w1", "host": "node-a", "pid": 42, "last_seen": 1_800_000_000, "claims": 3, "slots": 200,
+         "following": 1}]})
+    header, row = text.split("\n\n")[1].splitlines()[:2]
+    assert header.split() == ["WORKER", "HOST", "PID", "LAST", "SEEN", "CLAIMS", "SLOTS", "FOLLOWING"]
+    assert row.split() == ["w1", "node-a", "42", "2027-01-15", "08:00:00", "UTC", "3", "200", "1"]
+    assert text.endswith("no subscription needs a look")
