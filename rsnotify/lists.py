@@ -1,8 +1,7 @@
 """Resource Lists, Change Lists and their indexes (core §10-12), read and written streaming.
 
-`open_list(stream)` reads a document with lxml's iterparse under the same safety rules as
-`rsnotify.safexml` (no DTD, no entities, no network, bounded size and depth) and clears each
-entry once read, so memory stays flat however long the list. `ListWriter` writes one with
+`open_list(stream)` reads a document with `rsnotify.safexml.iterparse` (the safe parser's
+rules, checked as the bytes arrive) and clears each entry once read, so memory stays flat however long the list. `ListWriter` writes one with
 `lxml.etree.xmlfile`, entry by entry. No network I/O here: callers hand in binary streams.
 """
 from __future__ import annotations
@@ -19,7 +18,6 @@ from .datetimes import format_datetime
 from .errors import DocumentParseError, NotificationError
 from .notification import Link, ResourceChange
 from .safexml import (
-    DEFAULT_MAX_BYTES,
     LASTMOD,
     LOC,
     NSMAP,
@@ -52,7 +50,6 @@ CHANGE_LIST = "changelist"
 
 _RESOURCE_ATTRIBUTES = frozenset({"hash", "length", "type"})
 _LIST_ATTRIBUTES = ("at", "completed", "from", "until")
-_CHUNK = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,35 +123,6 @@ Entry = Resource | ResourceChange | ListRef
 # -- reading -------------------------------------------------------------------------------
 
 
-class _GuardedReader:
-    """A file-like view of `stream` that refuses DTDs and documents past `max_bytes`.
-
-    The DTD scan runs on the raw bytes (with an overlap across chunks), so no internal subset
-    is ever handed to libxml2, as in `safexml.parse_root`.
-    """
-
-    def __init__(self, stream: BinaryIO, max_bytes: int) -> None:
-        self._stream = stream
-        self.max_bytes = max_bytes
-        self.total = 0
-        self._tail = b""
-
-    def read(self, size: int = _CHUNK) -> bytes:
-        chunk = self._stream.read(size if size and size > 0 else _CHUNK)
-        if not chunk:
-            return b""
-        if isinstance(chunk, str):  # a text stream: lxml wants bytes here
-            chunk = chunk.encode("utf-8")
-        self.total += len(chunk)
-        if self.total > self.max_bytes:
-            raise DocumentParseError(f"document is more than {self.max_bytes} bytes; expected at most {self.max_bytes} bytes")
-        window = self._tail + chunk
-        if b"<!DOCTYPE" in window:
-            raise DocumentParseError("document has a DTD (<!DOCTYPE ...>); expected none: DTDs and entities are refused")
-        self._tail = window[-8:]
-        return bytes(chunk)
-
-
 class ListStream:
     """An open Resource List, Change List or index: `info` at once, then its entries.
 
@@ -164,9 +132,9 @@ class ListStream:
     """
 
     def __init__(self, stream: BinaryIO, *, max_bytes: int | None = None) -> None:
-        reader = _GuardedReader(stream, DEFAULT_MAX_BYTES if max_bytes is None else max_bytes)
-        self._reader = reader
-        self._events = iterparse(reader, events=("start", "end"), max_bytes=reader.max_bytes)
+        # safexml's iterparse screens the bytes (UTF-8 only, no DTD, size, element and
+        # attribute caps) as it reads them, and translates lxml's errors.
+        self._events = iterparse(stream, events=("start", "end"), max_bytes=max_bytes)
         self._root: etree._Element | None = None
         self._depth = 0
         self._count = 0
@@ -202,11 +170,6 @@ class ListStream:
         except StopIteration:
             self._done = True
             return None, None  # type: ignore[return-value]
-        except etree.XMLSyntaxError as exc:
-            self._done = True
-            if self._reader.total == 0:
-                raise DocumentParseError("not an XML document: it is empty; expected a <urlset> or <sitemapindex>") from None
-            raise DocumentParseError(f"not well-formed XML: {exc}") from exc
         except DocumentParseError:
             self._done = True
             raise
@@ -245,10 +208,6 @@ class ListStream:
                 f"root element is {describe_element(root.tag)}; expected <urlset> or <sitemapindex> "
                 "in the Sitemap namespace"
             )
-        docinfo = root.getroottree().docinfo
-        # Catches a DTD in an encoding (UTF-16) that the byte scan cannot see.
-        if docinfo.doctype or docinfo.internalDTD is not None:
-            raise DocumentParseError("document has a DTD (<!DOCTYPE ...>); expected none: DTDs and entities are refused")
 
     def _head_info(self, md: etree._Element | None, link_elements: list[etree._Element], first_entry: str | None) -> ListInfo:
         assert self._root is not None
