@@ -4,8 +4,10 @@
 
 const POLL_MS = 2000;
 const TOKEN_KEY = "rsnotify-admin-token";
+const HISTORY_MS = 20000;          // the per-minute history changes once a minute: read it this often
 const main = document.getElementById("main");
 let timer = null;
+let history = {rows: null, at: 0};
 
 // --- small helpers ---------------------------------------------------------------------------
 
@@ -123,6 +125,9 @@ async function refresh(render) {
 
 async function renderOverview() {
   const o = await api("/admin/overview");
+  if (!history.rows || Date.now() - history.at > HISTORY_MS) {
+    history = {rows: (await api("/admin/history")).history, at: Date.now()};
+  }
   document.getElementById("hub-url").textContent = o.hub_url;
   const d = o.deliveries, q = o.queues;
   const states = o.subscriptions_by_state;
@@ -140,7 +145,7 @@ async function renderOverview() {
     `<td class="num">${w.claims == null ? "—" : num(w.claims)}</td>` +
     `<td>${w.slots == null ? esc(w.state) : `${num(w.slots)} delivery slots · following ${num(w.following)} topic(s)`}</td></tr>`);
   const lat = o.publish_to_delivery_seconds, post = o.delivery_seconds;
-  const hours = Math.round(o.history.length / 60);
+  const hours = Math.round(history.rows.length / 60);
   main.innerHTML = `
     <div class="cards">
       ${card("m-topics", "topics", o.topics)}
@@ -177,7 +182,7 @@ async function renderOverview() {
     ${table(["topic", "#last hour", "#published", "#subscriptions"], busiest, "busiest")}
     <h2>Workers (${num(o.workers.length)})</h2>
     ${table(["worker", "host", "last seen", "#claims", "lanes"], workers, "workers")}`;
-  drawHistory(document.getElementById("history"), o.history);
+  drawHistory(document.getElementById("history"), history.rows);
   drawBars(document.getElementById("minutes"), o.published_per_minute);
 }
 

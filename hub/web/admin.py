@@ -13,6 +13,7 @@ from aiohttp import web
 
 from .. import enqueue, keys, records, store
 from ..errors import BadRequestError, NotFoundError
+from ..store import history
 from . import reports
 from .appkeys import CLOCK, QUEUE, REDIS, SCAN, SETTINGS
 from .auth import Handler, check_admin
@@ -103,7 +104,7 @@ def _now(request: web.Request) -> float:
 async def api_index(request: web.Request) -> web.Response:
     """GET /admin/: what this API offers."""
     return web.json_response({"endpoints": [
-        "GET /admin/overview", "GET /admin/topics?offset=&limit=&url=&search=", "GET /admin/topics/{tid}",
+        "GET /admin/overview", "GET /admin/history?minutes=", "GET /admin/topics?offset=&limit=&url=&search=", "GET /admin/topics/{tid}",
         "GET /admin/topics/{tid}/notifications/{nid}",
         "GET /admin/subscriptions?offset=&limit=&topic=&callback=&state=&trouble=1&search=",
         "GET /admin/subscriptions/{sid}", "GET /admin/subscriptions/{sid}/attempts",
@@ -120,6 +121,17 @@ async def get_overview(request: web.Request) -> web.Response:
     """GET /admin/overview: totals, activity, latency, queues, busiest topics, subscriptions in trouble."""
     app = request.app
     return web.json_response(await reports.overview(app[REDIS], app[SETTINGS], _now(request), app[SCAN]))
+
+
+@admin_only
+async def get_history(request: web.Request) -> web.Response:
+    """GET /admin/history?minutes=: deliveries, failures and average publish→delivery latency per
+    minute, oldest first, up to the current minute (at most HISTORY_MINUTES)."""
+    raw = request.query.get("minutes", str(history.HISTORY_MINUTES))
+    if not raw.isdigit() or not 1 <= int(raw) <= history.HISTORY_MINUTES:
+        raise BadRequestError(f"minutes must be an integer 1-{history.HISTORY_MINUTES}, got {raw!r}")
+    rows = await history.delivery_history(request.app[REDIS], _now(request), int(raw))
+    return web.json_response({"history": rows})
 
 
 @admin_only
@@ -326,6 +338,7 @@ def add_routes(app: web.Application) -> None:
     r = app.router
     r.add_get("/admin/", api_index)
     r.add_get("/admin/overview", get_overview)
+    r.add_get("/admin/history", get_history)
     r.add_get("/admin/topics", list_topics)
     r.add_get("/admin/topics/{tid}", get_topic)
     r.add_get("/admin/topics/{tid}/notifications/{nid}", get_notification)

@@ -306,7 +306,8 @@ def prefixed(stats: dict[str, float], prefix: str) -> dict[str, int]:
 
 async def overview(redis: Redis, settings: HubSettings, now: float, scan: ScanCache | None = None,
                    ) -> dict[str, Any]:
-    """The status page's front: totals, activity, latency, queues, busiest topics, trouble."""
+    """The status page's front: totals, activity, latency, queues, busiest topics, trouble, workers
+    (the per-minute history is its own call, /admin/history: it changes once a minute)."""
     topics, subscriptions, stats = await store.totals(redis)
     per_minute, per_topic = await activity(redis, now)
     summaries = await (scan.get(redis) if scan is not None else scan_subscriptions(redis))
@@ -342,6 +343,5 @@ async def overview(redis: Redis, settings: HubSettings, now: float, scan: ScanCa
         "busiest_topics": busiest,
         "trouble": [dict(s.to_json(now), trouble=why) for s, why in troubled[:TROUBLE_SHOWN]],
         "trouble_count": len(troubled),
-        "history": await history.delivery_history(redis, now),
         "workers": await history.worker_rows(redis),
     }

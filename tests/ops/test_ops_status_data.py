@@ -20,8 +20,7 @@ async def test_history_keeps_each_minute_for_hours_and_expires(ops_hub, subscrib
         await ops_hub.publish(body(n))
     await ops_hub.drain()
     await ops_hub.counted("outcome:dead", 4, timeout=30)
-    overview = await ops_hub.admin("GET", "/admin/overview")
-    rows = overview["history"]
+    rows = (await ops_hub.admin("GET", "/admin/history"))["history"]
     assert len(rows) == history.HISTORY_MINUTES                  # six hours, one row a minute, oldest first
     assert [r["minute"] for r in rows] == sorted(r["minute"] for r in rows)
     assert rows[-1]["minute"] >= (int(time.time()) // 60 - 1) * 60              # ends now
@@ -30,6 +29,8 @@ async def test_history_keeps_each_minute_for_hours_and_expires(ops_hub, subscrib
     minute = next(r["minute"] for r in rows if r["delivered"])
     ttl = await ops_hub.redis.ttl(keys.history_key(minute // 60))
     assert 0 < ttl <= history.HISTORY_TTL                        # bounded: every minute expires on its own
+    assert len((await ops_hub.admin("GET", "/admin/history?minutes=5"))["history"]) == 5
+    assert "minutes must be an integer 1-360" in await ops_hub.admin("GET", "/admin/history?minutes=0", expect=400)
 
 
 async def test_trouble_reads_as_one_short_line(ops_hub, subscriber) -> None:
