@@ -10,9 +10,15 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from rsnotify.publisher import ChangeInputError, HubUnreachableError, Publisher, PublishError
 from rsnotify.notification import ChangeType, ResourceChange
+from rsnotify.publisher import (
+    ChangeInputError,
+    HubUnreachableError,
+    Publisher,
+    PublishError,
+)
 from rsnotify.xml import parse_notification
+from tests.support.clock import Clock
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
@@ -21,19 +27,13 @@ CAPLIST = "https://example.org/dataset1/capabilitylist.xml"
 T0 = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
 
 
-def clock(start: datetime = T0):
-    """An injected clock that moves one second per reading."""
-    ticks = iter(range(10**6))
-    return lambda: start + timedelta(seconds=next(ticks))
-
-
 def at(minutes: int) -> str:
     return (T0 + timedelta(minutes=minutes)).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def fast(hub_url, **kwargs) -> Publisher:  # type: ignore[no-untyped-def]
     kwargs.setdefault("retry_delay", 0.01)
-    kwargs.setdefault("now", clock())
+    kwargs.setdefault("now", Clock(T0, tick=1.0))    # one second later at each reading
     return Publisher(hub_url, TOPIC, **kwargs)
 
 

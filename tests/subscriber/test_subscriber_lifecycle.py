@@ -9,23 +9,22 @@ from datetime import timedelta
 import pytest
 from aiohttp import web
 
-from rsnotify.websub import build_link_header
 from rsnotify.subscriber.discovery import discover_topic
 from rsnotify.subscriber.errors import SubscriberError, SubscriptionError
 from rsnotify.subscriber.settings import SubscriberSettings
-from rsnotify.subscriber.store import ACTIVE, EXPIRED, FAILED, UNSUBSCRIBED, JsonFileStore
+from rsnotify.subscriber.store import (
+    ACTIVE,
+    EXPIRED,
+    FAILED,
+    UNSUBSCRIBED,
+    JsonFileStore,
+)
+from rsnotify.websub import build_link_header
+from tests.support.clock import Clock
 
 from .conftest import T0, Recorder, make_notification
 
 TOPIC = "http://example.com/dataset1/change/"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = T0
-
-    def __call__(self):
-        return self.now
 
 
 async def test_intent_is_recorded_before_the_post_so_a_hub_may_verify_at_once(fake_hub, make_subscriber):
@@ -99,7 +98,7 @@ async def test_bad_urls_are_refused_before_anything_is_sent(fake_hub, make_subsc
 
 
 async def test_renewal_happens_before_the_lease_ends_with_jitter(fake_hub, make_subscriber):
-    clock = Clock()
+    clock = Clock(T0)
     subscriber = await make_subscriber(now=clock, rng=random.Random(1))
     subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
     lease = timedelta(seconds=600)
@@ -108,11 +107,11 @@ async def test_renewal_happens_before_the_lease_ends_with_jitter(fake_hub, make_
     other = await (await make_subscriber(now=clock, rng=random.Random(2))).subscribe(TOPIC, fake_hub.url)
     assert other.renew_at != subscription.renew_at  # jitter: not everyone renews at once
 
-    clock.now = subscription.renew_at - timedelta(seconds=1)
+    clock.set(subscription.renew_at - timedelta(seconds=1))
     assert await subscriber.renew_due() == []
     assert len(fake_hub.requests) == 2
 
-    clock.now = subscription.renew_at + timedelta(seconds=1)
+    clock.set(subscription.renew_at + timedelta(seconds=1))
     assert len(await subscriber.renew_due()) == 1
     await fake_hub.settle()
     renewal = fake_hub.requests[-1]
@@ -121,25 +120,25 @@ async def test_renewal_happens_before_the_lease_ends_with_jitter(fake_hub, make_
     assert renewal["hub.secret"] == subscription.secret
     [stored] = await subscriber.subscriptions()
     assert stored.status == ACTIVE and stored.pending_mode is None
-    assert stored.verified_at == clock.now and stored.expires_at == clock.now + lease
-    assert clock.now < stored.renew_at < stored.expires_at
+    assert stored.verified_at == clock.peek() and stored.expires_at == clock.peek() + lease
+    assert clock.peek() < stored.renew_at < stored.expires_at
 
 
 async def test_failed_renewal_is_retried_and_an_ended_lease_marked_expired(fake_hub, make_subscriber):
-    clock = Clock()
+    clock = Clock(T0)
     subscriber = await make_subscriber(now=clock, settings=SubscriberSettings(
         verification_timeout=5, renew_retry_seconds=30))
     subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
     fake_hub.mode = "refuse"
-    clock.now = subscription.renew_at
+    clock.set(subscription.renew_at)
     [retry] = await subscriber.renew_due()
-    assert retry.renew_at == clock.now + timedelta(seconds=30) and retry.pending_mode is None
-    clock.now = subscription.expires_at + timedelta(seconds=1)
+    assert retry.renew_at == clock.peek() + timedelta(seconds=30) and retry.pending_mode is None
+    clock.set(subscription.expires_at + timedelta(seconds=1))
     await subscriber.renew_due()
     [stored] = await subscriber.subscriptions()
     assert stored.status == EXPIRED  # and still being renewed:
     fake_hub.mode = "verify-after"
-    clock.now += timedelta(seconds=31)
+    clock.advance(31)
     await subscriber.renew_due()
     await fake_hub.settle()
     [stored] = await subscriber.subscriptions()
@@ -201,20 +200,20 @@ async def test_renewal_discovers_again_and_follows_a_moved_topic(fake_hub, make_
     app = web.Application()
     app.router.add_get("/topic", topic)
     topic_url = str((await aiohttp_server(app)).make_url("/topic"))
-    clock = Clock()
+    clock = Clock(T0)
     subscriber = await make_subscriber(now=clock)
     found = await discover_topic(subscriber.session, topic_url)
     old = await subscriber.subscribe(found.topic, found.hubs[0], discovered_from=found.discovered_from,
                                      discovery=found.discovery)
     assert old.topic == "http://example.com/old-topic"
 
-    clock.now = old.renew_at  # nothing moved: a plain renewal of the same callback
+    clock.set(old.renew_at)  # nothing moved: a plain renewal of the same callback
     [same] = await subscriber.renew_due()
     await fake_hub.settle()
     assert same.id == old.id and fake_hub.requests[-1]["hub.callback"] == old.callback
 
     advertised["self"] = "http://example.com/new-topic"  # the publisher moved the topic (§6.1)
-    clock.now = (await subscriber.store.get(old.id)).renew_at
+    clock.set((await subscriber.store.get(old.id)).renew_at)
     [moved] = await subscriber.renew_due()
     await fake_hub.settle()
     assert moved.topic == "http://example.com/new-topic" and moved.callback != old.callback
