@@ -3,19 +3,15 @@ as a real subprocess, against a loopback fake hub."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from rsnotify.cli import main
 from rsnotify.xml import parse_capability_list, parse_notification
+from tests.support import cli
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 TOPIC = "https://example.org/dataset1/change/"
-RSNOTIFY = Path(sys.executable).with_name("rsnotify")
 
 
 @pytest.fixture
@@ -25,7 +21,7 @@ def run(tmp_path):  # type: ignore[no-untyped-def]
            "RSNOTIFY_TOPIC_URL": None, "RSNOTIFY_HUB_TOKEN": None, "RSNOTIFY_PUBLISH_RETRY_DELAY": "0.01"}
 
     def invoke(*args: str, input: bytes | str | None = None, **extra_env: str):  # type: ignore[no-untyped-def]
-        return CliRunner().invoke(main, list(args), input=input, env={**env, **extra_env}, catch_exceptions=False)
+        return cli.invoke(*args, input=input, env={**env, **extra_env}, catch_exceptions=False)
 
     return invoke
 
@@ -148,11 +144,8 @@ def test_an_xml_file_cannot_be_mixed_with_change_options(run, threaded_hub):
 
 
 def test_publish_as_a_subprocess(threaded_hub, tmp_path):
-    done = subprocess.run(
-        [str(RSNOTIFY), "publish", "--hub", threaded_hub.url, "--topic", TOPIC, "--deleted", "https://example.org/gone",
-         "--state", str(tmp_path / "state.json")],
-        check=False, capture_output=True, text=True, timeout=60,
-    )
+    done = cli.run("publish", "--hub", threaded_hub.url, "--topic", TOPIC, "--deleted", "https://example.org/gone",
+                   "--state", str(tmp_path / "state.json"))
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("00001-0 accepted by ")
     assert parse_notification(threaded_hub.received[0].body).changes[0].loc == "https://example.org/gone"

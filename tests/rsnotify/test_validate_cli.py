@@ -1,14 +1,11 @@
 """`rsnotify validate`: through click's runner and as a real subprocess."""
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner
 
-from rsnotify.cli import main
+from tests.support import cli
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 PAYLOAD = FIXTURES / "change-notification-1.0.1/notification_ex_1.xml"
@@ -23,7 +20,7 @@ pytestmark = pytest.mark.skipif(not PAYLOAD.exists(), reason="spec fixtures fold
 
 
 def run(*args: str, input: bytes | None = None):
-    return CliRunner().invoke(main, ["validate", *args], input=input, catch_exceptions=False)
+    return cli.invoke("validate", *args, input=input, catch_exceptions=False)
 
 
 def test_valid_files_say_what_they_are() -> None:
@@ -84,15 +81,11 @@ def test_notes_are_printed_for_legacy_documents() -> None:
     assert f"{legacy}: note: capability 'changelist-notification'" in result.output
 
 
-def _console_script() -> str:
-    return str(Path(sys.executable).with_name("rsnotify"))
-
-
 def test_real_subprocess_verdicts() -> None:
-    ok = subprocess.run([_console_script(), "validate", str(PAYLOAD)], capture_output=True, timeout=60)
+    ok = cli.run("validate", str(PAYLOAD), text=False)
     assert (ok.returncode, ok.stdout.decode()) == (0, f"{PAYLOAD}: ok (change notification, 2 entries)\n")
-    bad = subprocess.run([_console_script(), "validate", "-"], input=BROKEN, capture_output=True, timeout=60)
+    bad = cli.run("validate", "-", input=BROKEN, text=False)
     assert bad.returncode == 1
     assert b"has change='moved'" in bad.stdout and b"Traceback" not in bad.stderr
-    missing = subprocess.run([_console_script(), "validate", "/nonexistent/x.xml"], capture_output=True, timeout=60)
+    missing = cli.run("validate", "/nonexistent/x.xml", text=False)
     assert missing.returncode == 2 and b"Traceback" not in missing.stderr

@@ -7,17 +7,15 @@ import hashlib
 import json
 import signal
 import socket
-import sys
 from pathlib import Path
 
 from aiohttp import web
-from click.testing import CliRunner
 
-from rsnotify.cli import main
+from tests.support import cli
+from tests.support.ports import free_port
 
 from .conftest import T0, make_notification
 
-RSNOTIFY = str(Path(sys.executable).parent / "rsnotify")
 TOPIC = "http://example.com/dataset1/change/"
 
 
@@ -49,11 +47,8 @@ class Process:
 
 
 async def start(tmp_path: Path, *args: str) -> Process:
-    process = await asyncio.create_subprocess_exec(
-        RSNOTIFY, "subscribe", *args, "--listen", "127.0.0.1:0", "--state-file", str(tmp_path / "state.json"),
-        "--verification-timeout", "10", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        cwd=tmp_path,
-    )
+    process = await cli.start_async("subscribe", *args, "--listen", "127.0.0.1:0", "--state-file",
+                                    str(tmp_path / "state.json"), "--verification-timeout", "10", cwd=tmp_path)
     return Process(process)
 
 
@@ -132,7 +127,6 @@ async def test_subscribe_discovers_the_channel_from_a_source(fake_hub, aiohttp_s
 
 
 def test_usage_mistakes_get_a_message_not_a_traceback(tmp_path):
-    runner = CliRunner()
     state = ["--state-file", str(tmp_path / "s.json")]
     cases = [
         ([], "exactly one of --topic"),
@@ -141,15 +135,14 @@ def test_usage_mistakes_get_a_message_not_a_traceback(tmp_path):
         (["--topic", "http://a.example/", "--listen", "nowhere"], "--listen must be HOST:PORT"),
     ]
     for args, message in cases:
-        result = runner.invoke(main, ["subscribe", *args, *state])
+        result = cli.invoke("subscribe", *args, *state)
         assert result.exit_code == 2, result.output
         assert message in result.output and "Traceback" not in result.output
 
 
 def test_unreachable_hub_is_reported_with_exit_1(tmp_path):
-    result = CliRunner().invoke(main, [
-        "subscribe", "--hub", "http://127.0.0.1:9/hub", "--topic", TOPIC, "--listen", "127.0.0.1:0",
-        "--state-file", str(tmp_path / "s.json"), "--verification-timeout", "2"])
+    result = cli.invoke("subscribe", "--hub", "http://127.0.0.1:9/hub", "--topic", TOPIC, "--listen", "127.0.0.1:0",
+                        "--state-file", str(tmp_path / "s.json"), "--verification-timeout", "2")
     assert result.exit_code == 1, result.output
     assert "cannot reach hub http://127.0.0.1:9/hub" in result.output
     assert "Traceback" not in result.output
@@ -160,23 +153,18 @@ def test_busy_listen_port_is_reported(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        result = CliRunner().invoke(main, [
-            "subscribe", "--hub", "http://127.0.0.1:9/hub", "--topic", TOPIC, "--listen", f"127.0.0.1:{port}",
-            "--state-file", str(tmp_path / "s.json")])
+        result = cli.invoke("subscribe", "--hub", "http://127.0.0.1:9/hub", "--topic", TOPIC, "--listen",
+                            f"127.0.0.1:{port}", "--state-file", str(tmp_path / "s.json"))
     assert result.exit_code == 1 and f"cannot listen on 127.0.0.1:{port}" in result.output
 
 
 async def test_restart_after_a_crash_resumes_the_same_subscription(fake_hub, tmp_path):
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     args = ("--hub", fake_hub.url, "--topic", TOPIC, "--listen", f"127.0.0.1:{port}",
             "--state-file", str(tmp_path / "state.json"))
 
     async def run() -> Process:
-        return Process(await asyncio.create_subprocess_exec(
-            RSNOTIFY, "subscribe", *args, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            cwd=tmp_path))
+        return Process(await cli.start_async("subscribe", *args, cwd=tmp_path))
 
     first = await run()
     await first.wait_for_status("subscribed to")
