@@ -5,15 +5,15 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import pytest
 from aiohttp import web
 
-from rsnotify.redis_server import free_port
 from rsnotify.websub import NOTIFICATION_ID_HEADER, parse_link_header
+from tests.support.ports import free_port
+from tests.support.servers import ThreadedServer
 
 
 @dataclass
@@ -82,50 +82,6 @@ class FakeHub:
         return app
 
 
-class ThreadedServer:
-    """An aiohttp app served from a background thread with its own loop, for sync tests
-    (CLI runs, subprocesses, the outbox's thread)."""
-
-    def __init__(self, app: web.Application, port: int = 0) -> None:
-        self._app = app
-        self._port = port
-        self._loop = asyncio.new_event_loop()
-        self._runner: web.AppRunner | None = None
-        self._started = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self.port = 0
-
-    def _serve(self) -> None:
-        asyncio.set_event_loop(self._loop)
-        self._loop.run_until_complete(self._start())
-        self._started.set()
-        self._loop.run_forever()
-
-    async def _start(self) -> None:
-        self._runner = web.AppRunner(self._app)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self._port, reuse_address=True)
-        await site.start()
-        self.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-
-    def start(self) -> ThreadedServer:
-        self._thread.start()
-        if not self._started.wait(10):
-            raise RuntimeError("the threaded test server did not start")
-        return self
-
-    def stop(self) -> None:
-        if self._runner is not None:
-            asyncio.run_coroutine_threadsafe(self._runner.cleanup(), self._loop).result(10)
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join(10)
-        self._loop.close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/hub"
-
-
 @pytest.fixture
 def fake_hub() -> FakeHub:
     return FakeHub()
@@ -143,13 +99,10 @@ async def hub_server(aiohttp_server, fake_hub: FakeHub):  # type: ignore[no-unty
 def threaded_hub(fake_hub: FakeHub) -> Iterator[FakeHub]:
     """The fake hub served from a background thread (for sync tests)."""
     server = ThreadedServer(fake_hub.app()).start()
-    fake_hub.url = server.url
+    fake_hub.url = server.base + "/hub"
     yield fake_hub
     server.stop()
 
-
-# Test modules can't import this file under --import-mode=importlib; they get the helpers
-# through these fixtures.
 
 @pytest.fixture
 def make_hub() -> type[FakeHub]:
@@ -158,7 +111,8 @@ def make_hub() -> type[FakeHub]:
 
 @pytest.fixture
 def serve_in_thread() -> Iterator[type[ThreadedServer]]:
-    """ThreadedServer(app, port=0).start(); every server started is stopped after the test."""
+    """ThreadedServer(app, port=0).start() (tests/support/servers.py); every server started is
+    stopped after the test."""
     started: list[ThreadedServer] = []
 
     class Tracked(ThreadedServer):
@@ -172,8 +126,8 @@ def serve_in_thread() -> Iterator[type[ThreadedServer]]:
                 super().stop()
 
     yield Tracked
-    for server in started:
-        server.stop()
+    while started:
+        started[-1].stop()     # stop() takes it off the list
 
 
 @pytest.fixture

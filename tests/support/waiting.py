@@ -1,0 +1,36 @@
+"""Bounded polls for work another thread or process does (a hub, a worker, a server thread):
+there is no event to wait on, so poll a condition; on timeout say what never happened."""
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+
+def wait_until(condition: Callable[[], object], timeout: float = 30.0, what: str = "the condition",
+               logs: Iterable[Path] | Path = ()) -> None:
+    """Poll `condition` every 50 ms until it is true; on timeout fail with `what` and the tail of
+    each log (a directory: its *.log files then), so a failure shows what the processes said."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{log_tails(logs)}")
+        time.sleep(0.05)
+
+
+async def eventually(condition: Callable[[], object], timeout: float = 30.0, what: str = "the condition",
+                     logs: Iterable[Path] | Path = ()) -> None:
+    """`wait_until` for async tests: the loop keeps running (in-loop servers go on answering)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{log_tails(logs)}")
+        await asyncio.sleep(0.02)
+
+
+def log_tails(logs: Iterable[Path] | Path, chars: int = 3000) -> str:
+    if isinstance(logs, Path):
+        logs = sorted(logs.glob("*.log"))
+    return "".join(f"\n--- {path.name}\n{path.read_text(errors='replace')[-chars:]}"
+                   for path in logs if path.exists())
