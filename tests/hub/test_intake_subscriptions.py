@@ -58,7 +58,7 @@ async def test_notification_published_while_the_subscriber_answers_is_not_lost(h
                                                          content_type="application/xml", now=clock(), max_len=100))
         return web.Response(text=request.query["hub.challenge"])
 
-    callback_server.on("/callback", publish_then_echo)
+    callback_server.on("/callback", publish_then_echo, method="GET")
     await subscribe(hub_client, callback_server.url())
     await run_jobs(intake_ctx)
     sub = await active_subscription(intake_ctx, callback_server.url())
@@ -98,7 +98,7 @@ async def test_only_an_exact_2xx_echo_verifies(hub_client, intake_ctx, callback_
         "/accepted": _answer(status=202),  # any 2xx with the exact echo is fine
     }
     for path, answer in cases.items():
-        callback_server.on(path, answer)
+        callback_server.on(path, answer, method="GET")
         assert (await subscribe(hub_client, callback_server.url(path))).status == 202
     outcomes = {o.callback.rsplit("/", 1)[-1]: o for o in await run_jobs(intake_ctx)}
     assert outcomes["accepted"].result == "activated"
@@ -124,7 +124,7 @@ async def test_slow_callback_is_cut_off_by_the_time_bound(hub_client, intake_ctx
         await asyncio.sleep(5)
         return web.Response(text=request.query["hub.challenge"])
 
-    callback_server.on("/slow", slow)
+    callback_server.on("/slow", slow, method="GET")
     intake_ctx.settings = intake_ctx.settings.with_values(fetch_timeout=0.3)
     await subscribe(hub_client, callback_server.url("/slow"))
     [outcome] = await run_jobs(intake_ctx)
@@ -156,7 +156,7 @@ async def test_failed_renewal_leaves_the_previous_state(hub_client, intake_ctx, 
     await subscribe(hub_client, callback, **{"hub.lease_seconds": "1000", "hub.secret": "old secret"})
     await run_jobs(intake_ctx)
     before = await intake_ctx.redis.hgetall(keys.sub_key(keys.subscription_id(TOPIC, callback)))
-    callback_server.on("/callback", _answer(text="not the challenge"))
+    callback_server.on("/callback", _answer(text="not the challenge"), method="GET")
     clock.advance(10)
     await subscribe(hub_client, callback, **{"hub.lease_seconds": "5000", "hub.secret": "new secret"})
     [outcome] = await run_jobs(intake_ctx)
@@ -203,7 +203,7 @@ async def test_unsubscribe_is_verified_then_removes(hub_client, intake_ctx, call
     await subscribe(hub_client, callback)
     await run_jobs(intake_ctx)
     sid = keys.subscription_id(TOPIC, callback)
-    callback_server.on("/callback", _answer(status=404))
+    callback_server.on("/callback", _answer(status=404), method="GET")
     form = {"hub.mode": "unsubscribe", "hub.topic": TOPIC, "hub.callback": callback}
     assert (await hub_client.post("/", data=form)).status == 202
     [refused] = await run_jobs(intake_ctx)

@@ -7,7 +7,6 @@ import asyncio
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,6 +22,9 @@ from rsnotify.hub.worker.process import HubWorker
 from rsnotify.redis_server import start_redis_server
 from rsnotify.websub import SEQUENCE_HEADER, SIGNATURE_HEADER, verify_signature
 from rsnotify.hub.enqueue import make_queue
+from tests.support import cli
+from tests.support.subscribers import hang
+from tests.support.waiting import wait_until
 
 TOPIC = "http://source.example.org/feed"
 
@@ -60,8 +62,7 @@ def publish(settings: HubSettings, queue: Queue, bodies: list[bytes], url: str |
 
 
 def sequences(sink, path: str) -> list[int]:
-    with sink.lock:
-        return [int(headers[SEQUENCE_HEADER]) for p, _, _, headers, _ in sink.received if p == path]
+    return [int(r.headers[SEQUENCE_HEADER]) for r in sink.deliveries(path)]
 
 
 def assert_in_order_at_least_once(seqs: list[int], count: int) -> None:
@@ -76,16 +77,6 @@ def assert_in_order_at_least_once(seqs: list[int], count: int) -> None:
     assert firsts == list(range(1, count + 1))
 
 
-def wait_for(condition, timeout: float, what: str, logs: Path | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            shown = "".join(f"\n--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
-                            for p in sorted(logs.glob("*.log"))) if logs else ""
-            raise AssertionError(f"timed out waiting for {what}{shown}")
-        time.sleep(0.05)
-
-
 def test_burst_worker_delivers_publishes_in_order_and_bursts_queue_few_jobs(fanout_settings, redis, sink) -> None:
     queue = make_queue(fanout_settings.queue_name, redis)
     subscribe(fanout_settings, sink.url("/a?id=1"))
@@ -96,9 +87,8 @@ def test_burst_worker_delivers_publishes_in_order_and_bursts_queue_few_jobs(fano
     HubWorker([queue], connection=redis, settings=fanout_settings).work(burst=True)
 
     assert sink.bodies("/a") == sink.bodies("/b") == [body(n) for n in range(25)]
-    with sink.lock:
-        signed = [(data, headers) for p, _, data, headers, _ in sink.received if p == "/b"]
-        queries = {q for p, q, *_ in sink.received if p == "/a"}
+    signed = [(r.body, r.headers) for r in sink.deliveries("/b")]
+    queries = {r.raw_query for r in sink.deliveries("/a")}
     assert all(verify_signature(data, "sesame", headers[SIGNATURE_HEADER]) for data, headers in signed)
     assert queries == {"id=1"}
     # the job cleared its flag: the next publish queues the next fan-out
@@ -107,7 +97,7 @@ def test_burst_worker_delivers_publishes_in_order_and_bursts_queue_few_jobs(fano
 
 def test_burst_worker_retries_a_failing_subscriber_alone(fanout_settings, redis, sink) -> None:
     queue = make_queue(fanout_settings.queue_name, redis)
-    sink.behave["/flaky"] = lambda n: 500 if n < 2 else 200
+    sink.on("/flaky", lambda request: 500 if sink.count("/flaky") <= 2 else 200)   # the first two fail
     subscribe(fanout_settings, sink.url("/flaky"))
     subscribe(fanout_settings, sink.url("/fine"))
     publish(fanout_settings, queue, [body(n) for n in range(10)])
@@ -128,7 +118,9 @@ def test_reconciler_requeues_a_lagging_subscription_whose_claim_expired(fanout_s
     publish(fanout_settings, queue, [body(n) for n in range(3)])
     queue.empty()                               # the fan-out job died with its worker
     redis.delete(keys.fanout_queued_key(keys.topic_id(TOPIC)))
-    redis.set(keys.sub_lock_key(sid), "dead-worker", px=300)
+    # claimed by a worker that dies now: its heartbeat ends in 300 ms, long before its 60 s lock
+    redis.set(keys.sub_lock_key(sid), "dying-worker:1", px=60_000)
+    redis.set(keys.worker_alive_key("dying-worker"), 1, px=300)
     settings = fanout_settings.with_values(reconcile_interval=0.1)
     assert reconciler.reconcile(queue, settings, now=time.time() + 1) == 0     # still claimed
     time.sleep(0.35)
@@ -153,21 +145,12 @@ def test_log_is_trimmed_by_age(fanout_settings, redis) -> None:
 # --- `rsnotify worker` subprocesses -----------------------------------------------------------
 
 def start_worker(settings: HubSettings, tmp_path: Path, name: str, redis_url: str | None = None) -> subprocess.Popen:
-    env = {**os.environ, **settings.to_env(), "RSNOTIFY_REDIS_URL": redis_url or settings.redis_url,
-           "RSNOTIFY_LOG_LEVEL": "WARNING"}
-    with open(tmp_path / f"{name}.log", "wb") as log:   # the child keeps its own descriptor
-        return subprocess.Popen([sys.executable, "-c", "from rsnotify.cli import main; main()", "worker",
-                                 "--name", name], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    env = {**settings.to_env(), "RSNOTIFY_REDIS_URL": redis_url or settings.redis_url, "RSNOTIFY_LOG_LEVEL": "WARNING"}
+    return cli.start("worker", "--name", name, log=tmp_path / f"{name}.log", env=env, start_new_session=True)
 
 
 def stop(process: subprocess.Popen) -> None:
-    if process.poll() is None:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+    cli.stop(process, signal.SIGTERM, timeout=15)
 
 
 def test_worker_killed_mid_fan_out_loses_nothing(fanout_settings, redis, sink, tmp_path) -> None:
@@ -175,19 +158,19 @@ def test_worker_killed_mid_fan_out_loses_nothing(fanout_settings, redis, sink, t
     queue = make_queue(settings.queue_name, redis)
     paths = ["/k1", "/k2", "/k3"]
     for path in paths:
-        sink.behave[path] = lambda n: ("hang", 0.01)        # ~10 ms per delivery: a long fan-out
+        sink.on(path, hang(0.01))                           # ~10 ms per delivery: a long fan-out
         subscribe(settings, sink.url(path), secret="k" if path == "/k2" else None)
     first = start_worker(settings, tmp_path, "first")
     second = None
     try:
         publish(settings, queue, [body(n) for n in range(200)])
-        wait_for(lambda: len(sink.bodies("/k1")) >= 40, 90, "the first deliveries", tmp_path)
+        wait_until(lambda: len(sink.bodies("/k1")) >= 40, 90, "the first deliveries", logs=tmp_path)
         os.kill(first.pid, signal.SIGKILL)
         first.wait()
         delivered_when_killed = len(sink.bodies("/k1"))
         assert delivered_when_killed < 200
         second = start_worker(settings, tmp_path, "second")
-        wait_for(lambda: all(len(set(sink.bodies(p))) == 200 for p in paths), 90, "every notification", tmp_path)
+        wait_until(lambda: all(len(set(sink.bodies(p))) == 200 for p in paths), 90, "every notification", logs=tmp_path)
     finally:
         stop(first)
         if second is not None:
@@ -205,18 +188,19 @@ def test_redis_restarted_from_its_aof_mid_stream_loses_nothing(fanout_settings, 
     queue = make_queue(settings.queue_name, connection)
     worker = None
     try:
-        sink.behave["/r1"] = sink.behave["/r2"] = lambda n: ("hang", 0.05)   # so Redis stops mid-stream
+        sink.on("/r1", hang(0.05))                          # so Redis stops mid-stream
+        sink.on("/r2", hang(0.05))
         subscribe(settings, sink.url("/r1"), url=url)
         subscribe(settings, sink.url("/r2"), secret="s", url=url)
         worker = start_worker(settings, tmp_path, "survivor", redis_url=url)
         publish(settings, queue, [body(n) for n in range(40)], url=url)
-        wait_for(lambda: len(sink.bodies("/r1")) >= 5, 90, "the first deliveries", tmp_path)
+        wait_until(lambda: len(sink.bodies("/r1")) >= 5, 90, "the first deliveries", logs=tmp_path)
         server.stop()                       # SIGTERM: Redis writes its AOF and exits
         connection.connection_pool.disconnect()
         server = start_redis_server(tmp_path / "redis", port=port, unix_socket=False)
         publish(settings, queue, [body(n) for n in range(40, 80)], url=url)
-        wait_for(lambda: all(len(set(sink.bodies(p))) == 80 for p in ("/r1", "/r2")), 90, "every notification",
-                 tmp_path)
+        wait_until(lambda: all(len(set(sink.bodies(p))) == 80 for p in ("/r1", "/r2")), 90, "every notification",
+                   logs=tmp_path)
         assert worker.poll() is None, "the worker survived the Redis restart"
     finally:
         if worker is not None:
@@ -242,12 +226,12 @@ def test_a_stopping_worker_hands_back_a_subscription_stuck_on_a_hanging_callback
                                                                                    tmp_path) -> None:
     settings = fanout_settings.with_values(delivery_timeout=30.0, lock_ttl=60)
     queue = make_queue(settings.queue_name, redis)
-    sink.behave["/stuck"] = lambda n: ("hang", 20)
+    sink.on("/stuck", hang(20))
     sid = subscribe(settings, sink.url("/stuck"))
     worker = start_worker(settings, tmp_path, "stopping")
     try:
         publish(settings, queue, [body(0)])
-        wait_for(lambda: len(sink.bodies("/stuck")) == 1, 90, "the hanging delivery", tmp_path)
+        wait_until(lambda: len(sink.bodies("/stuck")) == 1, 90, "the hanging delivery", logs=tmp_path)
         assert redis.exists(keys.sub_lock_key(sid))
         started = time.monotonic()
         worker.send_signal(signal.SIGTERM)

@@ -5,22 +5,25 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import aiohttp
 import pytest
 import redis as redis_lib
-from aiohttp import web
 from cryptography.fernet import Fernet
 from rq import Queue
 
 from rsnotify.hub import keys, store
 from rsnotify.hub.settings import HubSettings
 from rsnotify.hub.web.app import build_app
-from rsnotify.hub.worker import fanout, fetch, verification
+from rsnotify.hub.worker import fanout
 from rsnotify.hub.worker.context import close_context, open_context
 from rsnotify.hub.enqueue import make_queue
+from tests.support.clock import Clock
+from tests.support.jobs import JobRunner
+from tests.support.subscribers import RecordingSubscriber
+from tests.support.waiting import eventually
 
 TOPIC = "http://source.example.org/changes/rs"
 BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9"'
@@ -33,43 +36,6 @@ def body(n: int) -> bytes:
 
 
 @dataclass
-class OpsClock:
-    """Real time until a test moves it on (leases ending soon, signature windows)."""
-
-    offset: float = 0.0
-
-    def __call__(self) -> float:
-        return time.time() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
-
-
-@dataclass
-class Subscriber:
-    """A loopback subscriber: echoes challenges, records everything, answers POSTs with
-    `status[path]` (default 200)."""
-
-    base: str = ""
-    posts: list[tuple[str, bytes, dict[str, str]]] = field(default_factory=list)
-    gets: list[tuple[str, dict[str, str]]] = field(default_factory=list)
-    status: dict[str, int] = field(default_factory=dict)
-
-    def url(self, path: str) -> str:
-        return self.base + path
-
-    def bodies(self, path: str) -> list[bytes]:
-        return [b for p, b, _ in self.posts if p == path]
-
-    async def handle(self, request: web.Request) -> web.Response:
-        if request.method == "GET":
-            self.gets.append((request.path, dict(request.query)))
-            return web.Response(text=request.query.get("hub.challenge", ""))
-        self.posts.append((request.path, await request.read(), dict(request.headers)))
-        return web.Response(status=self.status.get(request.path, 200))
-
-
-@dataclass
 class OpsHub:
     """The hub app served on loopback plus a worker context; `drain()` runs what is queued."""
 
@@ -78,7 +44,8 @@ class OpsHub:
     ctx: Any
     queue: Queue
     http: aiohttp.ClientSession
-    clock: OpsClock
+    clock: Clock
+    jobs: JobRunner
 
     @property
     def redis(self) -> Any:
@@ -111,35 +78,19 @@ class OpsHub:
             jobs = self.queue.get_jobs()
             first = await self.redis.zrange(keys.due_key(), 0, 0, withscores=True)
             if first and not jobs and first[0][1] > self.clock():
-                self.clock.advance(first[0][1] - self.clock())     # retries are due: move time on
+                self.clock.set(first[0][1])     # retries are due: move time on
             due = await store.pop_due(self.redis, self.clock())
             if not jobs and not due:
                 return
             for job in jobs:
-                self.queue.remove(job)
-                name = job.func_name.rsplit(".", 1)[-1]
-                if name == "verify_intent":
-                    outcome = await verification.verify_intent(self.ctx, *job.args)
-                    await store.count_verifications(self.redis, {outcome.result: 1})
-                elif name == "verify_pending":
-                    for outcome in await verification.verify_pending(self.ctx):
-                        await store.count_verifications(self.redis, {outcome.result: 1})
-                elif name == "fan_out":
-                    await fanout.fan_out(self.ctx, *job.args)
-                elif name == "deliver_subscription":
-                    await fanout.deliver_subscription(self.ctx, *job.args)
-                elif name == "fetch_topic":
-                    await fetch.fetch_topic(self.ctx, *job.args)
+                await self.jobs.run(job)
             for sid in due:
                 await fanout.deliver_subscription(self.ctx, sid)
         raise AssertionError(f"jobs still queued after {rounds} rounds")
 
     async def eventually(self, check: Callable[[], bool], timeout: float = 5.0) -> None:
         """Wait until `check()` holds (work the web process does in the background)."""
-        deadline = time.monotonic() + timeout
-        while not check():
-            assert time.monotonic() < deadline, "timed out"
-            await asyncio.sleep(0.02)
+        await eventually(check, timeout, "the web process's background work")
 
     async def counted(self, field_name: str, expected: float, timeout: float = 5.0) -> None:
         """Wait until the workers' batched counters show `expected` (they flush every 0.2 s)."""
@@ -153,8 +104,9 @@ class OpsHub:
 
 
 @pytest.fixture
-def ops_clock() -> OpsClock:
-    return OpsClock()
+def ops_clock() -> Clock:
+    """Real time until a test moves it on (leases ending soon, signature windows)."""
+    return Clock.real()
 
 
 @pytest.fixture
@@ -165,7 +117,7 @@ def ops_settings(redis_url: str, tmp_path) -> HubSettings:
                        lease_min=60)
 
 
-async def start_hub(aiohttp_server: Callable[..., Any], settings: HubSettings, clock: OpsClock,
+async def start_hub(aiohttp_server: Callable[..., Any], settings: HubSettings, clock: Clock,
                     ) -> AsyncIterator[OpsHub]:
     server = await aiohttp_server(build_app(settings, now=clock), host="127.0.0.1", port=settings.port)
     connection = redis_lib.Redis.from_url(settings.redis_url)
@@ -173,7 +125,7 @@ async def start_hub(aiohttp_server: Callable[..., Any], settings: HubSettings, c
     ctx = await open_context(settings, queue=queue, clock=clock)
     http = aiohttp.ClientSession()
     try:
-        yield OpsHub(str(server.make_url("/")), settings, ctx, queue, http, clock)
+        yield OpsHub(str(server.make_url("/")), settings, ctx, queue, http, clock, JobRunner(queue, ctx))
     finally:
         await http.close()
         await close_context(ctx)
@@ -181,7 +133,7 @@ async def start_hub(aiohttp_server: Callable[..., Any], settings: HubSettings, c
 
 
 @pytest.fixture
-async def ops_hub(aiohttp_server, ops_settings: HubSettings, ops_clock: OpsClock, unused_tcp_port: int,
+async def ops_hub(aiohttp_server, ops_settings: HubSettings, ops_clock: Clock, unused_tcp_port: int,
                   ) -> AsyncIterator[OpsHub]:
     """A hub without an admin token (loopback may use /admin/)."""
     settings = ops_settings.with_values(port=unused_tcp_port)   # so hub_url is the served URL
@@ -190,10 +142,9 @@ async def ops_hub(aiohttp_server, ops_settings: HubSettings, ops_clock: OpsClock
 
 
 @pytest.fixture
-async def subscriber(aiohttp_server) -> Subscriber:
-    recorder = Subscriber()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", recorder.handle)
-    server = await aiohttp_server(app, host="127.0.0.1")
+async def subscriber(aiohttp_server) -> RecordingSubscriber:
+    """A recording subscriber served in the test's loop (tests/support/subscribers.py)."""
+    recorder = RecordingSubscriber()
+    server = await aiohttp_server(recorder.app(), host="127.0.0.1")
     recorder.base = str(server.make_url("")).rstrip("/")
     return recorder

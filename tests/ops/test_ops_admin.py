@@ -15,7 +15,7 @@ from .conftest import TOPIC, body, start_hub
 async def traffic(hub, subscriber, *, publishes: int = 3) -> tuple[str, str]:
     """One healthy and one failing (500) subscriber; `publishes` notifications, all attempts run."""
     good = await hub.subscribe(subscriber.url("/good"))
-    subscriber.status["/bad"] = 500
+    subscriber.on("/bad", 500)
     bad = await hub.subscribe(subscriber.url("/bad"))
     for n in range(publishes):
         await hub.publish(body(n))
@@ -61,7 +61,7 @@ async def test_subscription_and_topic_detail(ops_hub, subscriber) -> None:
     secret = "a-subscriber-secret"
     callback = subscriber.url("/signed")
     sid = await ops_hub.subscribe(callback, **{"hub.secret": secret})
-    subscriber.status["/signed"] = 503
+    subscriber.on("/signed", 503)
     published = await ops_hub.publish(body(7))
     await ops_hub.drain()
     text = await ops_hub.admin("GET", f"/admin/subscriptions/{sid}")
@@ -89,7 +89,7 @@ async def test_resend_dead_letters_once_the_subscriber_is_fixed(ops_hub, subscri
     _, bad = await traffic(ops_hub, subscriber, publishes=3)
     letters = (await ops_hub.admin("GET", f"/admin/subscriptions/{bad}/dead-letters"))["dead_letters"]
     assert len(letters) == 3
-    subscriber.status["/bad"] = 200
+    subscriber.on("/bad", 200)
     first = letters[0]["notification_id"]
     answer = await ops_hub.admin("POST", f"/admin/subscriptions/{bad}/dead-letters/{first}/resend")
     assert answer["queued"] is True
@@ -124,7 +124,8 @@ async def test_remove_tells_the_subscriber_it_was_denied(ops_hub, subscriber) ->
     answer = await ops_hub.admin("DELETE", f"/admin/subscriptions/{sid}?reason=abuse%20of%20the%20hub")
     assert answer == {"sid": sid, "removed": True, "denial": "queued", "reason": "abuse of the hub"}
     await ops_hub.drain()
-    path, query = subscriber.gets[-1]
+    last = subscriber.verifications()[-1]
+    path, query = last.path, last.query
     assert path == "/gone" and query["hub.mode"] == "denied" and query["hub.topic"] == TOPIC
     assert query["hub.reason"] == "abuse of the hub"
     await ops_hub.admin("GET", f"/admin/subscriptions/{sid}", expect=404)

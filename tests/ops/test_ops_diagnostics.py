@@ -23,7 +23,7 @@ def signed(sid: str, secret: str, timestamp: float) -> dict[str, str]:
 
 
 async def test_signed_request_reads_own_status(ops_hub, subscriber, ops_clock) -> None:
-    subscriber.status["/cb"] = 500
+    subscriber.on("/cb", 500)
     sid = await ops_hub.subscribe(subscriber.url("/cb"), **{"hub.secret": "s3cret-value"})
     await ops_hub.publish(body(1))
     await ops_hub.drain()
@@ -49,8 +49,8 @@ async def test_link_sent_to_the_callback_opens_its_status(ops_hub, subscriber) -
     form = {"hub.topic": TOPIC, "hub.callback": callback}
     async with ops_hub.http.post(ops_hub.url + "diagnostics", data=form) as response:
         assert response.status == 202
-    await ops_hub.eventually(lambda: any(q.get("hub.mode") == "diagnostics" for _, q in subscriber.gets))
-    [(path, query)] = [(p, q) for p, q in subscriber.gets if q.get("hub.mode") == "diagnostics"]
+    await ops_hub.eventually(lambda: any(r.query.get("hub.mode") == "diagnostics" for r in subscriber.verifications()))
+    [(path, query)] = [(r.path, r.query) for r in subscriber.verifications() if r.query.get("hub.mode") == "diagnostics"]
     assert path == "/plain" and query["hub.topic"] == TOPIC
     link = urlsplit(query["hub.diagnostics"])
     assert link.path == f"/diagnostics/{sid}"
@@ -63,7 +63,7 @@ async def test_link_sent_to_the_callback_opens_its_status(ops_hub, subscriber) -
         assert response.status == 202
     other = await ops_hub.subscribe(subscriber.url("/other"))
     assert "not valid" in await read(ops_hub, other, query=f"?token={token}", expect=401)
-    assert sum(1 for _, q in subscriber.gets if q.get("hub.mode") == "diagnostics") == 1
+    assert sum(1 for r in subscriber.verifications() if r.query.get("hub.mode") == "diagnostics") == 1
 
 
 async def test_link_request_says_nothing_about_unknown_subscriptions(ops_hub, subscriber) -> None:
@@ -74,4 +74,4 @@ async def test_link_request_says_nothing_about_unknown_subscriptions(ops_hub, su
         assert response.status == 400
         text = await response.text()
         assert "hub.topic must be an absolute http" in text and "hub.callback is required" in text
-    assert subscriber.gets == []
+    assert subscriber.verifications() == []

@@ -28,7 +28,7 @@ async def scrape(http, url: str) -> str:
 
 async def test_metrics_match_real_traffic(ops_hub, subscriber, aiohttp_server) -> None:
     await ops_hub.subscribe(subscriber.url("/ok"))
-    subscriber.status["/down"] = 502
+    subscriber.on("/down", 502)
     await ops_hub.subscribe(subscriber.url("/down"))
     for n in range(4):
         await ops_hub.publish(body(n))
