@@ -3,20 +3,19 @@ publisher library, `rsnotify hub` (embedded Redis, its own workers) relays, and 
 that discovered the channel keeps a mirror of the Source in sync."""
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import time
 from pathlib import Path
 
 from aiohttp import web
 
+from rsnotify.notification import CapabilityEntry, SourceDescription
 from rsnotify.publisher import Publisher
 from rsnotify.publisher.advertise import new_capability_list
-from rsnotify.notification import CapabilityEntry, SourceDescription
-from rsnotify.xml import capability_list_to_xml, source_description_to_xml
 from rsnotify.subscriber import MemoryStore, Subscriber, discover_source
 from rsnotify.subscriber.aiohttp_adapter import add_callback_routes
 from rsnotify.subscriber.mirror import Mirror
+from rsnotify.xml import capability_list_to_xml, source_description_to_xml
+from tests.support.waiting import eventually
 
 
 class Source:
@@ -61,19 +60,12 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}"
 
 
-async def wait_for(condition, what: str, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.05)
-
-
 def mirrored(root: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
 async def test_destination_mirror_follows_the_source_through_the_embedded_hub(hub_process, tmp_path):
-    hub = hub_process("--data-dir", str(tmp_path / "hub"), "--workers", "1")
+    hub = hub_process(data_dir=tmp_path / "hub", workers=1)
     source = Source()
     source_app = web.Application()
     source_app.router.add_route("GET", "/{tail:.*}", source.handle)
@@ -104,8 +96,8 @@ async def test_destination_mirror_follows_the_source_through_the_embedded_hub(hu
                 await publisher.publish([source.change("/a.txt", "updated", b"alpha v2")])
                 await publisher.publish([source.change("/b.txt", "deleted")])
 
-            await wait_for(lambda: len(received) == 3, "three notifications")
-            await wait_for(lambda: mirrored(tmp_path / "mirror") == {"a.txt": b"alpha v2"}, "the mirror in sync")
+            await eventually(lambda: len(received) == 3, what="three notifications")
+            await eventually(lambda: mirrored(tmp_path / "mirror") == {"a.txt": b"alpha v2"}, what="the mirror in sync")
             assert [r.sequence for r in received] == [1, 2, 3]
             assert all(not r.gaps for r in received)
             # consecutive notifications cover consecutive intervals

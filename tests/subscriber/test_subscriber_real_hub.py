@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -14,59 +13,28 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from rsnotify.redis_server import free_port
 from rsnotify.websub import build_link_header
+from tests.support import cli
+from tests.support.hubproc import HubProcess, start_hub
 
 from .conftest import T0, make_notification
 
-BIN = Path(sys.executable).parent
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/"'
 
 
-async def _drain_to(stream: asyncio.StreamReader, lines: list[str]) -> None:
-    while line := await stream.readline():
-        lines.append(line.decode())
-
-
-HUB_LOG: list[str] = []  # the running hub's stderr, shown when a test fails
+@pytest.fixture
+async def rsnotify_hub(redis_url: str, tmp_path: Path) -> AsyncIterator[HubProcess]:
+    """`rsnotify hub` with one worker on a shared test Redis, once /health says 200; its log at
+    INFO shows when a subscription is activated."""
+    hub = await asyncio.to_thread(start_hub, tmp_path, "--log-level", "info", data_dir=tmp_path / "hub-data",
+                                  redis_url=redis_url, workers=1)
+    yield hub
+    await asyncio.to_thread(hub.stop)
 
 
 @pytest.fixture
-async def hub(redis_url: str, tmp_path: Path) -> AsyncIterator[str]:
-    """`rsnotify hub` with one worker on a shared test Redis; yields its URL once /health says 200."""
-    port = free_port()
-    process = await asyncio.create_subprocess_exec(
-        str(BIN / "rsnotify"), "hub", "--redis-url", redis_url, "--port", str(port), "--workers", "1",
-        "--data-dir", str(tmp_path / "hub-data"), "--log-level", "info", stdout=asyncio.subprocess.DEVNULL,
-        stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
-    )
-    output = HUB_LOG
-    output.clear()
-    reader = asyncio.create_task(_drain_to(process.stderr, output))
-    url = f"http://127.0.0.1:{port}/"
-    try:
-        async with aiohttp.ClientSession() as session:
-            for _ in range(300):  # up to ~30 s on a busy machine
-                assert process.returncode is None, "hub exited:\n" + "".join(output)
-                try:
-                    async with session.get(url + "health") as response:
-                        if response.status == 200:
-                            break
-                except aiohttp.ClientError:
-                    pass
-                await asyncio.sleep(0.1)
-            else:
-                raise AssertionError("hub never became healthy:\n" + "".join(output))
-        yield url
-    finally:
-        if process.returncode is None:
-            process.send_signal(signal.SIGINT)
-            try:
-                await asyncio.wait_for(process.wait(), 20)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
-        reader.cancel()
+def hub(rsnotify_hub: HubProcess) -> str:
+    return rsnotify_hub.url
 
 
 @pytest.fixture
@@ -97,30 +65,30 @@ async def source(aiohttp_server, hub: str) -> str:
     return base
 
 
-async def wait_hub_log(text: str) -> None:
-    while not any(text in line for line in HUB_LOG):
+async def wait_hub_log(hub: HubProcess, text: str) -> None:
+    while text not in hub.output():
         await asyncio.sleep(0.02)
 
 
-async def next_line(cli: asyncio.subprocess.Process, status: list[str]) -> dict:
+async def next_line(subscriber: asyncio.subprocess.Process, status: list[str], hub: HubProcess) -> dict:
     try:
-        return json.loads(await asyncio.wait_for(cli.stdout.readline(), 30))
+        return json.loads(await asyncio.wait_for(subscriber.stdout.readline(), 30))
     except TimeoutError:
+        hub_log = "\n".join(hub.output().splitlines()[-80:])
         raise AssertionError("no notification within 30 s\nsubscriber:\n" + "".join(status)
-                             + "\nhub:\n" + "".join(HUB_LOG[-80:])) from None
+                             + "\nhub:\n" + hub_log) from None
 
 
-async def test_submission_reaches_rsnotify_subscribe_through_the_real_hub(hub: str, source: str, tmp_path: Path):
-    cli = await asyncio.create_subprocess_exec(
-        str(BIN / "rsnotify"), "subscribe", "--source", source + "/", "--listen", "127.0.0.1:0",
-        "--state-file", str(tmp_path / "subscriber.json"), "--lease-seconds", "600",
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path,
-    )
+async def test_submission_reaches_rsnotify_subscribe_through_the_real_hub(rsnotify_hub: HubProcess, hub: str,
+                                                                            source: str, tmp_path: Path):
+    subscriber = await cli.start_async("subscribe", "--source", source + "/", "--listen", "127.0.0.1:0",
+                                       "--state-file", str(tmp_path / "subscriber.json"), "--lease-seconds", "600",
+                                       cwd=tmp_path)
     status: list[str] = []
 
     async def wait_status(text: str) -> None:
         while not any(text in line for line in status):
-            line = (await cli.stderr.readline()).decode()
+            line = (await subscriber.stderr.readline()).decode()
             assert line, f"subscriber ended before {text!r}:\n" + "".join(status)
             status.append(line)
 
@@ -128,7 +96,7 @@ async def test_submission_reaches_rsnotify_subscribe_through_the_real_hub(hub: s
         await asyncio.wait_for(wait_status("subscribed to"), 30)
         # The hub activates the subscription (and sets its cursor at the log's end) only after
         # it has read our echo, so a submission in between would be before the cursor.
-        await asyncio.wait_for(wait_hub_log("activated"), 30)
+        await asyncio.wait_for(wait_hub_log(rsnotify_hub, "activated"), 30)
         topic = source + "/changes"
         async with aiohttp.ClientSession() as session:
             for n in range(2):
@@ -137,7 +105,7 @@ async def test_submission_reaches_rsnotify_subscribe_through_the_real_hub(hub: s
                         "Content-Type": "application/xml",
                         "Link": build_link_header([(topic, "self"), (hub, "hub")])}) as response:
                     assert response.status == 200, await response.text()
-        lines = [await next_line(cli, status) for _ in range(2)]
+        lines = [await next_line(subscriber, status, rsnotify_hub) for _ in range(2)]
         assert [line["topic"] for line in lines] == [topic, topic]
         assert all(line["hub"] == hub for line in lines)
         assert [line["changes"][0]["loc"] for line in lines] == ["http://example.com/res0", "http://example.com/res1"]
@@ -147,21 +115,20 @@ async def test_submission_reaches_rsnotify_subscribe_through_the_real_hub(hub: s
         assert "gaps" not in lines[1]
 
         # ... and so does what `rsnotify publish` sends.
-        publish = await asyncio.create_subprocess_exec(
-            str(BIN / "rsnotify"), "publish", "--hub", hub, "--topic", topic,
-            "--updated", "http://example.com/res9", "--deleted", "http://example.com/res0",
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, cwd=tmp_path)
+        publish = await cli.start_async("publish", "--hub", hub, "--topic", topic, "--updated", "http://example.com/res9",
+                                        "--deleted", "http://example.com/res0", cwd=tmp_path,
+                                        env={"RSNOTIFY_PUBLISH_STATE": str(tmp_path / "publisher-state")})
         out, err = await asyncio.wait_for(publish.communicate(), 30)
         assert publish.returncode == 0, (out + err).decode()
-        line = await next_line(cli, status)
+        line = await next_line(subscriber, status, rsnotify_hub)
         assert line["sequence"] == lines[1]["sequence"] + 1
         assert [(c["loc"], c["change"]) for c in line["changes"]] == [
             ("http://example.com/res9", "updated"), ("http://example.com/res0", "deleted")]
     finally:
-        if cli.returncode is None:
-            cli.send_signal(signal.SIGINT)
-        rest = await asyncio.wait_for(cli.stderr.read(), 30)
+        if subscriber.returncode is None:
+            subscriber.send_signal(signal.SIGINT)
+        rest = await asyncio.wait_for(subscriber.stderr.read(), 30)
         status.append(rest.decode())
-        code = await asyncio.wait_for(cli.wait(), 30)
+        code = await asyncio.wait_for(subscriber.wait(), 30)
     assert code == 0, "".join(status)
     assert "unsubscribed from" in "".join(status)
