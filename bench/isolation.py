@@ -1,0 +1,109 @@
+"""Isolation: an unrelated topic's publish→delivery latency while hostile subscribers load the hub.
+
+The hostile part, set up once per hub: subscription requests for black-hole callbacks (they
+accept TCP and never answer, so each verification GET waits for the hub's fetch timeout) and
+subscribers that echo the challenge but hang on every POST (each delivery waits for the hub's
+delivery timeout, then is retried), with notifications published to their topic every run. The
+measured part: a healthy topic with a few subscribers on the sinks, published to at a steady
+rate, plus one legitimate subscription verified in the middle of it all.
+"""
+from __future__ import annotations
+
+import asyncio
+import time
+
+from . import checks
+from .payloads import bodies
+from .scenarios import (
+    Bench,
+    hub_cpu,
+    publish,
+    setup_topic,
+    subscribe_all,
+    wait_and_check,
+)
+from .traps import TrapProcess
+
+SUBSCRIBE_LEASE = 86400
+SETTLE_SECONDS = 1.0      # s the hostile load runs before a measurement starts
+
+
+async def request_subscriptions(bench: Bench, hub_url: str, topic: str, callbacks: list[str]) -> None:
+    """POST a subscribe request for each callback (202 each); their verification is left to the hub."""
+    pending = iter(callbacks)
+    refused: list[str] = []
+
+    async def one_by_one() -> None:
+        for callback in pending:
+            form = {"hub.mode": "subscribe", "hub.topic": topic, "hub.callback": callback,
+                    "hub.lease_seconds": str(SUBSCRIBE_LEASE)}
+            async with bench.session.post(hub_url, data=form) as response:
+                if response.status != 202:
+                    refused.append(f"{response.status} {await response.text()}")
+
+    await asyncio.gather(*(one_by_one() for _ in range(min(bench.sizes.subscribe_concurrency, len(callbacks)))))
+    if refused:
+        raise RuntimeError(f"{len(refused)} subscription requests refused, first: {refused[0]}")
+
+
+async def steady_publish(bench: Bench, hub, topic: str, count: int, rate: float) -> dict[int, float]:
+    """Publish `count` notifications at `rate` per second; sequence -> epoch time of its POST."""
+    payloads = bodies(count, bench.sizes.entries)
+    sent_at: dict[int, float] = {}
+
+    async def publish_at(index: int, when: float) -> None:
+        await asyncio.sleep(max(0.0, when - time.monotonic()))
+        t0 = time.time()
+        answer = await publish(bench.session, hub, topic, payloads[index])
+        sent_at[answer["sequence"]] = t0
+
+    origin = time.monotonic() + 0.05
+    await asyncio.gather(*(publish_at(i, origin + i / rate) for i in range(count)))
+    return sent_at
+
+
+async def scenario_isolation(bench: Bench) -> list[dict]:
+    """Black holes + hanging subscribers vs. an unrelated topic's latency and a new verification."""
+    s = bench.sizes
+    hub = bench.start_hub()
+    traps = None
+    try:
+        await hub.wait_ready(bench.session)
+        traps = TrapProcess()
+        tag = bench.tag()
+        topic, names, _ = await setup_topic(bench, hub, "isolation", s.isolation_subscribers)
+        hanging_topic = f"http://bench.example.org/hanging/{tag}"
+        await subscribe_all(bench, hub, hanging_topic, [traps.hanging(f"h-{tag}-{i}") for i in range(s.isolation_hanging)],
+                            concurrency=s.subscribe_concurrency)
+        await request_subscriptions(bench, hub.url, f"http://bench.example.org/black-hole/{tag}",
+                                    [traps.black_hole(f"b-{tag}-{i}") for i in range(s.isolation_black_holes)])
+        hostile = bodies(1, s.entries)[0]
+        count = max(1, round(s.isolation_rate * s.isolation_seconds))
+        results = []
+        for run in range(1, s.runs + 1):
+            await publish(bench.session, hub, hanging_topic, hostile)   # fresh hanging deliveries every run
+            await asyncio.sleep(SETTLE_SECONDS)
+            await bench.sink.reset(bench.session)
+            cpu = hub_cpu(hub, bench)
+            started = time.time()
+            verify_topic = f"http://bench.example.org/isolation-verify/{tag}/{run}"
+            verification = asyncio.ensure_future(
+                subscribe_all(bench, hub, verify_topic, [bench.sink.url(f"iso-verify-{tag}-{run}")], concurrency=1))
+            sent_at = await steady_publish(bench, hub, topic, count, s.isolation_rate)
+            verify_seconds = await verification
+            seqs = sorted(sent_at)
+            snapshot, result = await wait_and_check(bench, {n: seqs for n in names}, started)
+            latency = checks.latency_summary(checks.latencies(snapshot, sent_at))
+            health = await hub.health(bench.session)
+            result.update(latency)
+            result.update(scenario="isolation", run=run, subscribers=len(names), notifications=count,
+                          rate_per_s=s.isolation_rate, black_holes=s.isolation_black_holes,
+                          hanging=s.isolation_hanging, verify_ms=round(verify_seconds * 1000, 1),
+                          health_status=health.get("status"), lanes=health.get("lanes"), cpu=cpu.done())
+            bench.emit(result)
+            results.append(result)
+        return results
+    finally:
+        if traps is not None:
+            traps.stop()
+        hub.stop()
