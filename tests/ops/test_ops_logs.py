@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import json
 import logging
-import subprocess
 import sys
 
 from cryptography.fernet import Fernet
 
 from rsnotify.hub.logs import JsonFormatter
-
-RSNOTIFY = [sys.executable, "-c", "from rsnotify.cli import main; main()"]
+from tests.support import cli
 
 
 def test_json_line_keeps_event_args_and_extra_ids() -> None:
@@ -37,17 +35,15 @@ def test_json_line_carries_the_traceback() -> None:
 
 def test_worker_logs_json_lines(redis_url: str, tmp_path) -> None:
     env = {"PATH": "/usr/bin:/bin", "RSNOTIFY_SECRET_KEY": Fernet.generate_key().decode()}
-    done = subprocess.run([*RSNOTIFY, "worker", "--burst", "--redis-url", redis_url,
-                           "--data-dir", str(tmp_path), "--log-format", "json"],
-                          env=env, capture_output=True, text=True, timeout=60, check=False)
+    done = cli.run("worker", "--burst", "--redis-url", redis_url, "--data-dir", str(tmp_path), "--log-format", "json",
+                   env=env, inherit_env=False)
     assert done.returncode == 0, done.stderr
     lines = [json.loads(line) for line in done.stderr.splitlines() if line.strip()]
     assert any(line["logger"] == "rsnotify.hub.worker.process" and "ready" in line["message"] for line in lines), done.stderr
 
 
 def test_bad_log_format_is_a_usage_error(redis_url: str) -> None:
-    done = subprocess.run([*RSNOTIFY, "worker", "--burst", "--redis-url", redis_url,
-                           "--log-format", "xml"], capture_output=True, text=True, timeout=60, check=False)
+    done = cli.run("worker", "--burst", "--redis-url", redis_url, "--log-format", "xml")
     assert done.returncode == 2
     assert "log_format must be text or json, got 'xml'" in done.stderr
 
