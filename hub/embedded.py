@@ -212,8 +212,9 @@ async def _serve(app: web.Application, sock: socket.socket, settings: HubSetting
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop.wait(), SUPERVISE_INTERVAL)
             if redis_server is not None and redis_server.process.poll() is not None:
-                log.error("the embedded Redis exited with %s; stopping the hub", redis_server.process.returncode)
-                break
+                # an error, so the exit status says it: a service manager restarts a failed hub
+                raise EmbeddedError(f"the embedded Redis exited with status {redis_server.process.returncode}; "
+                                    f"the hub stopped (its data is in {settings.data_path})")
             children.replace_dead()
     finally:
         announce("rsnotify hub stopping…")

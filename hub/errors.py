@@ -10,7 +10,8 @@ HubError                      status 400 unless a subclass says otherwise
 ├── PayloadTooLargeError      413  the body is larger than --max-body (a form: --max-form)
 ├── MisdirectedRequestError   421  the Host header names neither this hub nor localhost
 ├── TooManyRequestsError      429  a rate limit is reached; `retry_after` (seconds) goes in Retry-After
-└── UnavailableError          503  Redis or the queue cannot be reached right now
+├── UnavailableError          503  Redis or the queue cannot be reached right now
+└── AppendUnknownError        500  a publish's append failed in a way that may have stored it
 SettingsError                 bad configuration (the CLI turns it into a usage error)
 OutboundRefusedError          an outbound request's target resolves to a refused address
 """
@@ -69,6 +70,12 @@ class TooManyRequestsError(HubError):
 
 class UnavailableError(HubError):
     status = 503
+
+
+class AppendUnknownError(HubError):
+    # not 503 ("nothing happened, retry"): the notification may be stored; only a repeat with the
+    # same Idempotency-Key finds out without storing it twice
+    status = 500
 
 
 class SettingsError(Exception):

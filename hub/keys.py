@@ -69,6 +69,22 @@ def verify_queued_key() -> str:             # flag: "a verify_pending job is que
     return f"{PREFIX}verify:queued"
 
 
+def verify_taken_key(wid: str) -> str:      # list: challenges a worker took from the line and works on
+    return f"{PREFIX}verify:taken:{wid}"
+
+
+def topic_publish_key(tid: str, key_hash: str) -> str:  # "id seq" of the publish with that Idempotency-Key (TTL)
+    return f"{PREFIX}topic:{tid}:idem:{key_hash}"
+
+
+def workers_key() -> str:                   # zset: worker id -> its last heartbeat (epoch ms)
+    return f"{PREFIX}workers"
+
+
+def worker_alive_key(wid: str) -> str:      # a worker's heartbeat: exists while it lives (PX heartbeat_ttl)
+    return f"{PREFIX}worker:{wid}:alive"
+
+
 def key_check_key() -> str:                 # a Fernet token proving which secret key this Redis uses
     return f"{PREFIX}keycheck"
 
@@ -136,6 +152,10 @@ def verification_field(result: str) -> str:  # stats_key() field counting one ve
 
 def rq_workers_key() -> str:                # RQ's set of registered workers (it names it; we only read it)
     return "rq:workers"
+
+
+def rq_job_key(job_id: str) -> str:       # RQ's hash of one job (it names it; we only read enqueued_at)
+    return f"rq:job:{job_id}"
 
 
 def rq_keys(queue: str) -> dict[str, str]:

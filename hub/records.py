@@ -130,7 +130,7 @@ class AppendedNotification:
     notification_id: str
     topic_id: str
     sequence: int
-
+    is_repeat: bool = False       # an earlier publish with the same Idempotency-Key stored it
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,12 +70,24 @@ class HubSettings:
     retry_base: float = _opt(2.0, "First retry delay of a failed delivery (seconds); doubles per attempt.")
     retry_cap: float = _opt(3600.0, "Longest delay between two delivery attempts (seconds).")
     max_attempts: int = _opt(40, "Delivery attempts before a notification becomes a dead letter.")
-    delivery_concurrency: int = _opt(200, "Subscriptions served at once by one worker.")
+    delivery_concurrency: int = _opt(200, "Subscriptions served at once by one worker for new notifications.")
+    retry_concurrency: int = _opt(100, "Subscriptions served at once by one worker for due retries, re-sends and "
+                                       "resumes (a lane apart from new notifications).")
+    verify_concurrency: int = _opt(100, "Verification requests one worker has in flight at once.")
+    host_concurrency: int = _opt(32, "Requests (deliveries and verifications) one worker sends to one callback "
+                                     "host (host:port) at once; the others wait without taking a slot.")
     delivery_timeout: float = _opt(15.0, "Total time of one delivery POST (seconds).")
     max_response_bytes: int = _opt(64 * 1024, "Most of a subscriber's response body read, then ignored (bytes).")
     log_max_len: int = _opt(100_000, "Entries kept per topic log.")
     log_max_age: int = _opt(7 * 86400, "Age after which log entries are trimmed (seconds).")
-    lock_ttl: int = _opt(60, "Lifetime of a worker's claim on a subscription (seconds).")
+    lock_ttl: int = _opt(60, "Lifetime of a worker's claim on a subscription unless renewed (seconds); a dead "
+                             "worker's claims move on sooner, after heartbeat_ttl.")
+    heartbeat_ttl: float = _opt(3.0, "A worker whose heartbeat is older than this is dead: another worker takes "
+                                     "its subscriptions and verifications over (seconds).")
+    lane_lag: float = _opt(30.0, "Age of a lane's oldest waiting item (verification, retry, fan-out) from which "
+                                 "/health reports the lane as behind (seconds).")
+    redis_connections: int = _opt(256, "Redis connections per process; a request for one more waits for a free "
+                                       "one (up to 30 s) instead of failing.")
     reconcile_interval: float = _opt(5.0, "How often workers look for lagging subscriptions (seconds).")
     sweep_interval: float = _opt(60.0, "How often workers remove expired subscriptions (seconds).")
     follow_seconds: float = _opt(5.0, "How long a worker keeps watching a topic's log after a fan-out, "
@@ -110,7 +122,8 @@ class HubSettings:
             problems.append(f"port must be 0-65535, got {self.port}")
         for name in ("lease_min", "lease_default", "lease_max", "intent_ttl", "max_body",
                      "fetch_max_bytes", "max_attempts", "delivery_concurrency", "log_max_len",
-                     "lock_ttl", "max_response_bytes"):
+                     "lock_ttl", "max_response_bytes", "retry_concurrency", "verify_concurrency",
+                     "host_concurrency", "heartbeat_ttl", "lane_lag", "redis_connections"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be a positive number, got {getattr(self, name)}")
         if self.workers < 0:

@@ -1,16 +1,22 @@
 """Topic logs: appending a notification (with its counters), reading entries, the topics themselves."""
 from __future__ import annotations
 
+import asyncio
+import hashlib
+import time
 from typing import Any
 
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 
+from ..errors import AppendUnknownError
 from ..keys import (
     activity_key,
     stats_key,
     topic_id,
     topic_key,
     topic_log_key,
+    topic_publish_key,
     topic_seq_key,
     topics_key,
 )
@@ -22,10 +28,18 @@ from ..records import (
     text,
 )
 
-# KEYS: log, seq, topics, topic, stats, activity ; ARGV: body, ctype, rs, at_ms, maxlen, tid, url, now_s
-# seq and the stream id are assigned together, so both grow in the same order. The counters for
-# /metrics and the status page ride in the same call (ops: hub/metrics.py reads them).
+# KEYS: log, seq, topics, topic, stats, activity[, publish key] ; ARGV: body, ctype, rs, at_ms, maxlen, tid,
+# url, now_s[, publish key ttl]. seq and the stream id are assigned together, so both grow in the same
+# order. With a publish key (an Idempotency-Key) a repeat stores nothing and returns the first id
+# and seq. The counters for /metrics and the status page ride in the same call. Returns {id, seq, repeat}.
 _APPEND = Script("""
+if KEYS[7] then
+  local first = redis.call('GET', KEYS[7])
+  if first then
+    local space = string.find(first, ' ')
+    return {string.sub(first, 1, space - 1), tonumber(string.sub(first, space + 1)), 1}
+  end
+end
 local seq = redis.call('INCR', KEYS[2])
 local id = redis.call('XADD', KEYS[1], 'MAXLEN', '~', ARGV[5], '*',
                       'body', ARGV[1], 'ctype', ARGV[2], 'rs', ARGV[3], 'seq', seq, 'at', ARGV[4])
@@ -36,21 +50,69 @@ redis.call('HINCRBY', KEYS[5], 'publishes', 1)
 redis.call('HINCRBY', KEYS[5], 'publish_bytes', string.len(ARGV[1]))
 redis.call('ZINCRBY', KEYS[6], 1, ARGV[6]); redis.call('ZINCRBY', KEYS[6], 1, '*')
 redis.call('EXPIRE', KEYS[6], 3720)
-return {id, seq}
+if KEYS[7] then redis.call('SET', KEYS[7], id .. ' ' .. seq, 'EX', ARGV[9]) end
+return {id, seq, 0}
 """)
+
+APPEND_RETRY_FOR = 20.0    # s a publish's append is retried (same key) while Redis fails
 
 
 async def append_notification(
     redis: Redis, topic: str, body: bytes, *, content_type: str, resourcesync: str = "",
-    now: float, max_len: int,
+    now: float, max_len: int, publish_key: str | None = None, key_ttl: int = 0,
 ) -> AppendedNotification:
-    """Append the exact `body` and the headers to relay to the topic's log (one script call)."""
+    """Append the exact `body` and the headers to relay to the topic's log (one script call).
+
+    With `publish_key` (an Idempotency-Key) a repeat within `key_ttl` seconds stores nothing and
+    returns the first append's id and sequence (is_repeat=True).
+    """
     tid = topic_id(topic)
     keys = [topic_log_key(tid), topic_seq_key(tid), topics_key(), topic_key(tid), stats_key(),
             activity_key(int(now) // 60)]
-    args = [body, content_type, resourcesync, int(now * 1000), max_len, tid, topic, int(now)]
-    entry_id, seq = await _APPEND(redis, keys, args)
-    return AppendedNotification(text(entry_id), tid, int(seq))
+    args: list[Any] = [body, content_type, resourcesync, int(now * 1000), max_len, tid, topic, int(now)]
+    if publish_key is not None:
+        keys.append(topic_publish_key(tid, hashlib.sha256(publish_key.encode()).hexdigest()[:32]))
+        args.append(max(1, key_ttl))
+    entry_id, seq, repeat = await _APPEND(redis, keys, args)
+    return AppendedNotification(text(entry_id), tid, int(seq), bool(repeat))
+
+
+async def append_notification_once(
+    redis: Redis, topic: str, body: bytes, *, content_type: str, resourcesync: str = "",
+    now: float, max_len: int, publish_key: str, key_ttl: int, retry_for: float = APPEND_RETRY_FOR,
+) -> AppendedNotification:
+    """append_notification for a publish, tried again (with the same key, so at most once) while
+    Redis fails, for up to `retry_for` seconds.
+
+    Raises the last RedisError when no attempt can have reached Redis (nothing was stored: a
+    503 is right), AppendUnknownError when one may have (then only a repeat with the same key
+    can tell).
+    """
+    deadline = time.monotonic() + retry_for
+    delay, reached = 0.1, False
+    while True:
+        try:
+            return await append_notification(redis, topic, body, content_type=content_type,
+                                             resourcesync=resourcesync, now=now, max_len=max_len,
+                                             publish_key=publish_key, key_ttl=key_ttl)
+        except (RedisError, OSError) as exc:
+            reached = reached or not _never_sent(exc)
+            if time.monotonic() + delay > deadline:
+                if reached:
+                    raise AppendUnknownError(
+                        f"the hub could not confirm that it stored the notification (Redis: {exc}); send it again "
+                        "with the same Idempotency-Key to learn its id without storing it twice") from exc
+                raise
+            await asyncio.sleep(delay)
+            delay = min(1.0, delay * 2)
+
+
+def _never_sent(exc: BaseException) -> bool:
+    """True for the errors redis-py raises before a command leaves: no connection could be made,
+    or none was free in the pool. Anything else may have reached Redis."""
+    message = str(exc)
+    return any(part in message for part in ("connecting to", "Timeout connecting", "No connection available",
+                                            "Connection refused"))
 
 
 async def get_notification(redis: Redis, tid: str, nid: str) -> LogEntry | None:

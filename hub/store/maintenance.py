@@ -15,6 +15,7 @@ from ..keys import (
     topic_subs_key,
     topics_key,
     verify_pending_key,
+    worker_alive_key,
 )
 from ..records import text
 
@@ -42,13 +43,27 @@ def topic_ends(connection: redis_sync.Redis, tids: Sequence[str]) -> list[tuple[
 
 
 def delivery_states(connection: redis_sync.Redis, sids: Sequence[str]) -> list[tuple[Any, ...]]:
-    """Per subscription: (state, expires, cursor, retry_at, resend, is claimed) as Redis answers them."""
+    """Per subscription: (state, expires, cursor, retry_at, resend, is claimed) as Redis answers them.
+    A claim counts only while the worker holding it lives (its heartbeat key exists)."""
     with connection.pipeline(transaction=False) as pipe:
         for sid in sids:
             pipe.hmget(sub_key(sid), "state", "expires", "cursor", "retry_at", "resend")
-            pipe.exists(sub_lock_key(sid))
+            pipe.get(sub_lock_key(sid))
         answers = pipe.execute()
-    return [(*fields, locked) for fields, locked in zip(answers[::2], answers[1::2])]
+    holders = [text(token).split(":", 1)[0] if token else "" for token in answers[1::2]]
+    alive = _alive(connection, {h for h in holders if h})
+    return [(*fields, holder in alive) for fields, holder in zip(answers[::2], holders)]
+
+
+def _alive(connection: redis_sync.Redis, wids: set[str]) -> set[str]:
+    """Which of the worker ids still beat their heartbeat."""
+    if not wids:
+        return set()
+    ordered = sorted(wids)
+    with connection.pipeline(transaction=False) as pipe:
+        for wid in ordered:
+            pipe.exists(worker_alive_key(wid))
+        return {wid for wid, exists in zip(ordered, pipe.execute()) if exists}
 
 
 def has_pending_verifications(connection: redis_sync.Redis) -> bool:

@@ -27,11 +27,12 @@ from ..records import (
     to_int,
 )
 
-# KEYS: sub, topic subs, leases, log, topics, topic, seq
+# KEYS: sub, topic subs, leases, log, topics, topic, seq, due
 # ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now[, start cursor, start seq]
 # A new subscription's cursor is the log's end when its verification was sent (ARGV 9-10, see
 # log_end), else its current end, so it gets everything published after the subscriber said
-# yes; a renewal keeps its cursor and delivery state. Returns 1 when new.
+# yes; a renewal keeps its cursor and delivery state, but a retry it was backing off from is
+# due now: the subscriber just answered, so waiting out the backoff helps nobody. Returns 1 when new.
 _ACTIVATE = Script("""
 local is_new = redis.call('EXISTS', KEYS[1]) == 0
 if is_new then
@@ -44,6 +45,12 @@ if is_new then
   end
   redis.call('HSET', KEYS[1], 'topic', ARGV[2], 'callback', ARGV[3], 'tid', ARGV[4],
              'created', ARGV[8], 'state', 'active', 'cursor', cursor, 'cursor_seq', cursor_seq)
+else
+  local state = redis.call('HGET', KEYS[1], 'state') or 'active'
+  if state == 'active' and tonumber(redis.call('HGET', KEYS[1], 'retry_at') or '0') > tonumber(ARGV[8]) then
+    redis.call('HSET', KEYS[1], 'retry_at', ARGV[8], 'next_attempt', 0)
+    redis.call('ZADD', KEYS[8], ARGV[8], ARGV[1])
+  end
 end
 redis.call('HSET', KEYS[1], 'secret', ARGV[5], 'lease_seconds', ARGV[6], 'expires', ARGV[7])
 redis.call('SADD', KEYS[2], ARGV[1])
@@ -89,7 +96,7 @@ async def activate_subscription(
     sid, tid = subscription_id(topic, callback), topic_id(topic)
     expires = int(now) + lease_seconds
     keys = [sub_key(sid), topic_subs_key(tid), leases_key(), topic_log_key(tid), topics_key(), topic_key(tid),
-            topic_seq_key(tid)]
+            topic_seq_key(tid), due_key()]
     args: list[Any] = [sid, topic, callback, tid, secret, lease_seconds, expires, int(now), *(start or ())]
     is_new = await _ACTIVATE(redis, keys, args)
     return sid, bool(is_new)
@@ -169,6 +176,22 @@ return 1
 async def pause_subscription(redis: Redis, sid: str) -> bool:
     """Stop deliveries to the subscription (its cursor stays) until resumed. False when unknown."""
     return bool(await _SET_STATE(redis, [sub_key(sid), due_key()], [sid, "paused", 0]))
+
+
+# KEYS: sub, due ; ARGV: sid, now. An operator's "retry now": the subscription's pending retry is due
+# at once (its attempts count on; a paused subscription stays paused). 0 when it is unknown.
+_RETRY_NOW = Script("""
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'retry_at', ARGV[2], 'next_attempt', 0)
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+return 1
+""")
+
+
+async def retry_now(redis: Redis, sid: str, *, now: float | None = None) -> bool:
+    """Make the subscription's pending retry (if any) due now; False when the subscription is unknown."""
+    now = time.time() if now is None else now
+    return bool(await _RETRY_NOW(redis, [sub_key(sid), due_key()], [sid, repr(now)]))
 
 
 async def resume_subscription(redis: Redis, sid: str, *, now: float | None = None) -> bool:

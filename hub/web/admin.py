@@ -112,6 +112,7 @@ async def api_index(request: web.Request) -> web.Response:
         "POST /admin/subscriptions/{sid}/dead-letters/resend",
         "POST /admin/subscriptions/{sid}/dead-letters/{nid}/resend",
         "POST /admin/subscriptions/{sid}/pause", "POST /admin/subscriptions/{sid}/resume",
+        "POST /admin/subscriptions/{sid}/retry",
         "DELETE /admin/subscriptions/{sid}?reason=",
     ]})
 
@@ -314,6 +315,19 @@ async def resume(request: web.Request) -> web.Response:
 
 
 @admin_only
+async def retry(request: web.Request) -> web.Response:
+    """POST /admin/subscriptions/{sid}/retry: its pending retry is due now, not when its backoff ends."""
+    sid = _id(request, "sid")
+    found = await _require_subscription(request, sid)
+    now = _now(request)
+    if not await store.retry_now(request.app[REDIS], sid, now=now):
+        raise NotFoundError(f"no subscription {sid} on this hub")
+    request.app[SCAN].forget()
+    log.info("admin: subscription %s (%s) retried now", sid, found.callback, extra={"action": "retry", "sid": sid})
+    return web.json_response({"sid": sid, "retry_at": now})
+
+
+@admin_only
 async def remove(request: web.Request) -> web.Response:
     """DELETE /admin/subscriptions/{sid}: remove it and tell the subscriber (hub.mode=denied, hub.reason)."""
     sid = _id(request, "sid")
@@ -352,3 +366,4 @@ def add_routes(app: web.Application) -> None:
     r.add_post("/admin/subscriptions/{sid}/dead-letters/{nid}/resend", resend_one)
     r.add_post("/admin/subscriptions/{sid}/pause", pause)
     r.add_post("/admin/subscriptions/{sid}/resume", resume)
+    r.add_post("/admin/subscriptions/{sid}/retry", retry)

@@ -9,11 +9,10 @@ import time
 from collections.abc import AsyncIterator, Callable
 from urllib.parse import urlsplit
 
-import redis as redis_sync
-import redis.asyncio as redis_async
 from aiohttp import web
 from redis.exceptions import RedisError
 
+from .. import redis_clients
 from ..crypto import check_key_matches, load_fernet
 from ..enqueue import make_queue
 from ..errors import AuthenticationError, HubError, SettingsError, TooManyRequestsError
@@ -56,8 +55,9 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
     """Redis clients (asyncio for handlers, synchronous for RQ), the Fernet key checked against Redis."""
     settings = app[SETTINGS]
     url = str(settings.redis_url)  # build_app made sure there is one
-    client = redis_async.Redis.from_url(url, max_connections=256)
-    connection = redis_sync.Redis.from_url(url)
+    # pools that wait for a free connection: a burst of requests queues instead of failing
+    client = redis_clients.async_client(url, settings.redis_connections)
+    connection = redis_clients.sync_client(url, settings.redis_connections)
     try:
         fernet = load_fernet(settings)
         await check_key_matches(client, fernet)

@@ -58,6 +58,10 @@ XML_TYPE = "application/xml"
 MAX_PING_TOPICS = 100
 MAX_FORM_FIELDS = 200  # a subscribe form has five; a thin ping names at most MAX_PING_TOPICS
 CHALLENGE_BYTES = 32
+IDEMPOTENCY_HEADER = "Idempotency-Key"      # a publisher's name for one publish, kept for log_max_age
+REPLAYED_HEADER = "Idempotent-Replayed"     # "true" on the answer to a repeat: nothing was stored
+MAX_IDEMPOTENCY_KEY = 200
+OWN_KEY_TTL = 300                           # s the key the hub gives a publish without one is kept
 
 
 # --- the hub endpoint ---------------------------------------------------------------------
@@ -224,15 +228,34 @@ async def submission(request: web.Request) -> web.Response:
     await check_publish_rate(request)
     body = await read_body(request, settings.max_body)
     await validate_notification(body)
-    appended = await store.append_notification(
+    given_key = idempotency_key(request)
+    # without a key of its own the publish gets one for this request: the hub's own retries of
+    # the append (store.append_notification_once) then never store it twice either
+    appended = await store.append_notification_once(
         app[REDIS], links.topic, body, content_type=request.headers["Content-Type"],
-        resourcesync=links.resourcesync, now=app[CLOCK](), max_len=settings.log_max_len)
+        resourcesync=links.resourcesync, now=app[CLOCK](), max_len=settings.log_max_len,
+        publish_key=given_key or f"hub:{secrets.token_hex(16)}",
+        key_ttl=settings.log_max_age if given_key else OWN_KEY_TTL)
     await enqueue.ensure_fan_out(app[QUEUE], appended.topic_id, redis=app[REDIS])
-    log.info("notification %s stored for %s (seq %s, %d bytes)", appended.notification_id, escape(links.topic),
+    log.info("notification %s %s for %s (seq %s, %d bytes)", appended.notification_id,
+             "repeated (same Idempotency-Key), stored once" if appended.is_repeat else "stored", escape(links.topic),
              appended.sequence, len(body))
     answer = {"notification_id": appended.notification_id, "topic": links.topic, "sequence": appended.sequence}
-    return web.Response(status=200, text=json.dumps(answer), content_type="application/json",
-                        headers={NOTIFICATION_ID_HEADER: appended.notification_id})
+    headers = {NOTIFICATION_ID_HEADER: appended.notification_id}
+    if appended.is_repeat:
+        headers[REPLAYED_HEADER] = "true"
+    return web.Response(status=200, text=json.dumps(answer), content_type="application/json", headers=headers)
+
+
+def idempotency_key(request: web.Request) -> str | None:
+    """The publisher's Idempotency-Key (None without one); BadRequestError for a malformed one."""
+    key = request.headers.get(IDEMPOTENCY_HEADER)
+    if key is None:
+        return None
+    if not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY or not all(33 <= ord(c) < 127 for c in key):
+        raise BadRequestError(f"{IDEMPOTENCY_HEADER} must be 1-{MAX_IDEMPOTENCY_KEY} visible ASCII characters, "
+                              f"got {key[:80]!r}")
+    return key
 
 
 async def validate_notification(body: bytes) -> None:

@@ -2,6 +2,8 @@
 GET /live: is this process serving HTTP at all (it asks nothing of Redis)?"""
 from __future__ import annotations
 
+import time
+
 from aiohttp import web
 from redis.exceptions import RedisError
 
@@ -16,13 +18,16 @@ async def health(request: web.Request) -> web.Response:
     queue = settings.queue_name
     try:
         counts = await store.health_counts(app[REDIS], queue)
+        lanes = await store.lane_backlogs(app[REDIS], queue, settings.intent_ttl, time.time())
     except (RedisError, OSError) as exc:
         body = {"status": "unavailable", "redis": False, "error": f"{type(exc).__name__}: {exc}"}
         return web.json_response(body, status=503)
     workers = counts.workers
     ready = workers > 0 or settings.workers == 0
+    behind = [name for name, lane in lanes.items() if lane.is_behind(settings.lane_lag)]
     body = {
-        "status": "ok" if ready else "starting",
+        # "behind": a lane's oldest item waited longer than lane_lag; still 200, this process serves
+        "status": ("behind" if behind else "ok") if ready else "starting",
         "redis": True,
         "workers": workers,
         "queues": {queue: {"queued": counts.queued, "started": counts.started, "scheduled": counts.scheduled,
@@ -30,6 +35,8 @@ async def health(request: web.Request) -> web.Response:
         "subscriptions": counts.subscriptions,
         "topics": counts.topics,
         "verifications_pending": counts.verifications_pending,
+        "lanes": {name: {"waiting": lane.waiting, "oldest_seconds": lane.oldest_seconds, "behind": name in behind}
+                  for name, lane in lanes.items()},
         "hub_url": settings.hub_url,
     }
     return web.json_response(body, status=200 if ready else 503)

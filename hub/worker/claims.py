@@ -25,14 +25,32 @@ from ..keys import (
     sub_resend_key,
     topic_log_key,
     topic_subs_key,
+    worker_alive_key,
 )
 from ..lua import Script
 from ..records import DELIVERY_FIELDS, RECENT_ATTEMPTS
 from .batch import RedisBatcher
 
-# KEYS: lock, sub ; ARGV: token, ttl_ms. The sub's DELIVERY_FIELDS once this worker owns it, else false.
-CLAIM_SCRIPT = Script("""
-if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
+# Taking a lock (Lua, shared by the claim scripts): free, or held by a worker whose heartbeat ran
+# out (a token is "<worker id>:<n>[:<sid>]"; heartbeat.py), so a dead worker's claims move on
+# within heartbeat_ttl instead of lock_ttl, while a live but slow worker keeps its own.
+_TAKE = """
+local function take(lock, token, ttl_ms, alive_prefix, alive_suffix)
+  if redis.call('SET', lock, token, 'NX', 'PX', ttl_ms) then return true end
+  local holder = redis.call('GET', lock)
+  local wid = holder and string.match(holder, '^([^:]+):')
+  if wid and redis.call('EXISTS', alive_prefix .. wid .. alive_suffix) == 0 then
+    redis.call('SET', lock, token, 'PX', ttl_ms)
+    return true
+  end
+  return false
+end
+"""
+
+# KEYS: lock, sub ; ARGV: token, ttl_ms, alive key prefix, alive key suffix.
+# The sub's DELIVERY_FIELDS once this worker owns it, else false.
+CLAIM_SCRIPT = Script(_TAKE + """
+if take(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]) then
   return redis.call('HMGET', KEYS[2], 'topic', 'callback', 'tid', 'secret', 'state', 'expires',
                     'cursor', 'cursor_seq', 'attempts', 'retry_at', 'resend')
 end
@@ -112,13 +130,14 @@ return 1
 
 # KEYS: sub, dead, resend, due ; ARGV: sid, now, nids... Queue dead letters for re-sending and wake
 
-# KEYS: topic subs, log, followers ; ARGV: token prefix, ttl_ms, now, limit, sub key prefix, now_ms, share
+# KEYS: topic subs, log, followers ; ARGV: token prefix, ttl_ms, now, limit, sub key prefix, now_ms, share,
+#       alive key prefix, alive key suffix
 # One pass over a topic's subscriptions, in Redis: claim every active one that lags the log and
 # is not backing off, and return its DELIVERY_FIELDS; each claim's token is the prefix + sid.
 # At most `limit` (free slots; more = 1 when that cut it short). With share = 1, a follower
 # takes only its part: the lagging subscriptions divided by the live followers of the topic,
 # and the others take the rest. Returns {log's last id, {sid, fields...}, more, busy}.
-CLAIM_LAGGING_SCRIPT = Script("""
+CLAIM_LAGGING_SCRIPT = Script(_TAKE + """
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
 if #last == 0 then return {'', {}, 0, 0} end
 local last_id = last[1][1]
@@ -148,7 +167,7 @@ local out, claimed, more, busy = {}, 0, 0, 0
 for _, item in ipairs(lagging) do
   if claimed >= part then break end
   if claimed >= limit then more = 1; break end
-  if redis.call('SET', item[2] .. ':lock', ARGV[1] .. item[1], 'NX', 'PX', ARGV[2]) then
+  if take(item[2] .. ':lock', ARGV[1] .. item[1], ARGV[2], ARGV[8], ARGV[9]) then
     claimed = claimed + 1
     out[#out + 1] = item[1]
     out[#out + 1] = item[3]
@@ -181,10 +200,18 @@ return left
 
 
 
+_ALIVE = tuple(worker_alive_key("|").split("|"))   # a worker's heartbeat key around its id
+
+
+def lock_holder(token: str) -> str:
+    """The worker id in a claim's token."""
+    return token.split(":", 1)[0]
+
+
 async def claim(batch: RedisBatcher, sid: str, token: str, ttl_ms: int) -> dict[str, Any] | None:
     """Own the subscription (lock with TTL) and read its DELIVERY_FIELDS; None when another run
     owns it, or when it was removed meanwhile (then the lock just taken is dropped again)."""
-    raw = await batch.script(CLAIM_SCRIPT, [sub_lock_key(sid), sub_key(sid)], [token, ttl_ms])
+    raw = await batch.script(CLAIM_SCRIPT, [sub_lock_key(sid), sub_key(sid)], [token, ttl_ms, *_ALIVE])
     if not raw:
         return None
     values = dict(zip(DELIVERY_FIELDS, raw))
@@ -231,7 +258,7 @@ async def claim_lagging(batch: RedisBatcher, tid: str, prefix: str, ttl_ms: int,
     """Claim up to `limit` of the topic's lagging subscriptions (see CLAIM_LAGGING_SCRIPT)."""
     keys = [topic_subs_key(tid), topic_log_key(tid), fanout_followers_key(tid)]
     return list(await batch.script(CLAIM_LAGGING_SCRIPT, keys, [prefix, ttl_ms, repr(now), limit, f"{PREFIX}sub:",
-                                                                int(time.time() * 1000), int(share)]))
+                                                                int(time.time() * 1000), int(share), *_ALIVE]))
 
 
 async def follow(batch: RedisBatcher, tid: str, token: str, lease_ms: int) -> int:

@@ -17,13 +17,16 @@ from typing import Any, TypeVar
 import aiohttp
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis
+from redis.exceptions import RedisError
 from rq import Queue
 
-from .. import crypto, netguard
+from .. import crypto, netguard, redis_clients, store
 from ..errors import SettingsError
 from ..settings import HubSettings
 from .batch import RedisBatcher
 from .deliveries import Deliveries
+from .heartbeat import Heartbeat
+from .verifying import VerificationLane
 
 T = TypeVar("T")
 USER_AGENT = "rsnotify-hub (+https://github.com/rsnotify)"
@@ -82,6 +85,8 @@ class WorkerContext:
     clock: Callable[[], float] = time.time
     deliveries: Deliveries = field(init=False)
     loop_thread: LoopThread | None = None
+    heartbeat: Heartbeat | None = None
+    verifying: VerificationLane | None = None      # the verification lane, once a HubWorker runs it
 
     def now(self) -> float:
         return self.clock()
@@ -114,14 +119,15 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
     url = redis_url or settings.redis_url
     if url is None:
         raise SettingsError("a worker needs a Redis URL: give --redis-url (RSNOTIFY_REDIS_URL)")
-    redis = Redis.from_url(url)
+    redis = redis_clients.async_client(url, settings.redis_connections)
     fernet = crypto.load_fernet(settings, create=False)
     try:
         await crypto.check_key_matches(redis, fernet)
     except BaseException:
         await redis.aclose()
         raise
-    limit = max(100, settings.delivery_concurrency + 50)
+    # every lane's requests at once, so no lane waits for another's connections
+    limit = settings.delivery_concurrency + settings.retry_concurrency + settings.verify_concurrency + 50
     session = aiohttp.ClientSession(
         connector=netguard.make_connector(settings, limit=limit),
         cookie_jar=aiohttp.DummyCookieJar(), trust_env=False, auto_decompress=False,
@@ -129,19 +135,38 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
     ctx = WorkerContext(settings, redis, session, fernet, queue, RedisBatcher(redis), clock)
     ctx.deliveries = Deliveries(settings, ctx.batch, fernet, settings.delivery_concurrency,
                                 follow_seconds=follow_seconds)
+    # the heartbeat makes this worker's claims valid: beat before the first claim
+    ctx.heartbeat = Heartbeat(redis_clients.sync_client(url, 2), ctx.deliveries.worker_id, settings.heartbeat_ttl)
+    try:
+        await asyncio.to_thread(ctx.heartbeat.start)
+    except BaseException:
+        await session.close()
+        await redis.aclose()
+        raise
+    ctx.verifying = VerificationLane(ctx.deliveries.worker_id, settings.verify_concurrency)
     ctx.deliveries.start()
     return ctx
 
 
 async def close_context(ctx: WorkerContext, *, drain: bool = True) -> None:
     """Let in-flight deliveries end (all of their backlog with `drain`, else the current POST),
-    release every claim, and close the session and the Redis client."""
+    release every claim, put taken verifications back in line, stop the heartbeat, and close the
+    session and the Redis client."""
     try:
+        if ctx.verifying is not None and ctx.verifying.task is not None:
+            ctx.verifying.task.cancel()
         # a stopping worker has a few seconds (docker, systemd and the embedded hub give ~10):
         # a POST still running then is cancelled, its claim released, and it is sent again later
         grace = ctx.settings.delivery_timeout + 5 if drain else min(ctx.settings.delivery_timeout + 1, STOP_GRACE)
         await ctx.deliveries.close(drain=drain, grace=grace)
+        if ctx.verifying is not None:
+            try:
+                await store.return_taken_challenges(ctx.redis, ctx.verifying.wid)
+            except (RedisError, OSError):
+                pass              # Redis is gone: once this worker's heartbeat runs out, another puts them back
     finally:
+        if ctx.heartbeat is not None:
+            await asyncio.to_thread(ctx.heartbeat.stop)
         await ctx.session.close()
         await ctx.redis.aclose()
 

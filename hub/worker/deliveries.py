@@ -31,6 +31,7 @@ from ..settings import HubSettings
 from ..store import history
 from . import batched, claims
 from .batch import RedisBatcher
+from .hosts import HostGates, host_of
 from .runs import SubRun
 
 log = logging.getLogger(__name__)
@@ -47,9 +48,13 @@ class Deliveries:
     ordered checkpoints, counters, and the decrypted-secret cache. One per worker context."""
 
     def __init__(self, settings: HubSettings, batch: RedisBatcher, fernet: Fernet, concurrency: int, *,
-                 follow_seconds: float = 0.0) -> None:
+                 follow_seconds: float = 0.0, worker_id: str | None = None) -> None:
         self.settings, self.batch, self.fernet = settings, batch, fernet
+        # the lanes: new notifications (fan-outs) and due retries each have slots of their own,
+        # and every callback host a cap over both (hosts.py)
         self.slots = asyncio.Semaphore(concurrency)
+        self.retry_slots = asyncio.Semaphore(settings.retry_concurrency)
+        self.hosts = HostGates(settings.host_concurrency)
         self.follow_seconds = follow_seconds      # 0: never follow a topic (burst workers, tests)
         self.following: set[str] = set()
         self.runs: dict[str, SubRun] = {}
@@ -57,7 +62,7 @@ class Deliveries:
         self._topic_urls: dict[str, str] = {}
         self.tasks: set[asyncio.Task[Any]] = set()
         self.stopping = False
-        self._prefix = uuid.uuid4().hex[:12]
+        self.worker_id = worker_id or uuid.uuid4().hex[:12]   # claims name it (heartbeat.py)
         self._claims = 0
         self._secrets: dict[str, str] = {}
         self._stats: defaultdict[str, float] = defaultdict(float)
@@ -109,7 +114,7 @@ class Deliveries:
     def new_token(self) -> str:
         # one token per claim, so a late write from an earlier claim of this worker is refused too
         self._claims += 1
-        return f"{self._prefix}:{self._claims}"
+        return f"{self.worker_id}:{self._claims}"
 
     async def claim(self, sid: str) -> SubRun | None:
         """Own the subscription (lock with TTL) and read its delivery state; None when owned elsewhere."""
@@ -130,9 +135,10 @@ class Deliveries:
         """The run of a claim, from the claimed subscription's DELIVERY_FIELDS."""
         callback = text(v["callback"])
         cursor = text(v["cursor"], "0-0")
+        url = delivery_url(callback)
         return SubRun(
             sid=sid, token=token, topic=text(v["topic"]), callback=callback, tid=text(v["tid"]),
-            url=delivery_url(callback), secret=self._secret(text(v["secret"])),
+            url=url, host=host_of(url), secret=self._secret(text(v["secret"])),
             state=text(v["state"], "active"), expires=to_int(v["expires"]), cursor=cursor,
             cursor_key=parse_entry_id(cursor),
             cursor_seq=None if v["cursor_seq"] is None else to_int(v["cursor_seq"]),

@@ -7,6 +7,7 @@ No RQ and no process-wide state: everything comes through `ctx` (a WorkerContext
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from typing import Any
@@ -23,8 +24,8 @@ from ..records import (
 from . import batched, claims
 from .context import WorkerContext
 from .outcomes import apply_outcome, resend_items
-from .runs import FanOutReport, SubRun
-from .sending import send
+from .runs import FanOutReport, Item, SubRun
+from .sending import Response, send
 from .topic_log import WINDOW, TopicLog
 
 log = logging.getLogger(__name__)
@@ -81,6 +82,8 @@ async def _dispatch(ctx: WorkerContext, topic_log: TopicLog, report: FanOutRepor
         report.busy += int(answer[3])
         runs = [d.run_from(text(sid), prefix + text(sid), dict(zip(DELIVERY_FIELDS, fields)))
                 for sid, fields in zip(flat[::2], flat[1::2])]
+        for run in runs:
+            run.lane, run.has_slot = d.slots, True
         for _ in range(free - len(runs)):
             d.slots.release()
         if runs and not topic_log.is_primed:
@@ -143,29 +146,51 @@ async def _unfollow(ctx: WorkerContext, tid: str, token: str, last_id: str) -> N
         log.error("could not hand topic %s back: %s (the reconciler will)", tid, exc)
 
 
-async def deliver_subscription(ctx: WorkerContext, sid: str) -> FanOutReport:
-    """Serve one subscription (a due retry, a re-send, a resume, or a reconciled lag)."""
+async def deliver_subscription(ctx: WorkerContext, sid: str, *, has_slot: bool = False) -> FanOutReport:
+    """Serve one subscription in the retry lane: a due retry, a re-send, a resume, or a reconciled
+    lag. With `has_slot` the caller took a retry slot for it already (serve_due)."""
     d = ctx.deliveries
     batched.clear_delivery_flag(ctx.batch, sid)
-    tid = await batched.subscription_topic_id(ctx.batch, sid)
-    report = FanOutReport(tid)
-    if not tid:
-        return report
-    report.subscriptions = 1
-    topic_log = TopicLog(ctx, tid, await d.topic_url(tid))
-    await d.slots.acquire()
+    if not has_slot:
+        await d.retry_slots.acquire()
+    run: SubRun | None = None
     try:
-        run = await d.claim(sid)
-    except BaseException:
-        d.slots.release()
-        raise
+        tid = await batched.subscription_topic_id(ctx.batch, sid)
+        report = FanOutReport(tid)
+        if tid:
+            report.subscriptions = 1
+            run = await d.claim(sid)
+            report.busy = int(run is None)
+    finally:
+        if run is None:
+            d.retry_slots.release()
     if run is None:
-        d.slots.release()
-        report.busy = 1
         return report
+    run.lane, run.has_slot = d.retry_slots, True
     report.served = 1
+    topic_log = TopicLog(ctx, tid, await d.topic_url(tid))
     await d.spawn(_serve(ctx, run, topic_log, report))
     return report
+
+
+async def serve_due(ctx: WorkerContext) -> int:
+    """The retry lane, run by the worker's maintenance: take the subscriptions whose next attempt
+    is due, as many as the lane has free slots, and serve each (no job per retry). Returns how many."""
+    d = ctx.deliveries
+    free = 0
+    while not d.retry_slots.locked():
+        await d.retry_slots.acquire()       # free slots are taken at once, without waiting
+        free += 1
+    sids: list[str] = []
+    try:
+        if free:
+            sids = await store.pop_due(ctx.redis, ctx.now(), free)
+    finally:
+        for _ in range(free - len(sids)):
+            d.retry_slots.release()
+    for sid in sids:
+        d.spawn(deliver_subscription(ctx, sid, has_slot=True))
+    return len(sids)
 
 
 async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: FanOutReport) -> None:
@@ -201,6 +226,7 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
             if again is None:
                 return                      # someone else owns it now, and delivers
             again.delivered_total, again.failed_total = run.delivered_total, run.failed_total
+            again.lane, again.has_slot, run.has_slot = run.lane, run.has_slot, False
             d.claimed += 1
             run = again
             d.runs[run.sid] = run
@@ -216,10 +242,19 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
     except RedisError as exc:
         # our claim expires by itself; the reconciler hands the subscription to a worker again
         log.error("delivery to %s (subscription %s) stopped: Redis failed: %s", run.callback, run.sid, exc)
+    except Exception:
+        # a bug must not strand the subscription: its claim goes back, and the retry lane takes
+        # it up again later, so the topic's other subscriptions and its later runs go on
+        log.exception("delivery to %s (subscription %s) failed unexpectedly; it is tried again in %g s",
+                      run.callback, run.sid, ctx.settings.retry_base)
+        with contextlib.suppress(RedisError, OSError):
+            await d.checkpoint(run, release=True, due_at=ctx.now() + ctx.settings.retry_base)
     finally:
         if d.runs.get(run.sid) is run:
             del d.runs[run.sid]
-        d.slots.release()
+        if run.has_slot and run.lane is not None:
+            run.lane.release()
+            run.has_slot = False
         report.add(run)
 
 
@@ -228,7 +263,8 @@ async def _linger(ctx: WorkerContext, run: SubRun, topic_log: TopicLog) -> bool:
     next publish then goes out at once, without a new claim and a release (most of the cost of
     a delivery at a steady rate). Only while slots are free, so nobody waits for them."""
     d = ctx.deliveries
-    if topic_log.tid not in d.following or d.slots.locked() or run.stop or d.stopping or run.resend:
+    if topic_log.tid not in d.following or d.slots.locked() or run.stop or d.stopping or run.resend \
+            or not run.has_slot:
         return False
     return await topic_log.wait_beyond(run.cursor_key, LINGER)
 
@@ -248,9 +284,51 @@ async def _work(ctx: WorkerContext, run: SubRun, topic_log: TopicLog) -> str:
         for item in items:
             if run.stop or d.stopping or not run.may_send(ctx.now()):
                 return "stopped"
-            verdict = await apply_outcome(ctx, run, item, await send(ctx, run, item))
+            response = await _attempt(ctx, run, item)
+            if response is None:
+                return "stopped"
+            verdict = await apply_outcome(ctx, run, item, response)
             if verdict != "next":
                 return verdict
             if time.monotonic() > slice_end:
                 return "yield"
         must_reach = items[-1].key if not run.resend else None
+
+
+async def _attempt(ctx: WorkerContext, run: SubRun, item: Item) -> Response | None:
+    """One attempt at sending `item`, within the callback host's cap. While the host is busy the
+    run gives its lane slot back, so another host's subscriptions can use it meanwhile. None
+    when the run was stopped while it waited."""
+    d = ctx.deliveries
+    if d.hosts.is_open(run.host) or run.lane is None:
+        await d.hosts.enter(run.host)
+    else:
+        run.lane.release()
+        run.has_slot = False
+        await d.hosts.enter(run.host)
+        try:
+            await run.lane.acquire()
+        except BaseException:
+            d.hosts.leave(run.host)
+            raise
+        run.has_slot = True
+        if run.stop or d.stopping or not run.may_send(ctx.now()):
+            d.hosts.leave(run.host)
+            return None
+    try:
+        return await _send_or_fail(ctx, run, item)
+    finally:
+        d.hosts.leave(run.host)
+
+
+async def _send_or_fail(ctx: WorkerContext, run: SubRun, item: Item) -> Response:
+    """`send`, where whatever keeps one notification from going to one subscriber is that
+    attempt's failure (retried, then a dead letter), never a stuck cursor or a dead run."""
+    if item.problem:
+        return Response(None, item.problem, 0.0)
+    try:
+        return await send(ctx, run, item)
+    except Exception as exc:  # noqa: BLE001 - a request that cannot even be built fails this attempt only
+        log.warning("could not send %s to %s: %s: %s", item.entry.notification_id, run.callback,
+                    type(exc).__name__, exc)
+        return Response(None, f"cannot be sent: {type(exc).__name__}: {exc}", 0.0)

@@ -8,7 +8,7 @@ import logging
 from collections import Counter
 
 from .. import enqueue, store
-from . import fanout, fetch, verification
+from . import fanout, fetch, verification, verifying
 from .context import WorkerContext, context
 
 log = logging.getLogger(__name__)
@@ -51,8 +51,13 @@ def verify_intent(challenge: str) -> None:
 
 
 def verify_pending() -> None:
-    """Verify every subscription request lined up by the web process, concurrently."""
+    """Verify every subscription request lined up by the web process, concurrently: a running
+    worker's verification lane is only woken (it verifies in its own loop, no job slot held);
+    a burst worker, which runs no lane, verifies the line here."""
     ctx = context()
+    if ctx.verifying is not None and ctx.verifying.is_running:
+        ctx.run(verifying.wake(ctx))
+        return
     outcomes = ctx.run(verification.verify_pending(ctx))
     counts = Counter(outcome.result for outcome in outcomes)
     if counts:  # /metrics: rsnotify_verifications_total, one HINCRBY per kind of outcome

@@ -7,10 +7,10 @@ import math
 
 from .. import store
 from ..logs import delivery_fields
-from ..records import Attempt, DeadLetter, LogEntry, parse_entry_id
+from ..records import Attempt, DeadLetter, LogEntry
 from . import batched, claims
 from .context import WorkerContext
-from .runs import Item, SubRun, notification_headers
+from .runs import Item, SubRun, make_item
 from .sending import Response, retry_delay
 
 log = logging.getLogger(__name__)
@@ -133,8 +133,7 @@ async def resend_items(ctx: WorkerContext, run: SubRun) -> list[Item]:
         letter = DeadLetter.from_json(meta)
         entry = LogEntry(letter.notification_id, body, letter.content_type, letter.resourcesync,
                          letter.sequence, letter.published_ms)
-        items.append(Item(entry, notification_headers(entry, run.topic, ctx.settings.hub_url),
-                          parse_entry_id(entry.notification_id), is_resend=True))
+        items.append(make_item(entry, run.topic, ctx.settings.hub_url, is_resend=True))
     if not items:
         run.resend = 0
     return items

@@ -2,6 +2,7 @@
 whole life) and `run_worker`, what `rsnotify worker` runs."""
 from __future__ import annotations
 
+import asyncio
 import concurrent.futures
 import logging
 import time
@@ -12,13 +13,18 @@ import redis as redis_sync
 from redis.exceptions import RedisError
 from rq import SimpleWorker
 
+from .. import redis_clients
+from ..crypto import KEY_FILE
 from ..enqueue import JOB_SERIALIZER, make_queue
 from ..errors import SettingsError
 from ..settings import HubSettings
-from . import reconciler
+from . import reconciler, verifying
 from .context import LoopThread, WorkerContext, close_context, open_context, set_context
 
 log = logging.getLogger(__name__)
+
+KEY_WAIT = 30.0           # s a worker waits for the key file of a hub started at the same moment
+RQ_CONNECTIONS = 16       # RQ's own connections (job loop, heartbeats, maintenance steps)
 
 
 def _url_of(connection: redis_sync.Redis) -> str:
@@ -73,6 +79,7 @@ class HubWorker(SimpleWorker):
         set_context(self.ctx)
         if not self._burst:
             self._maintenance = self._loop_thread.submit(reconciler.maintain(self.ctx))
+            self._loop_thread.run(_start_verification_lane(self.ctx))
         log.info("worker %s ready: %d subscriptions at once, queue %s", self.name,
                  self.settings.delivery_concurrency, self.settings.queue_name)
 
@@ -82,12 +89,34 @@ class HubWorker(SimpleWorker):
                 if self._maintenance is not None:
                     self._loop_thread.loop.call_soon_threadsafe(self._maintenance.cancel)
                 self._loop_thread.run(close_context(self.ctx, drain=self._burst))
+        except (RedisError, OSError) as exc:
+            log.warning("worker %s stopped without Redis (%s): what it held goes to the other workers", self.name, exc)
         finally:
             if self._loop_thread is not None:
                 self._loop_thread.stop()
             self._loop_thread, self.ctx = None, None
             set_context(None)
-            super().teardown()
+            try:
+                super().teardown()
+            except (RedisError, OSError):
+                pass              # RQ's own unregistering needs Redis too; said above, once
+
+
+async def _start_verification_lane(ctx: WorkerContext) -> None:
+    if ctx.verifying is not None:
+        ctx.verifying.task = asyncio.get_running_loop().create_task(verifying.run_lane(ctx))
+
+
+def wait_for_key_file(settings: HubSettings, timeout: float = KEY_WAIT) -> None:
+    """A worker started beside its hub may look before the hub wrote DATA_DIR/secret.key: wait
+    for it (bounded, saying so). A missing key after that is load_fernet's SettingsError."""
+    path = settings.data_path / KEY_FILE
+    if settings.secret_key or path.exists():
+        return
+    log.info("waiting up to %.0f s for the hub to create the secret key %s", timeout, path)
+    deadline = time.monotonic() + timeout
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
 
 
 def run_worker(settings: HubSettings, *, burst: bool = False, queues: Sequence[str] = (),
@@ -101,7 +130,8 @@ def run_worker(settings: HubSettings, *, burst: bool = False, queues: Sequence[s
         if concurrency <= 0:
             raise SettingsError(f"concurrency must be a positive number, got {concurrency}")
         settings = settings.with_values(delivery_concurrency=concurrency)
-    connection = redis_sync.Redis.from_url(url)
+    wait_for_key_file(settings)
+    connection = redis_clients.sync_client(url, RQ_CONNECTIONS)
     try:
         connection.ping()
     except RedisError as exc:

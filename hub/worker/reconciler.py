@@ -1,6 +1,6 @@
-"""The workers' periodic maintenance: wake due retries, hand lagging subscriptions to a worker
-again (a killed worker's claims expire, and what it had not confirmed is delivered by another),
-trim topic logs by age, and queue the lease sweep.
+"""The workers' periodic maintenance: serve due retries (the retry lane), notice dead workers,
+hand lagging subscriptions to a worker again (a dead worker's claims are taken over, and what
+it had not confirmed is delivered by another), trim topic logs by age, and queue the lease sweep.
 
 Each step is a plain function on a synchronous Redis client (tests call them directly); the
 running worker calls them from `maintain` through a thread, so its event loop stays free.
@@ -19,6 +19,7 @@ from rq import Queue
 from .. import enqueue, store
 from ..records import parse_entry_id, text, to_int
 from ..settings import HubSettings
+from . import fanout, heartbeat
 from .context import WorkerContext
 
 log = logging.getLogger(__name__)
@@ -42,18 +43,22 @@ def queue_due(queue: Queue, now: float | None = None) -> int:
 
 
 def reconcile(queue: Queue, settings: HubSettings, now: float | None = None,
-              settled: dict[str, str] | None = None) -> int:
+              settled: dict[str, str] | None = None, *, everything: bool = False) -> int:
     """Queue a fan-out for every topic with an active subscription that lags its log although
     nobody owns it and it is not backing off. Returns how many fan-outs were queued.
 
     Only topics whose newest entry is older than reconcile_interval are looked at: a fresher
     one has its fan-out queued or running. `settled` (topic id -> last entry id) remembers the
-    topics found fully delivered, so an idle hub is not read through on every pass.
+    topics found fully delivered, so an idle hub is not read through on every pass. With
+    `everything` (a worker just died) every topic is looked at.
     """
     connection = queue.connection
     now = time.time() if now is None else now
     settled = {} if settled is None else settled
     fresh_after = (now - settings.reconcile_interval) * 1000
+    if everything:
+        settled.clear()
+        fresh_after = float("inf")
     requeued = 0
     cursor = 0
     while True:
@@ -126,20 +131,37 @@ async def maintain(ctx: WorkerContext) -> None:
         raise RuntimeError("maintenance needs the worker context's queue")
     tick = max(0.02, min(0.25, settings.retry_base / 4, settings.reconcile_interval))
     settled: dict[str, str] = {}
-    next_reconcile = next_sweep = 0.0
+    next_reconcile = next_sweep = next_bury = 0.0
     while True:
         try:
-            await asyncio.to_thread(queue_due, queue, ctx.now())
+            await fanout.serve_due(ctx)
+            if time.monotonic() >= next_bury:
+                next_bury = time.monotonic() + settings.heartbeat_ttl / 4
+                buried = await asyncio.to_thread(_bury_turn, queue, settings, ctx.now(), settled)
+                if buried and ctx.verifying is not None:
+                    ctx.verifying.wake()
             if time.monotonic() >= next_reconcile:
                 next_reconcile = time.monotonic() + settings.reconcile_interval
                 await asyncio.to_thread(_reconcile_turn, queue, settings, ctx.now(), settled)
             if time.monotonic() >= next_sweep:
                 next_sweep = time.monotonic() + settings.sweep_interval
                 await asyncio.to_thread(_sweep_turn, queue, settings, ctx.now())
-        except RedisError as exc:
+        except (RedisError, OSError) as exc:
             log.warning("maintenance: Redis failed (%s); trying again", exc)
             await asyncio.sleep(1.0)
         await asyncio.sleep(tick)
+
+
+def _bury_turn(queue: Queue, settings: HubSettings, now: float, settled: dict[str, Any]) -> bool:
+    """Notice dead workers; when there are some, hand their subscriptions to live workers now
+    rather than at the next reconcile. True when a worker was found dead."""
+    dead = heartbeat.bury_dead_workers(queue.connection, settings.heartbeat_ttl, now)
+    for wid, moved in dead:
+        log.warning("worker %s stopped beating; its subscriptions move to live workers "
+                    "(%d verification(s) back in line)", wid, moved)
+    if dead:
+        reconcile(queue, settings, now, settled, everything=True)
+    return bool(dead)
 
 
 def _reconcile_turn(queue: Queue, settings: HubSettings, now: float, settled: dict[str, Any]) -> None:

@@ -2,14 +2,16 @@
 it sends, the headers every subscriber gets, and what a fan-out reports."""
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
 from yarl import URL
 
+from rsnotify.errors import WireError
 from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER, build_link_header
 
-from ..records import LogEntry
+from ..records import LogEntry, parse_entry_id
 
 
 @dataclass(frozen=True, slots=True)
@@ -20,6 +22,23 @@ class Item:
     headers: dict[str, str]       # everything but the signature, built once per notification
     key: tuple[int, int]          # the entry id, comparable
     is_resend: bool = False
+    problem: str = ""             # why it cannot be sent at all ("" when it can): each attempt fails with it
+
+
+def make_item(entry: LogEntry, topic: str, hub_url: str, key: tuple[int, int] | None = None, *,
+              is_resend: bool = False) -> Item:
+    """The item of a log entry (or a dead letter). What cannot be sent (a Link target or a
+    Content-Type no header may carry, stored by an older hub) becomes an item whose attempts
+    fail, so it ends as a dead letter instead of jamming the topic."""
+    key = key or parse_entry_id(entry.notification_id)
+    try:
+        headers = notification_headers(entry, topic, hub_url)
+    except (WireError, ValueError) as exc:
+        return Item(entry, {}, key, is_resend, problem=f"cannot be sent: {exc}")
+    if any(ord(c) < 32 or ord(c) == 127 for value in headers.values() for c in value):
+        return Item(entry, {}, key, is_resend, problem="cannot be sent: a header would carry a control character "
+                                                       f"({headers['Content-Type']!r})")
+    return Item(entry, headers, key, is_resend)
 
 
 def notification_headers(entry: LogEntry, topic: str, hub_url: str) -> dict[str, str]:
@@ -77,6 +96,9 @@ class SubRun:
     gaps: int = 0
     delivered_total: int = 0
     failed_total: int = 0
+    host: str = ""                # the callback host (hosts.host_of), whose cap its sends share
+    lane: asyncio.Semaphore | None = field(default=None, repr=False)   # the lane whose slot it takes
+    has_slot: bool = False        # holds one of the lane's slots right now
 
     @property
     def is_dirty(self) -> bool:

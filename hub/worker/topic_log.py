@@ -8,7 +8,7 @@ import time
 from ..records import LogEntry, parse_entry_id
 from . import batched
 from .context import WorkerContext
-from .runs import Item, notification_headers
+from .runs import Item, make_item
 
 WINDOW = 512              # log entries a fan-out keeps in memory for its topic
 READ_BATCH = 100          # entries read at once for a subscription behind that window
@@ -32,8 +32,7 @@ class TopicLog:
         self._refreshed_at = 0.0
 
     def item(self, entry: LogEntry, key: tuple[int, int] | None = None) -> Item:
-        return Item(entry, notification_headers(entry, self.topic, self.hub_url),
-                    key or parse_entry_id(entry.notification_id))
+        return make_item(entry, self.topic, self.hub_url, key)
 
     @property
     def is_primed(self) -> bool:

@@ -69,6 +69,11 @@ async def verify_intent(ctx: OutboundContext, challenge: str) -> VerificationOut
     if intent is None:
         log.info("verification %s…: no pending intent (already used or expired)", challenge[:8])
         return VerificationOutcome("", "", "", "unknown-challenge")
+    return await verify(ctx, challenge, intent)
+
+
+async def verify(ctx: OutboundContext, challenge: str, intent: Intent) -> VerificationOutcome:
+    """Verify (or deny) `intent`, stored under `challenge`, and apply it if verified."""
     if intent.mode == "denied":
         return await send_denial(ctx, intent)
     params = {"hub.mode": intent.mode, "hub.topic": intent.topic, "hub.challenge": challenge}

@@ -1,0 +1,116 @@
+"""The verification lane: inside each worker's event loop, challenges are taken from the line
+and verified concurrently (verify_concurrency at once, each callback host within its cap), so
+no batch holds a job slot and no host's black-hole callbacks hold up anybody else's request.
+
+Taken challenges sit in the worker's taken list until verified; a worker that dies leaves them
+there for heartbeat.bury_dead_workers, and one that stops puts them back itself.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from redis.exceptions import RedisError
+
+from .. import store
+from .hosts import host_of
+from .verification import verify
+
+if TYPE_CHECKING:
+    from .context import WorkerContext
+
+log = logging.getLogger(__name__)
+
+HELD = 5000          # challenges one worker holds at once (verifying, or waiting for their host)
+HOST_HELD = 200      # of them for one callback host; more go back to the end of the line
+TAKE_BATCH = 500     # challenges taken from the line at once
+POLL = 0.5           # s between looks at the line when no job woke the lane
+
+
+class VerificationLane:
+    """This worker's verification lane: its slots, what it holds, and the bell that wakes it."""
+
+    def __init__(self, wid: str, concurrency: int) -> None:
+        self.wid = wid
+        self.slots = asyncio.Semaphore(concurrency)
+        self.held = 0
+        self.by_host: Counter[str] = Counter()
+        self.bell = asyncio.Event()
+        self.room = asyncio.Event()
+        self.task: asyncio.Task[None] | None = None
+
+    @property
+    def is_running(self) -> bool:
+        return self.task is not None and not self.task.done()
+
+    def wake(self) -> None:
+        self.bell.set()
+
+
+async def run_lane(ctx: WorkerContext) -> None:
+    """Take challenges from the line while there is room, and verify each in a task of its own."""
+    lane = ctx.verifying
+    assert lane is not None
+    while True:
+        if lane.held >= HELD:
+            lane.room.clear()
+            await lane.room.wait()
+            continue
+        lane.bell.clear()
+        try:
+            challenges = await store.take_challenges(ctx.redis, lane.wid, min(TAKE_BATCH, HELD - lane.held))
+        except RedisError as exc:
+            log.warning("verification lane: Redis failed (%s); trying again", exc)
+            await asyncio.sleep(1.0)
+            continue
+        if not challenges:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(lane.bell.wait(), POLL)
+            continue
+        for challenge in challenges:
+            lane.held += 1
+            ctx.deliveries.spawn(verify_taken(ctx, challenge))
+
+
+async def verify_taken(ctx: WorkerContext, challenge: str) -> None:
+    """Verify one taken challenge within its host's cap; its lane slot is taken only once the
+    host lets it in, so requests waiting for a busy host never keep others from their turn."""
+    lane = ctx.verifying
+    assert lane is not None
+    host = ""
+    try:
+        intent = await store.read_intent(ctx.redis, challenge)
+        if intent is None:                       # expired, or verified by a worker thought dead
+            await store.finish_challenge(ctx.redis, lane.wid, challenge)
+            return
+        host = host_of(intent.callback)
+        if lane.by_host[host] >= HOST_HELD:
+            host = ""
+            await store.return_challenge(ctx.redis, lane.wid, challenge)
+            return
+        lane.by_host[host] += 1
+        async with ctx.deliveries.hosts.hold(host), lane.slots:
+            outcome = await verify(ctx, challenge, intent)
+        await store.finish_challenge(ctx.redis, lane.wid, challenge)
+        await store.count_verifications(ctx.redis, {outcome.result: 1})   # /metrics: rsnotify_verifications_total
+    except RedisError as exc:
+        # it stays in this worker's taken list: back in line when this worker stops or dies
+        log.warning("verification %s…: Redis failed (%s); it is tried again later", challenge[:8], exc)
+    finally:
+        if host:
+            lane.by_host[host] -= 1
+            if lane.by_host[host] <= 0:
+                del lane.by_host[host]
+        lane.held -= 1
+        lane.room.set()
+
+
+async def wake(ctx: WorkerContext) -> None:
+    """A verify_pending job's work once the lane runs: clear its flag (the next request queues a
+    job again) and ring the lane's bell."""
+    await store.clear_verify_queued(ctx.redis)
+    if ctx.verifying is not None:
+        ctx.verifying.wake()
