@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Awaitable
 from datetime import datetime
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import click
 
@@ -315,7 +315,7 @@ def set_entries(ctx: click.Context, caplist: str, resourcelist: str | None, chan
         raise click.UsageError("--topic needs at least one --hub", ctx)
     if resourcelist is None and changelist is None and topic_url is None:
         raise click.UsageError("nothing to set: give --resourcelist, --changelist or --topic with --hub", ctx)
-    wanted = {"resourcelist": resourcelist, "changelist": changelist, "topic_url": topic_url, "hub_urls": hubs}
+    wanted: dict[str, Any] = {"resourcelist": resourcelist, "changelist": changelist, "topic_url": topic_url, "hub_urls": hubs}
     path = None if caplist == "-" else Path(caplist)
     try:
         if path is not None and not path.exists():

@@ -14,7 +14,7 @@ import asyncio
 import functools
 import re
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import IO, TypeVar
@@ -308,7 +308,7 @@ def _feed(
     elements: int,
     max_elements: int,
     error: type[DocumentParseError],
-) -> Iterator[tuple[str, etree._Element]]:
+) -> Generator[tuple[str, etree._Element], None, int]:
     try:
         parser.feed(chunk)
     except (_ExternalReferenceRefused, etree.XMLSyntaxError, ValueError) as exc:
@@ -323,7 +323,7 @@ def _events(
     elements: int,
     max_elements: int,
     error: type[DocumentParseError],
-) -> Iterator[tuple[str, etree._Element]]:
+) -> Generator[tuple[str, etree._Element], None, int]:
     """Pass on the events asked for, counting every element and its attributes on the way."""
     for event, element in parser.read_events():
         if event == "start":

@@ -49,7 +49,7 @@ class AuditReport:
 
     @property
     def in_sync(self) -> bool:
-        return self.differences == 0 or (self.repaired and self.repair_failed == 0 and self.untracked == 0)
+        return self.differences == 0 or bool(self.repaired and self.repair_failed == 0 and self.untracked == 0)
 
     def note(self, kind: str, loc: str) -> None:
         items = self.examples.setdefault(kind, [])

@@ -8,7 +8,7 @@ import asyncio
 import tempfile
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import IO
+from typing import IO, BinaryIO, cast
 
 import aiohttp
 
@@ -70,7 +70,7 @@ class RemoteList:
         # lxml parsers belong to the thread that made them: one thread reads this list throughout.
         thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rsnotify-list")
         try:
-            stream = await asyncio.get_running_loop().run_in_executor(thread, open_list, file)
+            stream = await asyncio.get_running_loop().run_in_executor(thread, open_list, cast(BinaryIO, file))
         except DocumentParseError as exc:
             file.close()
             thread.shutdown(wait=False)
