@@ -144,7 +144,9 @@ async def _hub_problem(hubs: tuple[str, ...]) -> str | None:
             try:
                 async with session.get(hub, allow_redirects=False) as response:
                     await response.release()
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            except TimeoutError:
+                return f"cannot reach the hub {hub}: no answer within {_HUB_CHECK_SECONDS:g} s"
+            except (aiohttp.ClientError, OSError) as exc:
                 return f"cannot reach the hub {hub}: {str(exc) or type(exc).__name__}"
     return None
 
