@@ -196,7 +196,7 @@ def retry(admin: Admin, sids: tuple[str, ...]) -> None:
             if found["state"] == "paused":
                 raise click.ClickException(f"subscription {sid} is paused: `rsnotify admin resume {sid}` "
                                            "starts its deliveries again")
-            done.append(await client.resume(sid))   # on an active subscription: clears the backoff
+            done.append(await client.retry(sid))
         return done
 
     data = admin.run(retry_all)

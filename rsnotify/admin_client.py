@@ -94,6 +94,10 @@ class AdminClient:
         """Deliveries start again now; on an active subscription this clears its retry backoff."""
         return await self._call("POST", f"admin/subscriptions/{sid}/resume")
 
+    async def retry(self, sid: str) -> dict[str, Any]:
+        """Its pending retry is due now instead of when its backoff ends."""
+        return await self._call("POST", f"admin/subscriptions/{sid}/retry")
+
     async def resend(self, sid: str, notification_id: str | None = None) -> dict[str, Any]:
         """Queue one dead letter (or, without `notification_id`, all of them) for sending again."""
         path = f"admin/subscriptions/{sid}/dead-letters/" + (f"{notification_id}/resend" if notification_id else "resend")

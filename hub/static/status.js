@@ -300,6 +300,7 @@ async function renderSubscription(sid) {
     <h1>${esc(s.callback)}</h1>
     <div class="actions">
       ${s.state === "paused" ? '<button id="resume">Resume</button>' : '<button id="pause">Pause</button>'}
+      ${s.attempts && s.state !== "paused" ? '<button id="retry">Retry now</button>' : ""}
       <button id="resend-all" ${s.dead_letters ? "" : "disabled"}>Re-send all dead letters (${num(s.dead_letters)})</button>
       <button id="remove">Remove (tells the subscriber)</button>
     </div>
@@ -314,6 +315,7 @@ async function renderSubscription(sid) {
   const on = (id, handler) => { const el = document.getElementById(id); if (el) el.onclick = handler; };
   on("pause", () => act("POST", base + "/pause"));
   on("resume", () => act("POST", base + "/resume"));
+  on("retry", () => act("POST", base + "/retry"));
   on("resend-all", () => act("POST", base + "/dead-letters/resend"));
   on("remove", () => {
     const reason = prompt("Remove this subscription? The subscriber gets hub.mode=denied with this reason:",
