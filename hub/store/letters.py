@@ -23,6 +23,7 @@ from ..records import (
     text,
 )
 
+# KEYS: sub, dead, resend, due ; ARGV: sid, now, nids... Queue dead letters for re-sending and wake
 # the subscription (no earlier than a pending retry). Returns how many were queued.
 _RESEND = Script("""
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end

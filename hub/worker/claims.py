@@ -128,8 +128,6 @@ end
 return 1
 """)
 
-# KEYS: sub, dead, resend, due ; ARGV: sid, now, nids... Queue dead letters for re-sending and wake
-
 # KEYS: topic subs, log, followers ; ARGV: token prefix, ttl_ms, now, limit, sub key prefix, now_ms, share,
 #       alive key prefix, alive key suffix
 # One pass over a topic's subscriptions, in Redis: claim every active one that lags the log and
