@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import logging
 import threading
 import time
 from collections.abc import Callable, Coroutine
@@ -27,6 +28,8 @@ from .batch import RedisBatcher
 from .deliveries import Deliveries
 from .heartbeat import Heartbeat
 from .verifying import VerificationLane
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 USER_AGENT = "rsnotify-hub (+https://github.com/rsnotify)"
@@ -162,8 +165,10 @@ async def close_context(ctx: WorkerContext, *, drain: bool = True) -> None:
         if ctx.verifying is not None:
             try:
                 await store.return_taken_challenges(ctx.redis, ctx.verifying.wid)
-            except (RedisError, OSError):
-                pass              # Redis is gone: once this worker's heartbeat runs out, another puts them back
+            except (RedisError, OSError) as exc:
+                # the one line of a stop without Redis: what this worker held is not lost
+                log.warning("worker %s stops without Redis (%s): its claims and verifications go to the other "
+                            "workers once Redis is back", ctx.verifying.wid, exc)
     finally:
         if ctx.heartbeat is not None:
             await asyncio.to_thread(ctx.heartbeat.stop)

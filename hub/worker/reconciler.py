@@ -132,6 +132,7 @@ async def maintain(ctx: WorkerContext) -> None:
     tick = max(0.02, min(0.25, settings.retry_base / 4, settings.reconcile_interval))
     settled: dict[str, str] = {}
     next_reconcile = next_sweep = next_bury = 0.0
+    failing = False
     while True:
         try:
             await fanout.serve_due(ctx)
@@ -147,8 +148,14 @@ async def maintain(ctx: WorkerContext) -> None:
                 next_sweep = time.monotonic() + settings.sweep_interval
                 await asyncio.to_thread(_sweep_turn, queue, settings, ctx.now())
         except (RedisError, OSError) as exc:
-            log.warning("maintenance: Redis failed (%s); trying again", exc)
+            if not failing:               # once per outage: it keeps trying every second
+                log.warning("maintenance: Redis failed (%s); trying again every second", exc)
+            failing = True
             await asyncio.sleep(1.0)
+            continue
+        if failing:
+            log.info("maintenance: Redis answers again")
+            failing = False
         await asyncio.sleep(tick)
 
 

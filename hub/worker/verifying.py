@@ -54,6 +54,7 @@ async def run_lane(ctx: WorkerContext) -> None:
     """Take challenges from the line while there is room, and verify each in a task of its own."""
     lane = ctx.verifying
     assert lane is not None
+    failing = False
     while True:
         if lane.held >= HELD:
             lane.room.clear()
@@ -63,9 +64,14 @@ async def run_lane(ctx: WorkerContext) -> None:
         try:
             challenges = await store.take_challenges(ctx.redis, lane.wid, min(TAKE_BATCH, HELD - lane.held))
         except RedisError as exc:
-            log.warning("verification lane: Redis failed (%s); trying again", exc)
+            if not failing:               # once per outage: the lane keeps trying every second
+                log.warning("verification lane: Redis failed (%s); trying again every second", exc)
+            failing = True
             await asyncio.sleep(1.0)
             continue
+        if failing:
+            log.info("verification lane: Redis answers again")
+            failing = False
         if not challenges:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(lane.bell.wait(), POLL)
