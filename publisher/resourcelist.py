@@ -18,7 +18,7 @@ from pathlib import Path
 from rsnotify.lists import RESOURCE_LIST, ListInfo, ListRef, ListWriter, Resource
 from rsnotify.notification import Link
 
-from .memory import ChangeMemory, iter_resources, resources_at
+from .memory import ChangeMemory, iter_resources, resource_count, resources_at
 
 RESOURCE_LIST_NAME = "resourcelist.xml"
 MAX_ENTRIES = 50_000
@@ -45,17 +45,20 @@ def write_resource_list(
     up: str,
     part_url: Callable[[str], str],
     part_prefix: str = "resourcelist-",
+    index_url: str | None = None,
     max_entries: int = MAX_ENTRIES,
     max_bytes: int = MAX_BYTES,
 ) -> ResourceListFiles:
     """Write `resources` into `folder`: `resourcelist.xml`, plus parts once past the limits.
 
     `part_url(name)` gives a part's URL for the index. Parts are written as the resources
-    come; if only one part was needed it becomes `resourcelist.xml` itself.
+    come; if only one part was needed it becomes `resourcelist.xml` itself. `index_url`: the
+    index's URL, linked from each part as rel="index"; give it only when there will be parts.
     """
     target = Path(folder)
     target.mkdir(parents=True, exist_ok=True)
-    info = ListInfo(RESOURCE_LIST, at=at, links=(Link("up", up),))
+    links = (Link("up", up),) + ((Link("index", index_url),) if index_url else ())
+    info = ListInfo(RESOURCE_LIST, at=at, links=links)
     parts: list[Path] = []
     count = 0
     iterator = iter(resources)
@@ -88,12 +91,14 @@ def snapshot_resource_list(
     *,
     up: str,
     part_url: Callable[[str], str],
+    index_url: str | None = None,
     now: Callable[[], datetime] = lambda: datetime.now(UTC),
     max_entries: int = MAX_ENTRIES,
     max_bytes: int = MAX_BYTES,
 ) -> ResourceListFiles:
     """The topic's current resources from `memory`, written into a new subfolder of `folder`
-    named after `at` (so parts of different snapshots never mix)."""
+    named after `at` (so parts of different snapshots never mix). `index_url`: where the
+    index will be served, for the parts' rel="index" links."""
     memory.update_resources(topic)
     with memory.snapshot() as db:
         # `at` is the chain's end when the resources were last brought up to date: the list
@@ -104,7 +109,9 @@ def snapshot_resource_list(
         base.mkdir(parents=True, exist_ok=True)
         target = Path(tempfile.mkdtemp(prefix=at.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ-"), dir=base))
         prefix = f"resourcelist-{target.name}-"
+        # Counted first, so parts link to the index only when there is one.
+        split = resource_count(db, topic) > max_entries
         return write_resource_list(
-            iter_resources(db, topic), target, at=at, up=up, part_url=part_url,
-            part_prefix=prefix, max_entries=max_entries, max_bytes=max_bytes,
+            iter_resources(db, topic), target, at=at, up=up, part_url=part_url, part_prefix=prefix,
+            index_url=index_url if split else None, max_entries=max_entries, max_bytes=max_bytes,
         )

@@ -264,7 +264,7 @@ class Source:
             if not self._snapshots or (until is not None and self._snapshots[-1].at != until):
                 snapshot = await asyncio.to_thread(
                     snapshot_resource_list, self.memory, self.publisher.topic_url, self.cache_dir / "resourcelists",
-                    up=self.urls.capability_list, part_url=self.urls.child,
+                    up=self.urls.capability_list, part_url=self.urls.child, index_url=self.urls.resource_list,
                 )
                 self._snapshots.append(snapshot)
                 # The previous snapshot stays for clients reading its parts; older ones go.

@@ -219,3 +219,22 @@ def test_an_old_json_state_file_becomes_a_change_memory_keeping_the_chain(tmp_pa
     [document] = publisher.prepare([("https://example.org/a", "updated", T0 + timedelta(minutes=1))])
     assert document.from_time == T0
     assert (tmp_path / "publisher-state.json.json-old").exists()
+
+
+def test_resource_list_snapshot_has_at_on_the_chain_and_an_index_past_the_limit(tmp_path):
+    from rsnotify.publisher.resourcelist import snapshot_resource_list
+
+    memory = ChangeMemory(tmp_path / "memory.db")
+    publisher = Publisher("http://127.0.0.1:9/", TOPIC, memory=memory)
+    created = [(f"https://example.org/r{i:02d}", "created", T0 + timedelta(seconds=i)) for i in range(25)]
+    memory.record_documents(TOPIC, publisher.prepare(created))
+    memory.record_documents(TOPIC, publisher.prepare([("https://example.org/r03", "deleted", T0 + timedelta(minutes=1))]))
+    files = snapshot_resource_list(memory, TOPIC, tmp_path / "lists", up=UP, part_url=lambda name: BASE + name,
+                                   index_url=BASE + "resourcelist.xml", max_entries=10)
+    assert files.at == memory.last_until(TOPIC) == T0 + timedelta(minutes=1)  # no seam with the Change List
+    index = open_list(files.main.open("rb"))
+    assert index.info.is_index and index.info.at == files.at and len(list(index)) == 3
+    locs = [r.loc for part in files.parts for r in open_list(part.open("rb"))]
+    assert locs == [f"https://example.org/r{i:02d}" for i in range(25) if i != 3]
+    assert all(open_list(part.open("rb")).info.link("index") == BASE + "resourcelist.xml" for part in files.parts)
+    memory.close()

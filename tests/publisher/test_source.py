@@ -224,7 +224,8 @@ def test_a_resource_list_past_the_limits_becomes_an_index_of_parts(tmp_path):
 
     at = datetime(2026, 11, 21, tzinfo=UTC)
     files = write_resource_list(iter(resources), tmp_path, at=at, up="https://example.org/capabilitylist.xml",
-                                part_url=lambda name: "https://example.org/" + name, max_entries=10)
+                                part_url=lambda name: "https://example.org/" + name, max_entries=10,
+                                index_url="https://example.org/resourcelist.xml")
     index = open_list(files.main.open("rb"))
     assert index.info == ListInfo("resourcelist", True, at, links=index.info.links)
     refs = list(index)
@@ -236,6 +237,7 @@ def test_a_resource_list_past_the_limits_becomes_an_index_of_parts(tmp_path):
     for part in files.parts:
         verdict = parse_document(part.read_bytes())
         assert verdict.is_valid and verdict.entries <= 10
+        assert open_list(part.open("rb")).info.link("index") == "https://example.org/resourcelist.xml"
     small = write_resource_list(iter(resources[:3]), tmp_path / "small", at=at, up="https://example.org/c.xml",
                                 part_url=str)
     assert small.parts == () and not open_list(small.main.open("rb")).info.is_index
