@@ -96,6 +96,21 @@ async def _measure(args: list[str], cwd: Path) -> tuple[float, float, int]:
     return float(wall), int(rss_kb) / 1024, code
 
 
+# A plain aiohttp loop (32 in flight, bodies read, nothing written or checked): the ceiling the
+# loopback Source and this machine allow, measured in the same run.
+_PLAIN_FETCH = """
+import asyncio, sys, aiohttp
+async def main(base, count):
+    room = asyncio.Semaphore(32)
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=32)) as session:
+        async def one(i):
+            async with room, session.get(f"{base}/r/{i}") as response:
+                await response.read()
+        await asyncio.gather(*(one(i) for i in range(count)))
+asyncio.run(main(sys.argv[1], int(sys.argv[2])))
+"""
+
+
 def _tree_md5(root: Path) -> dict[str, str]:
     return {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
 
@@ -113,6 +128,7 @@ async def baseline_run(bench: Bench, count: int, run: int, folder: Path) -> dict
         ours = folder / "rsnotify"
         wall, rss, code = await _measure([RSNOTIFY, "sync", "--once", "--capability-list", f"{base}/caps.xml",
                                           "--dir", str(ours), "--concurrency", "32"], folder)
+        plain_wall, _, _ = await _measure([sys.executable, "-c", _PLAIN_FETCH, base, str(count)], folder)
         theirs = folder / "resync"
         resync_wall, resync_rss, resync_code = await _measure(
             [RESYNC, "--baseline", "--sitemap", f"{base}/resourcelist.xml", f"{base}/r/={theirs}"], folder)
@@ -136,7 +152,8 @@ async def baseline_run(bench: Bench, count: int, run: int, folder: Path) -> dict
     return {
         "scenario": "sync", "run": run, "resources": count,
         "baseline_s": wall, "baseline_rate": round(count / wall) if wall else None, "baseline_rss_mb": round(rss, 1),
-        "baseline_exit": code, "resync_s": resync_wall, "resync_rss_mb": round(resync_rss, 1),
+        "baseline_exit": code, "plain_fetch_s": plain_wall,
+        "ceiling_ratio": round(plain_wall / wall, 2) if wall else None, "resync_s": resync_wall, "resync_rss_mb": round(resync_rss, 1),
         "resync_exit": resync_code, "same_bytes_as_resync": equal,
         "catchup_500_s": catchup_wall, "catchup_gets": catchup_gets, "catchup_exit": catchup_code,
         "catchup_rss_mb": round(catchup_rss, 1), "audit_exit": audit_code,
@@ -146,7 +163,9 @@ async def baseline_run(bench: Bench, count: int, run: int, folder: Path) -> dict
 async def live_run(bench: Bench, run: int, folder: Path, rate: float, seconds: float) -> dict:
     hub = bench.start_hub()
     await hub.wait_ready(bench.session)
-    source, base = await _source(200, hub.url)
+    count = int(rate * seconds)
+    # every update goes to a file not touched before, so each waiter sees its own bytes
+    source, base = await _source(count * 10 + 100, hub.url)
     dest = folder / "live"
     port = free_port()
     sync = await _spawn(RSNOTIFY, "sync", "--capability-list", f"{base}/caps.xml", "--dir", str(dest), "--json",
@@ -155,14 +174,11 @@ async def live_run(bench: Bench, run: int, folder: Path, rate: float, seconds: f
     try:
         await sync.wait_line(lambda line: '"event": "live"' in line, 120)
         files = dest / f"127.0.0.1_{base.rsplit(':', 1)[1]}" / "r"
-        async with bench.session.get(f"{base}/caps.xml") as response:
-            await response.read()
         status = json.loads((await (await asyncio.create_subprocess_exec(
             RSNOTIFY, "sync", "status", "--dir", str(dest), "--json", stdout=asyncio.subprocess.PIPE)).communicate())[0])
         last_until = parse_w3c_datetime(status["high_water"])
         waits = []
         async with Publisher(hub.url, f"{base}/changes") as publisher:
-            count = int(rate * seconds)
             started = time.monotonic()
             for n in range(count):
                 await asyncio.sleep(max(0.0, started + n / rate - time.monotonic()))
@@ -177,14 +193,14 @@ async def live_run(bench: Bench, run: int, folder: Path, rate: float, seconds: f
                 t0 = time.monotonic()
                 await publisher.submit(document)
                 expected = {c["loc"].rsplit("/", 1)[1]: c["md5"] for c in made}
-                waits.append(asyncio.ensure_future(_wait_files(files, expected, t0, latencies, bench.timeout)))
+                waits.append(asyncio.ensure_future(_wait_files(files, expected, t0, latencies, 60.0)))
             await asyncio.gather(*waits)
     finally:
         await sync.stop()
         await source.stop()
         hub.stop()
     latencies.sort()
-    return {"scenario": "sync-live", "run": run, "notifications": len(latencies), "rate": rate,
+    return {"scenario": "sync-live", "run": run, "notifications": count, "complete": len(latencies), "rate": rate,
             "p50_ms": round(statistics.median(latencies) * 1000, 1) if latencies else None,
             "p99_ms": round(latencies[min(len(latencies) - 1, int(len(latencies) * 0.99))] * 1000, 1)
             if latencies else None}
@@ -243,12 +259,12 @@ async def scenario_sync(bench: Bench) -> list[dict]:
     for run in range(1, bench.sizes.runs + 1):
         with tempfile.TemporaryDirectory(prefix="rsnotify-bench-sync-") as tmp:
             folder = Path(tmp)
-            steps = (lambda: baseline_run(bench, count, run, folder),
-                     lambda: live_run(bench, run, folder, 20.0, 1.0 if smoke else 10.0),
-                     lambda: inbox_run(bench, run, folder, 200 if smoke else 5000))
+            steps = (baseline_run(bench, count, run, folder),
+                     live_run(bench, run, folder, 20.0, 1.0 if smoke else 10.0),
+                     inbox_run(bench, run, folder, 200 if smoke else 5000))
             for name, step in zip(("sync", "sync-live", "sync-inbox"), steps, strict=True):
                 try:
-                    result = await step()
+                    result = await step   # coroutines run one after another, here
                 except RuntimeError as exc:   # e.g. the hub would not start: say so, go on
                     result = {"scenario": name, "run": run, "skipped": str(exc)[-300:]}
                 bench.emit(result)
@@ -269,7 +285,8 @@ def summary(results: list[dict]) -> list[str]:
     return [
         (f"sync baseline {count:,} x 2 KB: {med('sync', 'baseline_s')} s (goal <= 40 s at 100,000), peak RSS "
         f"{med('sync', 'baseline_rss_mb')} MB (goal <= 100); resync-sync --baseline same run: "
-        f"{med('sync', 'resync_s')} s, {med('sync', 'resync_rss_mb')} MB"),
+        f"{med('sync', 'resync_s')} s, {med('sync', 'resync_rss_mb')} MB; a plain aiohttp fetch loop (no writes) "
+        f"{med('sync', 'plain_fetch_s')} s"),
         (f"sync catch-up of 500 changes after restart: {med('sync', 'catchup_500_s')} s (goal <= 3 s), "
         f"{med('sync', 'catchup_gets')} resource GETs"),
         (f"sync live publish->file p50 {med('sync-live', 'p50_ms')} ms (goal <= 40), p99 {med('sync-live', 'p99_ms')} ms "

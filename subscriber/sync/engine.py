@@ -270,8 +270,9 @@ class SyncEngine:
             self.events.emit(ev.DEGRADED, reason=str(exc))
             return EXIT_UNREACHABLE if isinstance(exc, SourceUnreachableError) else EXIT_DIFFERENCES
         code = self.exit_code()
-        if code == EXIT_IN_SYNC:
-            self._set_state(LIVE if self.push else CATCHING_UP)
+        if code == EXIT_IN_SYNC and self.state.get("engine_state") != DEGRADED:
+            # --once is the pull-only (cron) mode: between runs the copy is kept by polling
+            self._set_state(POLLING)
         return code
 
     async def start_push(self) -> None:

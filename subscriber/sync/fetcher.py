@@ -13,12 +13,13 @@ import asyncio
 import hashlib
 import logging
 import random
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Self
+from typing import Any, Self
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -82,7 +83,7 @@ class Fetcher:
         self.session = make_session(None if allowed_networks is None else tuple(allowed_networks), limit=concurrency, limit_per_host=per_host or concurrency,
                                     timeout=timeout, user_agent=USER_AGENT)
         self._active = 0
-        self._wake = asyncio.Condition()
+        self._waiters: deque[asyncio.Future[None]] = deque()
         self._successes = 0
         self.requests = 0          # GETs sent (each try and redirect counts)
         self.throttled = 0         # 429/503 answers
@@ -99,14 +100,31 @@ class Fetcher:
     # --- the cap ---------------------------------------------------------------------------
 
     async def _acquire(self) -> None:
-        async with self._wake:
-            await self._wake.wait_for(lambda: self._active < self.limit)
+        if self._active < self.limit and not self._waiters:
             self._active += 1
+            return
+        # Waiters are woken one at a time, in order, as slots free up (no thundering herd).
+        granted = asyncio.get_running_loop().create_future()
+        self._waiters.append(granted)
+        try:
+            await granted
+        except asyncio.CancelledError:
+            if granted.done() and not granted.cancelled():
+                self._release()     # granted just as we were cancelled: hand the slot on
+            else:
+                self._waiters.remove(granted)
+            raise
 
-    async def _release(self) -> None:
-        async with self._wake:
-            self._active -= 1
-            self._wake.notify_all()
+    def _release(self) -> None:
+        self._active -= 1
+        self._grant()
+
+    def _grant(self) -> None:
+        while self._waiters and self._active < self.limit:
+            granted = self._waiters.popleft()
+            if not granted.done():
+                self._active += 1
+                granted.set_result(None)
 
     def _throttle(self) -> None:
         self.throttled += 1
@@ -118,6 +136,7 @@ class Fetcher:
         if self._successes >= 100 and self.limit < self.max_concurrency:
             self.limit += 1
             self._successes = 0
+            self._grant()
 
     def host_allowed(self, loc: str) -> bool:
         if self.allowed_hosts is None:
@@ -152,7 +171,7 @@ class Fetcher:
                 self._succeeded()
                 return result
             finally:
-                await self._release()
+                self._release()
             await asyncio.sleep(min(delay, 300.0))
 
     async def _fetch_once(self, loc: str, path: Path, length: int | None,
@@ -190,7 +209,9 @@ class Fetcher:
         md5, sha256 = hashlib.md5(), hashlib.sha256()
         others = {alg.lower(): hashlib.new(HASHLIB_NAMES[alg.lower()]) for alg, _ in hashes
                   if alg.lower() in HASHLIB_NAMES and HASHLIB_NAMES[alg.lower()] not in ("md5", "sha256")}
-        out, tmp = self.sink.open_partial(path)
+        if response.content_length is not None and response.content_length <= SMALL_BODY:
+            return await self._receive_small(loc, response, path, length, hashes, md5, sha256, others)
+        out, tmp = await asyncio.to_thread(self.sink.open_partial, path)
         size = 0
         try:
             with out:
@@ -215,6 +236,26 @@ class Fetcher:
             self.sink.discard(tmp)
             raise
         return FetchResult(loc, STORED, computed["md5"], computed["sha256"], size)
+
+    async def _receive_small(self, loc: str, response: aiohttp.ClientResponse, path: Path, length: int | None,
+                             hashes: tuple[tuple[str, str], ...], md5: Any, sha256: Any,
+                             others: dict[str, Any]) -> FetchResult:
+        body = await response.content.read()   # bounded: Content-Length <= SMALL_BODY
+        if len(body) > SMALL_BODY:
+            raise FetchError(f"{loc} sent more than its Content-Length", retry=True)
+        for hasher in (md5, sha256, *others.values()):
+            hasher.update(body)
+        computed = {"md5": md5.hexdigest(), "sha-256": sha256.hexdigest(), "sha256": sha256.hexdigest()}
+        computed.update({alg: hasher.hexdigest() for alg, hasher in others.items()})
+        problem = _fixity_problem(len(body), computed, length, hashes, self.announced_by)
+        if problem is not None:
+            detail, expected = problem
+            return FetchResult(loc, MISMATCH, computed["md5"], computed["sha256"], len(body), detail, expected)
+        await asyncio.to_thread(self.sink.write_small, path, body)
+        return FetchResult(loc, STORED, computed["md5"], computed["sha256"], len(body))
+
+
+SMALL_BODY = 256 * 1024   # bodies up to this size are read whole, then written by a worker thread
 
 
 def _fixity_problem(size: int, computed: dict[str, str], length: int | None,

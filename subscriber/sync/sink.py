@@ -29,6 +29,8 @@ class FolderSink:
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
+        self._root_text = str(self.root)
+        self._root_prefix = os.path.join(self._root_text, "")
 
     def path_for(self, loc: str) -> Path:
         """The local file for `loc`; ValueError for a URL that is not http(s) with a host."""
@@ -41,16 +43,30 @@ class FolderSink:
             segments.append(INDEX_NAME)
         if parts.query:
             segments[-1] += "%3F" + quote(parts.query, safe="")
-        path = self.root.joinpath(_safe_segment(host), *segments)
-        if not path.resolve().is_relative_to(self.root):
+        # Every segment is sanitised ("/" and ".." cannot survive _safe_segment), so a lexical
+        # check suffices; it spares the lstat per path component that resolve() costs.
+        joined = os.path.normpath(os.path.join(self._root_text, _safe_segment(host), *segments))
+        if not joined.startswith(self._root_prefix):
             raise ValueError(f"cannot store {loc!r}: its path leaves {self.root}")
-        return path
+        return Path(joined)
 
     def relative(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
 
     def absolute(self, relative: str) -> Path:
         return self.root / relative
+
+    def write_small(self, path: Path, body: bytes) -> None:
+        """Write a whole (small) body beside `path`, then rename it into place: one call, for a
+        worker thread, so slow file creation never holds up the event loop."""
+        out, tmp = self.open_partial(path)
+        try:
+            with out:
+                out.write(body)
+            self.install(tmp, path)
+        except BaseException:
+            self.discard(tmp)
+            raise
 
     def open_partial(self, path: Path) -> tuple[BinaryIO, Path]:
         """A new temp file beside `path`. PathConflictError when the folder cannot exist."""
