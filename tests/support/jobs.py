@@ -67,7 +67,7 @@ class JobRunner:
         return results
 
     async def run(self, job: Job) -> Any:
-        core = self.cores.get(job.func_name)
+        core = self.cores.get(job.func_name or "")
         if core is None:
             known = ", ".join(sorted([*self.cores, *self.left]))
             raise AssertionError(f"queued job {job.func_name}{tuple(job.args)} has no core in the test's job "
