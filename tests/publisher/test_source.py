@@ -14,6 +14,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from email.message import Message
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 from resync.change_list import ChangeList as ResyncChangeList
 from resync.resource_list import ResourceList as ResyncResourceList
 
+from rsnotify.datetimes import format_datetime
 from rsnotify.documents import parse_document
 from rsnotify.lists import ListInfo, Resource, open_list
 from rsnotify.publisher.resourcelist import write_resource_list
@@ -180,6 +182,17 @@ def test_source_serves_a_folder_that_resync_copies_byte_for_byte(hub_process, ru
     assert entries[3].length == len(b"alpha, changed\n")
     listed = {r.loc: r for r in open_list(io.BytesIO(get(base + "resourcelist.xml")[2]))}
     assert sorted(listed) == [base + "a.txt", base + "sub%20dir/b%20c.json"] and listed[base + "a.txt"].length == 15
+
+    # resync's incremental sync from the Change List brings its copy up to date, deletes included.
+    # It is told to start after the Resource List's `at` (the list reflects every change up to
+    # it): left to itself it starts at the newest lastmod it downloaded, replays the start
+    # scan's creates, and then drops bin.dat's delete as half of a create/delete pair.
+    after_at = format_datetime(info.at + timedelta(microseconds=1))
+    synced = subprocess.run([str(BIN / "resync-sync"), "--incremental", "--delete", "--from", after_at,
+                             "--changelist-uri", base + "changelist.xml", base, str(copy)],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
+    assert synced.returncode == 0, synced.stdout + synced.stderr
+    assert (copy / "a.txt").read_bytes() == b"alpha, changed\n" and not (copy / "bin.dat").exists(), synced.stdout + synced.stderr
 
     # Offline edits are exactly what the next start publishes.
     assert source.stop() == 0
