@@ -11,11 +11,14 @@ Lists, else a re-baseline from its Resource List. A gap nothing can fill is repo
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import logging
+import os
 import time
 from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
+from typing import IO
 from urllib.parse import urlsplit
 
 import aiohttp
@@ -86,6 +89,7 @@ class SyncEngine:
         self.bridge_id = 0
         self.wake = asyncio.Event()
         self.source_reachable = True
+        self._lock_file: IO[str] | None = None
 
     # --- opening: discovery, guard, session ---------------------------------------------------
 
@@ -94,6 +98,8 @@ class SyncEngine:
 
         Raises SourceUnreachableError when the Source cannot be read and nothing is known yet.
         """
+        self._lock_dir()
+        self.state.prune_inbox()
         start = self.capability_list or self.source or self.state.get("capability_list")
         if not start:
             raise SourceDocumentError("no Source: give --source or --capability-list")
@@ -119,6 +125,23 @@ class SyncEngine:
                                session, self.events, options=self.options,
                                resourcelist_url=self.state.get("resourcelist_url"),
                                changelist_url=self.state.get("changelist_url"))
+
+    def _lock_dir(self) -> None:
+        """One engine per folder: a second `sync` or `audit` on it is refused, not interleaved."""
+        path = self.state.path.with_name("lock")
+        self._lock_file = path.open("a+")
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            self._lock_file.seek(0)
+            holder = self._lock_file.read().strip() or "another process"
+            self._lock_file.close()
+            self._lock_file = None
+            raise SourceDocumentError(f"{self.root} is in use by {holder}; one sync or audit per folder at a time")
+        self._lock_file.seek(0)
+        self._lock_file.truncate()
+        self._lock_file.write(f"rsnotify (pid {os.getpid()})")
+        self._lock_file.flush()
 
     async def _discover(self, session: aiohttp.ClientSession) -> None:
         try:
@@ -161,6 +184,9 @@ class SyncEngine:
             await self.ctx.fetcher.close()
             await self.ctx.session.close()
         self.state.close()
+        if self._lock_file is not None:
+            self._lock_file.close()   # releases the flock
+            self._lock_file = None
 
     def _set_state(self, name: str) -> None:
         self.state.set(engine_state=name)
@@ -318,7 +344,7 @@ class SyncEngine:
         if stop.is_set():
             return EXIT_IN_SYNC
         self._go_live()
-        last_pull = last_subscribe = time.monotonic()
+        last_pull = last_subscribe = last_prune = time.monotonic()
         while not stop.is_set():
             self.wake.clear()
             try:
@@ -340,6 +366,9 @@ class SyncEngine:
                 status = WAIT
             timeout = self.options.settle if status == WAIT else self.poll_interval
             await _wait_any(stop, self.wake, timeout)
+            if time.monotonic() - last_prune > 3600:
+                self.state.prune_inbox()   # applied deliveries are kept a day, then dropped
+                last_prune = time.monotonic()
         return EXIT_IN_SYNC
 
     def _push_lost(self) -> bool:

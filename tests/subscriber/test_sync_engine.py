@@ -25,6 +25,7 @@ from rsnotify.subscriber.sync import SyncEngine, SyncOptions, SyncState
 from rsnotify.subscriber.sync.fetcher import Fetcher
 from rsnotify.subscriber.sync.netguard import parse_networks
 from rsnotify.subscriber.sync.push import Push
+from rsnotify.subscriber.sync.remote import SourceDocumentError
 from rsnotify.subscriber.sync.sink import FolderSink
 from rsnotify.xml import capability_list_to_xml
 
@@ -290,3 +291,17 @@ async def test_inbox_write_failure_answers_503_so_the_hub_retries(tmp_path):
     assert (await push.subscriber.core.handle(retry)).status == 503
     await push.close(unsubscribe=False)
     state.close()
+
+
+async def test_one_engine_per_folder(source, tmp_path):
+    source.resources = {"/x.txt": b"x"}
+    first = await engine_for(source, tmp_path)
+    second = SyncEngine(tmp_path, capability_list=source.url("/caps.xml"))
+    try:
+        with pytest.raises(SourceDocumentError, match="is in use by rsnotify"):
+            await second.open()
+    finally:
+        await second.close()
+        await first.close()
+    third = await engine_for(source, tmp_path)   # free again once the first closed
+    await third.close()
