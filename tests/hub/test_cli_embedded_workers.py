@@ -94,9 +94,9 @@ def test_worker_command_serves_the_queue_in_burst_mode(redis_url, redis, tmp_pat
     import asyncio
 
     import redis.asyncio as redis_async
-    from rq import Queue
 
     from rsnotify.hub import keys, records, store
+    from rsnotify.hub.enqueue import make_queue
     from rsnotify.hub.crypto import encrypt_secret, load_fernet
     from rsnotify.hub.settings import HubSettings
     from rsnotify.hub.worker import jobs
@@ -111,7 +111,7 @@ def test_worker_command_serves_the_queue_in_burst_mode(redis_url, redis, tmp_pat
         await client.aclose()
 
     asyncio.run(keep_intent())
-    Queue(settings.queue_name, connection=redis).enqueue(jobs.verify_intent, "a-challenge-for-the-worker")
+    make_queue(settings.queue_name, redis).enqueue(jobs.verify_intent, "a-challenge-for-the-worker")
     done = cli.run("worker", "--burst", "--redis-url", redis_url, "--data-dir", settings.data_dir, "--log-level", "WARNING")
     assert done.returncode == 0, done.stdout + done.stderr
     assert subscriber.verifications()[0].query["hub.challenge"] == "a-challenge-for-the-worker"
