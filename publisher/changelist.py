@@ -17,12 +17,14 @@ from rsnotify.notification import Link
 
 from .memory import ChangeListRecord, changelists, iter_changes, last_until
 
-_NAME_FORMAT = "changelist-%Y%m%dT%H%M%S.%fZ.xml"
+_TIME_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 
 
 def changelist_name(record: ChangeListRecord) -> str:
-    """The list's file name: its `from` in UTC, fixed width, so name order is time order."""
-    return record.from_time.astimezone(UTC).strftime(_NAME_FORMAT)
+    """The list's file name: its `from` in UTC and its number, fixed width, so name order is
+    time order (the number tells apart lists that start at the same instant: a list closed
+    after one notification of a single instant)."""
+    return f"changelist-{record.from_time.astimezone(UTC).strftime(_TIME_FORMAT)}-{record.id:09d}.xml"
 
 
 def write_changelist(

@@ -113,6 +113,8 @@ class Source:
         self._scan_lock = threading.Lock()
         self._render_lock = asyncio.Lock()
         self._snapshots: list[ResourceListFiles] = []
+        # Snapshots of an earlier run are stale; closed Change Lists in the cache stay valid.
+        shutil.rmtree(cache_dir / "resourcelists", ignore_errors=True)
         self._capability_list = capability_list_to_xml(self._build_capability_list())
         self._source_description = source_description_to_xml(
             SourceDescription((CapabilityEntry(urls.capability_list, "capabilitylist"),))
@@ -236,27 +238,31 @@ class Source:
 
     async def _changelist(self, name: str) -> web.StreamResponse:
         cached = self.cache_dir / "changelists" / name
-        if cached.is_file():  # closed lists are immutable: rendered once
-            return web.FileResponse(cached, headers={"Content-Type": XML, "Cache-Control": IMMUTABLE})
-        rendered = await asyncio.to_thread(self._render_changelist, name)
+        rendered = await asyncio.to_thread(self._render_changelist, name, cached)
         if rendered is None:
+            cached.unlink(missing_ok=True)
             raise web.HTTPNotFound(text=f"no Change List {name} (unknown, or older than what this Source keeps)")
-        body, closed = rendered
-        if closed:
-            cached.parent.mkdir(parents=True, exist_ok=True)
-            temp = cached.with_suffix(".partial")
-            temp.write_bytes(body)
-            temp.replace(cached)
-        return _xml(body, cache=IMMUTABLE if closed else "no-cache")
+        if isinstance(rendered, Path):  # closed lists are immutable: rendered once, then served from disk
+            return web.FileResponse(rendered, headers={"Content-Type": XML, "Cache-Control": IMMUTABLE})
+        return _xml(rendered, cache="no-cache")
 
-    def _render_changelist(self, name: str) -> tuple[bytes, bool] | None:
+    def _render_changelist(self, name: str, cached: Path) -> bytes | Path | None:
+        """The open list's bytes, a closed list's cached file, or None for no such list."""
         with self.memory.snapshot() as db:
             record = find_changelist(db, self.publisher.topic_url, name)
             if record is None:
                 return None
+            if not record.is_open and cached.is_file():
+                return cached
             out = io.BytesIO()
             write_changelist(db, record, out, up=self.urls.capability_list, index=self.urls.change_list)
-            return out.getvalue(), not record.is_open
+        if record.is_open:
+            return out.getvalue()
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        partial = cached.with_suffix(".partial")
+        partial.write_bytes(out.getvalue())
+        partial.replace(cached)
+        return cached
 
     async def _resource_list(self, name: str) -> web.StreamResponse:
         async with self._render_lock:

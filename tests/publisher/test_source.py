@@ -264,12 +264,18 @@ def test_source_keeps_going_while_the_hub_is_down(hub_process, run_source, tmp_p
     (src / "a.txt").write_text("one\n")
     base = f"http://127.0.0.1:{free_port()}/data/"
     run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
-               ready_url=base + "capabilitylist.xml")
+               "--rotate", "0.5", ready_url=base + "capabilitylist.xml")
     first = wait_for(lambda: get(base + "changes")[2], "the first notification accepted")
     hub.stop()
+    time.sleep(0.5)  # past --rotate: the next notification closes the first Change List
     (src / "a.txt").write_text("two\n")
-    entries = wait_for(lambda: (e := _changelist_entries(base)) and len(e) == 2 and e, "the edit in the Change List")
-    assert entries[1].change.value == "updated"  # recorded although no hub answers
+    refs = wait_for(lambda: (i := open_list(io.BytesIO(get(base + "changelist.xml")[2]))).info.is_index and list(i),
+                    "the Change List Index after the rotation")
+    assert len(refs) == 2 and refs[0].until == refs[1].from_ and refs[1].until is None
+    status, headers, closed = get(refs[0].loc)
+    assert status == 200 and "immutable" in headers["Cache-Control"] and get(refs[0].loc)[2] == closed
+    [entry] = list(open_list(io.BytesIO(get(refs[1].loc)[2])))
+    assert (entry.loc, entry.change.value) == (base + "a.txt", "updated")  # recorded although no hub answers
     assert get(base + "changes")[2] == first
     hub_process(port=hub_port)  # back: the outbox delivers what waited
     later = wait_for(lambda: (body := get(base + "changes")[2]) != first and body, "the edit delivered after the hub returned",
