@@ -217,6 +217,8 @@ class SqliteStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
+        self._cache: dict[str, Subscription | None] = {}
+        self._version: int | None = None
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fresh = not self.path.exists()
@@ -244,15 +246,31 @@ class SqliteStore:
             raise StoreError(f"subscription state {self.path} holds an unreadable record ({exc})") from exc
 
     async def get(self, subscription_id: str) -> Subscription | None:
-        rows = self._run("SELECT data FROM subscriptions WHERE id = ?", (subscription_id,))
-        return self._decode(rows[0][0]) if rows else None
+        # Every delivery reads its subscription: while no other connection has written the file
+        # (PRAGMA data_version is unchanged), the record decoded last time is still current.
+        with self._lock:
+            version = self._run("PRAGMA data_version")[0][0]
+            if version != self._version:
+                self._cache.clear()
+                self._version = version
+            if subscription_id in self._cache:
+                return self._cache[subscription_id]
+            rows = self._run("SELECT data FROM subscriptions WHERE id = ?", (subscription_id,))
+            found = self._decode(rows[0][0]) if rows else None
+            self._cache[subscription_id] = found
+            return found
 
     async def put(self, subscription: Subscription) -> None:
-        self._run("INSERT INTO subscriptions(id, data) VALUES (?, ?) ON CONFLICT(id) DO UPDATE SET data = excluded.data",
-                  (subscription.id, json.dumps(subscription.to_json())))
+        with self._lock:
+            self._run("INSERT INTO subscriptions(id, data) VALUES (?, ?) "
+                      "ON CONFLICT(id) DO UPDATE SET data = excluded.data",
+                      (subscription.id, json.dumps(subscription.to_json())))
+            self._cache[subscription.id] = subscription
 
     async def delete(self, subscription_id: str) -> None:
-        self._run("DELETE FROM subscriptions WHERE id = ?", (subscription_id,))
+        with self._lock:
+            self._run("DELETE FROM subscriptions WHERE id = ?", (subscription_id,))
+            self._cache.pop(subscription_id, None)
 
     async def all(self) -> list[Subscription]:
         return [self._decode(row[0]) for row in self._run("SELECT data FROM subscriptions ORDER BY rowid")]
