@@ -69,7 +69,7 @@ async def test_valid_submission_is_stored_byte_for_byte_and_answered_200(hub_cli
     assert fields[b"rs"] == CAPABILITIES.encode()
     assert fields[b"seq"] == b"1" and fields[b"at"] == str(int(clock() * 1000)).encode()
     assert [job.func_name for job in intake_ctx.queue.get_jobs()] and \
-        any(job.args == (keys.topic_id(TOPIC),) for job in intake_ctx.queue.get_jobs())
+        any(tuple(job.args) == (keys.topic_id(TOPIC),) for job in intake_ctx.queue.get_jobs())  # JSON: a list
 
 
 async def test_sequence_numbers_grow_per_topic(hub_client, intake_ctx):
