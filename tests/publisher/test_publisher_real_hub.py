@@ -6,11 +6,12 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
+import redis as redis_lib
 
 from rsnotify.publisher import Publisher
+from rsnotify.redis_server import RedisServer
 from rsnotify.websub import NOTIFICATION_ID_HEADER, links_by_rel, parse_link_header
 from rsnotify.xml import parse_notification
 from tests.support import cli
@@ -23,11 +24,17 @@ TOPIC = "https://example.org/dataset1/change/"
 T0 = datetime(2024, 5, 1, 10, 0, tzinfo=UTC)
 
 
-@pytest.fixture
-def real_hub(redis_url: str, tmp_path: Path) -> Iterator[HubProcess]:
-    """`rsnotify hub` with the test Redis and one worker, ready (GET /health is 200)."""
-    hub = start_hub(tmp_path, "--retry-base", "0.2", "--log-level", "WARNING", data_dir=tmp_path / "hub-data",
-                    redis_url=redis_url, workers=1)
+@pytest.fixture(scope="module")
+def real_hub(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
+    """`rsnotify hub` with the test Redis and one worker, ready (GET /health is 200), shared by this
+    module's tests: each subscribes its own callback, which starts at the log's end, so what an
+    earlier test published never reaches it."""
+    client = redis_lib.Redis.from_url(redis_server.url)
+    client.flushall()       # what earlier modules left (their secret-key check, queued jobs)
+    client.close()
+    workdir = tmp_path_factory.mktemp("hub")
+    hub = start_hub(workdir, "--retry-base", "0.2", "--log-level", "WARNING", data_dir=workdir / "hub-data",
+                    redis_url=redis_server.url, workers=1)
     yield hub
     hub.stop()
 
@@ -38,8 +45,10 @@ def subscriber(real_hub: HubProcess) -> Iterator[RecordingSubscriber]:
     subscriber = RecordingSubscriber(default_status=204)
     server = subscriber.serve_in_thread()
     form = {"hub.mode": "subscribe", "hub.topic": TOPIC, "hub.callback": subscriber.url(), "hub.lease_seconds": "3600"}
+    before = real_hub.health()[1]["subscriptions"]
     assert post_form(real_hub.url, form)[0] == 202
-    wait_until(lambda: real_hub.health()[1].get("subscriptions", 0) >= 1, what="the subscription to be verified")
+    wait_until(lambda: real_hub.health()[1].get("subscriptions", 0) >= before + 1,
+               what="the subscription to be verified")
     [verification] = subscriber.verifications()
     assert verification.query["hub.mode"] == "subscribe" and verification.query["hub.topic"] == TOPIC
     yield subscriber
