@@ -4,16 +4,19 @@ imports made inside functions (typing-only imports under `if TYPE_CHECKING:` lef
 from __future__ import annotations
 
 import ast
+import importlib.metadata
 import os
 import shutil
 import site
 import subprocess
 import sys
+import tomllib
 import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 # what the wheel is built from: pyproject's package finder follows rsnotify/{hub,publisher,subscriber}
@@ -35,11 +38,25 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
         else:
             shutil.copy2(path, source / name)
     out = tmp_path_factory.mktemp("dist")
-    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(source)],
-                          capture_output=True, text=True, timeout=300, check=False)
+    # an isolated build installs pyproject's setuptools first; one at hand already saves that step
+    isolation = ["--no-build-isolation"] if _build_requirements_at_hand() else []
+    done = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", *isolation, "-w", str(out),
+                           str(source)], capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     [built] = out.glob("rsnotify-*.whl")
     return built
+
+
+def _build_requirements_at_hand() -> bool:
+    """Does this environment already hold what pyproject's [build-system] requires?"""
+    requires = tomllib.loads((ROOT / "pyproject.toml").read_text())["build-system"]["requires"]
+    for requirement in map(Requirement, requires):
+        try:
+            if not requirement.specifier.contains(importlib.metadata.version(requirement.name), prereleases=True):
+                return False
+        except importlib.metadata.PackageNotFoundError:
+            return False
+    return True
 
 
 @pytest.fixture(scope="module")
@@ -111,29 +128,39 @@ def project_modules(package_dir: Path) -> dict[str, tuple[Path, bool]]:
     return modules
 
 
-def _typing_only(tree: ast.AST) -> set[int]:
-    """The nodes inside `if TYPE_CHECKING:` bodies (not their else branches)."""
-    skipped: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.If) and (
-                (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
-                or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")):
-            skipped.update(id(sub) for statement in node.body for sub in ast.walk(statement))
-    return skipped
+class _Imports(ast.NodeVisitor):
+    """Every import statement of a module, at any depth, but those in `if TYPE_CHECKING:` bodies
+    (their else branches count)."""
+
+    def __init__(self) -> None:
+        self.found: list[ast.Import | ast.ImportFrom] = []
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.found.append(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        self.found.append(node)
+
+    def visit_If(self, node: ast.If) -> None:
+        test = node.test
+        if (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+                isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"):
+            for statement in node.orelse:
+                self.visit(statement)
+        else:
+            self.generic_visit(node)
 
 
 def imported_modules(name: str, path: Path, is_package: bool, known: set[str]) -> set[str]:
     """The project modules `name` imports anywhere in its file (module level or in a function)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
-    skipped = _typing_only(tree)
+    imports = _Imports()
+    imports.visit(ast.parse(path.read_text(encoding="utf-8"), str(path)))
     package = name if is_package else name.rpartition(".")[0]
     targets: set[str] = set()
-    for node in ast.walk(tree):
-        if id(node) in skipped:
-            continue
+    for node in imports.found:
         if isinstance(node, ast.Import):
             targets.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
+        else:
             if node.level:
                 base = package.split(".")[: len(package.split(".")) - (node.level - 1)]
                 module = ".".join(base + ([node.module] if node.module else []))
