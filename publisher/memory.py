@@ -14,7 +14,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -71,6 +71,7 @@ CREATE TABLE IF NOT EXISTS resources (
 """
 _ENTRY_OVERHEAD = 130  # bytes of markup around one Change List <url>, for the size estimate
 _FETCH = 2_000         # rows per fetch when streaming
+_IN_CHUNK = 500        # locs per `IN (...)` query (SQLite allows 32,766 parameters)
 
 
 @dataclass(frozen=True, slots=True)
@@ -363,9 +364,21 @@ def resource_count(db: sqlite3.Connection, topic: str) -> int:
     return db.execute("SELECT COUNT(*) FROM resources WHERE topic = ?", (topic,)).fetchone()[0]
 
 
-def resource_hashes(db: sqlite3.Connection, topic: str) -> dict[str, str | None]:
-    """loc -> the recorded hash text, for comparing a folder against the memory."""
-    return dict(db.execute("SELECT loc, hash FROM resources WHERE topic = ?", (topic,)).fetchall())
+def resource_hashes(db: sqlite3.Connection, topic: str, locs: Iterable[str] | None = None) -> dict[str, str | None]:
+    """loc -> the recorded hash text (of every resource, or of `locs` only), for comparing a
+    folder against the memory."""
+    if locs is None:
+        return dict(db.execute("SELECT loc, hash FROM resources WHERE topic = ?", (topic,)).fetchall())
+    found: dict[str, str | None] = {}
+    wanted = list(locs)
+    for start in range(0, len(wanted), _IN_CHUNK):
+        chunk = wanted[start:start + _IN_CHUNK]
+        rows = db.execute(
+            f"SELECT loc, hash FROM resources WHERE topic = ? AND loc IN ({','.join('?' * len(chunk))})",
+            (topic, *chunk),
+        ).fetchall()
+        found.update(rows)
+    return found
 
 
 class ChangeMemory:
@@ -412,6 +425,12 @@ class ChangeMemory:
         """Bring the topic's resources up to every recorded change (before reading them)."""
         with self._lock, immediate(self._db, self.path) as db:
             update_resources(db, topic)
+
+    def recorded_hashes(self, topic: str, locs: Iterable[str] | None = None) -> dict[str, str | None]:
+        """loc -> hash of the topic's resources (all, or `locs` only), up to every recorded change."""
+        with self._lock, immediate(self._db, self.path) as db:
+            update_resources(db, topic)
+            return resource_hashes(db, topic, locs)
 
     def record_documents(self, topic: str, documents: Sequence[ChangeNotification]) -> None:
         """Record documents built elsewhere (e.g. a submitted XML document)."""

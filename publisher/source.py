@@ -35,7 +35,7 @@ from .changelist import (
 )
 from .client import Publisher
 from .folder import Folder, changes_against, media_type
-from .memory import ChangeMemory, resource_hashes
+from .memory import ChangeMemory
 from .outbox import Outbox
 from .resourcelist import ResourceListFiles, snapshot_resource_list
 from .topic import Topic, topic_handler
@@ -145,13 +145,12 @@ class Source:
             return self.sync_folder()
         with self._scan_lock:
             present, gone = self.folder.states(paths)
-            recorded = self._recorded()
+            recorded = self._recorded([*present, *gone])
             return self._publish(changes_against(present, recorded, complete=False, gone=gone))
 
-    def _recorded(self) -> dict[str, str | None]:
-        self.memory.update_resources(self.publisher.topic_url)
-        with self.memory.snapshot() as db:
-            return resource_hashes(db, self.publisher.topic_url)
+    def _recorded(self, locs: Iterable[str] | None = None) -> dict[str, str | None]:
+        """What the memory holds: every resource's hash, or only those of `locs`."""
+        return self.memory.recorded_hashes(self.publisher.topic_url, locs)
 
     def _publish(self, changes: list) -> int:
         if not changes:
