@@ -74,7 +74,7 @@ class HubSettings:
     retry_concurrency: int = _opt(100, "Subscriptions served at once by one worker for due retries, re-sends and "
                                        "resumes (a lane apart from new notifications).")
     verify_concurrency: int = _opt(100, "Verification requests one worker has in flight at once.")
-    host_concurrency: int = _opt(32, "Requests (deliveries and verifications) one worker sends to one callback "
+    host_concurrency: int = _opt(64, "Requests (deliveries and verifications) one worker sends to one callback "
                                      "host (host:port) at once; the others wait without taking a slot.")
     delivery_timeout: float = _opt(15.0, "Total time of one delivery POST (seconds).")
     max_response_bytes: int = _opt(64 * 1024, "Most of a subscriber's response body read, then ignored (bytes).")

@@ -270,55 +270,61 @@ async def _linger(ctx: WorkerContext, run: SubRun, topic_log: TopicLog) -> bool:
 
 
 async def _work(ctx: WorkerContext, run: SubRun, topic_log: TopicLog) -> str:
-    """Deliver until there is nothing more: 'idle'; or 'retry', 'gone', 'stopped', 'yield'."""
+    """Deliver until there is nothing more: 'idle'; or 'retry', 'gone', 'stopped', 'yield'.
+
+    The run holds a place at its callback host from its first send until it returns (a slice at
+    most), so one host gets at most host_concurrency of this worker's sends at once."""
     d = ctx.deliveries
-    slice_end = time.monotonic() + RUN_SLICE
+    run.slot_since = time.monotonic()
     must_reach: tuple[int, int] | None = None
-    while True:
-        if run.resend:
-            items = await resend_items(ctx, run)
-        else:
-            items = await topic_log.after(run.cursor, run.cursor_key, must_reach)
-        if not items:
-            return "idle"
-        for item in items:
-            if run.stop or d.stopping or not run.may_send(ctx.now()):
-                return "stopped"
-            response = await _attempt(ctx, run, item)
-            if response is None:
-                return "stopped"
-            verdict = await apply_outcome(ctx, run, item, response)
-            if verdict != "next":
-                return verdict
-            if time.monotonic() > slice_end:
-                return "yield"
-        must_reach = items[-1].key if not run.resend else None
+    at_host = False
+    try:
+        while True:
+            if run.resend:
+                items = await resend_items(ctx, run)
+            else:
+                items = await topic_log.after(run.cursor, run.cursor_key, must_reach)
+            if not items:
+                return "idle"
+            for item in items:
+                if run.stop or d.stopping or not run.may_send(ctx.now()):
+                    return "stopped"
+                if not at_host:
+                    at_host = await _enter_host(ctx, run)
+                    if not at_host:
+                        return "stopped"
+                verdict = await apply_outcome(ctx, run, item, await _send_or_fail(ctx, run, item))
+                if verdict != "next":
+                    return verdict
+                if time.monotonic() - run.slot_since > RUN_SLICE:     # time waiting for its host not counted
+                    return "yield"
+            must_reach = items[-1].key if not run.resend else None
+    finally:
+        if at_host:
+            d.hosts.leave(run.host)
 
 
-async def _attempt(ctx: WorkerContext, run: SubRun, item: Item) -> Response | None:
-    """One attempt at sending `item`, within the callback host's cap. While the host is busy the
-    run gives its lane slot back, so another host's subscriptions can use it meanwhile. None
+async def _enter_host(ctx: WorkerContext, run: SubRun) -> bool:
+    """Take a place at the run's callback host. While the host is busy the run gives its lane
+    slot back, so another host's subscriptions can use it meanwhile. False (and no place held)
     when the run was stopped while it waited."""
     d = ctx.deliveries
     if d.hosts.is_open(run.host) or run.lane is None:
         await d.hosts.enter(run.host)
-    else:
-        run.lane.release()
-        run.has_slot = False
-        await d.hosts.enter(run.host)
-        try:
-            await run.lane.acquire()
-        except BaseException:
-            d.hosts.leave(run.host)
-            raise
-        run.has_slot = True
-        if run.stop or d.stopping or not run.may_send(ctx.now()):
-            d.hosts.leave(run.host)
-            return None
+        return True
+    run.lane.release()
+    run.has_slot = False
+    await d.hosts.enter(run.host)
     try:
-        return await _send_or_fail(ctx, run, item)
-    finally:
+        await run.lane.acquire()
+    except BaseException:
         d.hosts.leave(run.host)
+        raise
+    run.has_slot, run.slot_since = True, time.monotonic()
+    if run.stop or d.stopping or not run.may_send(ctx.now()):
+        d.hosts.leave(run.host)
+        return False
+    return True
 
 
 async def _send_or_fail(ctx: WorkerContext, run: SubRun, item: Item) -> Response:

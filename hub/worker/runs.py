@@ -99,6 +99,7 @@ class SubRun:
     host: str = ""                # the callback host (hosts.host_of), whose cap its sends share
     lane: asyncio.Semaphore | None = field(default=None, repr=False)   # the lane whose slot it takes
     has_slot: bool = False        # holds one of the lane's slots right now
+    slot_since: float = 0.0       # monotonic time it (re)took that slot: its slice counts from here
 
     @property
     def is_dirty(self) -> bool:

@@ -37,6 +37,7 @@ class VerificationLane:
         self.wid = wid
         self.slots = asyncio.Semaphore(concurrency)
         self.held = 0
+        self.sent_back = 0           # challenges put back in line since the lane last looked
         self.by_host: Counter[str] = Counter()
         self.bell = asyncio.Event()
         self.room = asyncio.Event()
@@ -79,6 +80,12 @@ async def run_lane(ctx: WorkerContext) -> None:
         for challenge in challenges:
             lane.held += 1
             ctx.deliveries.spawn(verify_taken(ctx, challenge))
+        if lane.sent_back:
+            # some went back to the end of the line (their host has enough waiting here): the
+            # line may hold little else, so look again a little later instead of taking them
+            # round and round
+            lane.sent_back = 0
+            await asyncio.sleep(POLL)
 
 
 async def verify_taken(ctx: WorkerContext, challenge: str) -> None:
@@ -95,6 +102,7 @@ async def verify_taken(ctx: WorkerContext, challenge: str) -> None:
         host = host_of(intent.callback)
         if lane.by_host[host] >= HOST_HELD:
             host = ""
+            lane.sent_back += 1
             await store.return_challenge(ctx.redis, lane.wid, challenge)
             return
         lane.by_host[host] += 1
