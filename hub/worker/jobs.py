@@ -13,7 +13,10 @@ from .context import WorkerContext, context
 
 log = logging.getLogger(__name__)
 
-DETACH_AFTER = 2.0        # s a fan-out job waits for its deliveries before taking the next job
+# s a fan-out job waits for its deliveries before taking the next job: hardly at all, so one
+# topic's slow or hanging subscribers never keep the job slot (and the next topic's fan-out) waiting;
+# the deliveries go on in the worker's loop, bounded by its slots, and a stopping worker drains them
+DETACH_AFTER = 0.05
 
 
 def fan_out(topic_id: str) -> None:
