@@ -12,8 +12,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from limits import parse as parse_rate
-
 from rsnotify.websub import SIGNATURE_ALGORITHMS, normalize_url
 
 from .errors import SettingsError
@@ -248,8 +246,12 @@ def rate_problem(text: str) -> str | None:
     """Why `text` is not a rate such as 60/minute (None when it is one, or empty: no limit)."""
     if not text.strip():
         return None
+    # the notation of the package that enforces the rates, loaded here (like Redis and RQ
+    # elsewhere) so that `rsnotify hub --help` works without the [hub] extra
+    from limits import parse as parse_rate
+
     try:
-        parse_rate(text)  # the notation of the `limits` package, which enforces the rates
+        parse_rate(text)
     except ValueError:
         return f"must be a rate such as 60/minute, 5/second or 1000/hour (empty: no limit), got {text!r}"
     return None
