@@ -515,10 +515,13 @@ class Subscriber:
             except Exception:
                 log.exception("renewal pass failed")
                 delay = self.settings.renew_check_seconds
+            # asyncio.wait, not wait_for: on 3.11 wait_for can swallow close()'s cancellation
+            # when the wake event is set at the same moment, and the loop would never end.
+            woken = asyncio.ensure_future(self._renewal_wake.wait())
             try:
-                await asyncio.wait_for(self._renewal_wake.wait(), delay)
-            except TimeoutError:
-                pass
+                await asyncio.wait({woken}, timeout=delay)
+            finally:
+                woken.cancel()
 
     async def _wake_renewals(self, subscription: Subscription) -> None:
         self._renewal_wake.set()
