@@ -48,43 +48,51 @@ def _parse(row: InboxRow) -> ChangeNotification | str:
 
 
 async def drain(ctx: SyncContext, *, bridge_id: int = 0, settle: float | None = None) -> DrainResult:
-    """Apply what the inbox holds, in chain order, until it is empty or a gap is met."""
+    """Apply what the inbox holds, in chain order, until it is empty or a gap is met.
+
+    Each delivery is read and parsed once per call; rows that arrive meanwhile are picked up
+    on the next pass.
+    """
     settle = ctx.options.settle if settle is None else settle
     result = DrainResult(DONE)
     last_sequences = ctx.state.last_sequences()
+    parsed: dict[int, tuple[InboxRow, ChangeNotification | str]] = {}
     while True:
-        rows = ctx.state.pending_inbox()
-        if not rows:
+        heads = ctx.state.pending_inbox_heads()
+        if not heads:
             return result
-        parsed = [(row, _parse(row)) for row in rows]
-        invalid = [(row, problem) for row, problem in parsed if isinstance(problem, str)]
+        new = [row_id for row_id, _ in heads if row_id not in parsed]
+        for row in ctx.state.inbox_rows(new):
+            parsed[row.id] = (row, _parse(row))
+        pending = [parsed[row_id] for row_id, _ in heads if row_id in parsed]
+        invalid = [(row, problem) for row, problem in pending if isinstance(problem, str)]
         if invalid:
             row, problem = invalid[0]
             ctx.state.commit(inbox_status=[(row.id, INVALID, problem[:500])])
             ctx.events.emit(ev.GAP, kind="invalid", notification_id=row.notification_id, sequence=row.sequence,
                             detail=problem)
-            high_water = ctx.state.high_water
-            return DrainResult(GAP, result.applied, high_water, None)
-        good = [(row, n) for row, n in parsed if isinstance(n, ChangeNotification)]
-        good.sort(key=lambda item: (item[1].from_time, item[0].id))
+            return DrainResult(GAP, result.applied, ctx.state.high_water, None)
+        good = sorted(((row, n) for row, n in pending if isinstance(n, ChangeNotification)),
+                      key=lambda item: (item[1].from_time, item[0].id))
         progressed = False
         for row, notification in good:
             high_water = ctx.state.high_water
             if high_water is not None and notification.until_time <= high_water:
                 _check_sequence(ctx, row, last_sequences)
                 ctx.state.commit(inbox_status=[(row.id, COVERED, None)], sequences=_seq(row))
-                progressed = True
-                continue
-            if high_water is not None and notification.from_time > high_water and row.id > bridge_id:
+            elif high_water is not None and notification.from_time > high_water and row.id > bridge_id:
+                if progressed:
+                    break      # re-read: an earlier delivery may have arrived meanwhile
                 age = time.time() - row.received_at
                 if age < settle:
                     return DrainResult(WAIT, result.applied, wait=settle - age)
                 return DrainResult(GAP, result.applied, high_water, notification.from_time)
-            _check_sequence(ctx, row, last_sequences)
-            await _apply(ctx, row, notification)
-            result.applied += 1
+            else:
+                _check_sequence(ctx, row, last_sequences)
+                await _apply(ctx, row, notification)
+                result.applied += 1
+            parsed.pop(row.id, None)
             progressed = True
-            break   # H moved: re-read the pending rows in chain order
         if not progressed:
             return result
 

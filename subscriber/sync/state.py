@@ -322,6 +322,19 @@ class SyncState:
                            "FROM inbox WHERE status = 'pending' ORDER BY id LIMIT ?", (limit,))
         return [InboxRow(*row) for row in rows]
 
+    def pending_inbox_heads(self) -> list[tuple[int, float]]:
+        """(id, received_at) of every pending delivery, oldest first: no bodies."""
+        return self._query("SELECT id, received_at FROM inbox WHERE status = 'pending' ORDER BY id")
+
+    def inbox_rows(self, ids: list[int]) -> list[InboxRow]:
+        found: list[InboxRow] = []
+        for start in range(0, len(ids), 500):
+            part = ids[start:start + 500]
+            rows = self._query("SELECT id, hub, sequence, notification_id, content_type, body, received_at "
+                               f"FROM inbox WHERE id IN ({','.join('?' * len(part))})", tuple(part))
+            found.extend(InboxRow(*row) for row in rows)
+        return found
+
     def inbox_counts(self) -> dict[str, int]:
         return dict(self._query("SELECT status, count(*) FROM inbox GROUP BY status"))
 
