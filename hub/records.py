@@ -67,16 +67,19 @@ class Intent:
     lease_seconds: int = 0
     secret: str = field(default="", repr=False)
     reason: str = ""
+    replay_from: int = 0      # rsnotify.replay_from: the first sequence a subscriber wants (0: none)
 
     def to_hash(self) -> dict[Any, Any]:  # redis-py types its mapping invariantly
         return {"mode": self.mode, "topic": self.topic, "callback": self.callback,
-                "lease": str(self.lease_seconds), "secret": self.secret, "reason": self.reason}
+                "lease": str(self.lease_seconds), "secret": self.secret, "reason": self.reason,
+                "replay": str(self.replay_from)}
 
     @classmethod
     def from_hash(cls, raw: Mapping[Any, Any]) -> Intent:
         return cls(mode=text(raw.get(b"mode")), topic=text(raw.get(b"topic")),
                    callback=text(raw.get(b"callback")), lease_seconds=to_int(raw.get(b"lease")),
-                   secret=text(raw.get(b"secret")), reason=text(raw.get(b"reason")))
+                   secret=text(raw.get(b"secret")), reason=text(raw.get(b"reason")),
+                   replay_from=to_int(raw.get(b"replay")))
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,8 @@ from ..keys import (
     topics_key,
     verification_field,
     verify_pending_key,
+    verify_taken_key,
+    workers_key,
 )
 from ..records import (
     text,
@@ -113,12 +115,22 @@ async def lane_backlogs(redis: Redis, queue: str, intent_ttl: int, now: float) -
         pipe.zrange(due_key(), 0, 0, withscores=True)
         pipe.llen(rq["queued"])
         pipe.lindex(rq["queued"], 0)
-        in_line, first_challenge, due, first_due, queued, first_job = await pipe.execute()
+        pipe.zrange(workers_key(), 0, -1)
+        in_line, first_challenge, due, first_due, queued, first_job, wids = await pipe.execute()
+    # requests a worker took but has not verified yet (waiting for their host) wait too
     async with redis.pipeline(transaction=False) as pipe:
-        pipe.ttl(intent_key(text(first_challenge)))
+        for wid in wids:
+            pipe.llen(verify_taken_key(text(wid)))
+            pipe.lindex(verify_taken_key(text(wid)), 0)
+        taken = await pipe.execute()
+    heads = [text(c) for c in [first_challenge, *taken[1::2]] if c]
+    async with redis.pipeline(transaction=False) as pipe:
+        for challenge in heads:
+            pipe.ttl(intent_key(challenge))
         pipe.hget(rq_job_key(text(first_job)), "enqueued_at")
-        intent_left, enqueued_at = await pipe.execute()
-    verify_age = intent_ttl - intent_left if first_challenge and intent_left and intent_left > 0 else 0.0
+        *intents_left, enqueued_at = await pipe.execute()
+    in_line += sum(taken[0::2])
+    verify_age = max((intent_ttl - left for left in intents_left if left and left > 0), default=0.0)
     due_age = now - first_due[0][1] if due and first_due else 0.0
     job_age = 0.0
     if first_job and enqueued_at:

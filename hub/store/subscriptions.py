@@ -12,6 +12,7 @@ from ..keys import (
     due_key,
     leases_key,
     sub_key,
+    sub_lock_key,
     subscription_id,
     topic_id,
     topic_key,
@@ -23,12 +24,13 @@ from ..keys import (
 from ..lua import Script
 from ..records import (
     Subscription,
+    parse_entry_id,
     text,
     to_int,
 )
 
-# KEYS: sub, topic subs, leases, log, topics, topic, seq, due
-# ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now[, start cursor, start seq]
+# KEYS: sub, topic subs, leases, log, topics, topic, seq, due, lock
+# ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now[, start cursor, start seq[, replay]]
 # A new subscription's cursor is the log's end when its verification was sent (ARGV 9-10, see
 # log_end), else its current end, so it gets everything published after the subscriber said
 # yes; a renewal keeps its cursor and delivery state, but a retry it was backing off from is
@@ -45,6 +47,12 @@ if is_new then
   end
   redis.call('HSET', KEYS[1], 'topic', ARGV[2], 'callback', ARGV[3], 'tid', ARGV[4],
              'created', ARGV[8], 'state', 'active', 'cursor', cursor, 'cursor_seq', cursor_seq)
+elseif ARGV[11] == '1' then
+  -- a replay asked for on renewal: the cursor moves to it, a run holding the subscription loses
+  -- its claim (so it cannot write its own cursor back), and a worker takes it up now
+  redis.call('HSET', KEYS[1], 'cursor', ARGV[9], 'cursor_seq', ARGV[10], 'retry_at', ARGV[8], 'next_attempt', 0)
+  redis.call('DEL', KEYS[9])
+  redis.call('ZADD', KEYS[8], ARGV[8], ARGV[1])
 else
   local state = redis.call('HGET', KEYS[1], 'state') or 'active'
   if state == 'active' and tonumber(redis.call('HGET', KEYS[1], 'retry_at') or '0') > tonumber(ARGV[8]) then
@@ -84,20 +92,23 @@ return 1
 
 async def activate_subscription(
     redis: Redis, topic: str, callback: str, *, secret: str, lease_seconds: int, now: float,
-    start: tuple[str, str] | None = None,
+    start: tuple[str, str] | None = None, replay: bool = False,
 ) -> tuple[str, bool]:
     """Create or renew the verified subscription (topic, callback) in one script call.
 
     `secret` is the Fernet token of the new secret, or "" to drop it: a verified renewal
     replaces the secret. `start` is the (cursor, cursor_seq) a new subscription starts from
-    (`log_end` taken before the verification GET); None means the log's end now.
+    (`log_end` taken before the verification GET); None means the log's end now. With
+    `replay` (and a `start` from replay_start) a renewal starts from there too.
     Returns (subscription id, is_new).
     """
     sid, tid = subscription_id(topic, callback), topic_id(topic)
     expires = int(now) + lease_seconds
     keys = [sub_key(sid), topic_subs_key(tid), leases_key(), topic_log_key(tid), topics_key(), topic_key(tid),
-            topic_seq_key(tid), due_key()]
+            topic_seq_key(tid), due_key(), sub_lock_key(sid)]
     args: list[Any] = [sid, topic, callback, tid, secret, lease_seconds, expires, int(now), *(start or ())]
+    if replay and start is not None:
+        args.append("1")
     is_new = await _ACTIVATE(redis, keys, args)
     return sid, bool(is_new)
 
@@ -110,6 +121,47 @@ async def log_end(redis: Redis, topic: str) -> tuple[str, str]:
         pipe.get(topic_seq_key(tid))
         last, seq = await pipe.execute()
     return (text(last[0][0]) if last else "0-0"), text(seq, "0")
+
+
+async def replay_start(redis: Redis, topic: str, first: int) -> tuple[str, str]:
+    """(cursor, cursor_seq) from which sequence `first` of the topic's log is delivered next: just
+    before it while the log holds it; the log's oldest entry when it was trimmed (the subscriber
+    sees the jump); the log's end when `first` is past it. Sequence numbers have no holes, so the
+    entry before `first` is found by a binary search over the entry ids (a replay is rare)."""
+    log = topic_log_key(topic_id(topic))
+    async with redis.pipeline(transaction=True) as pipe:
+        pipe.xrange(log, "-", "+", count=1)
+        pipe.xrevrange(log, "+", "-", count=1)
+        oldest, newest = await pipe.execute()
+    if not oldest:
+        return await log_end(redis, topic)
+    low_id, low_seq = _entry(oldest[0])
+    high_id, high_seq = _entry(newest[0])
+    if first > high_seq:
+        return high_id, str(high_seq)
+    if first <= low_seq:
+        return "0-0", str(low_seq - 1)
+    # the last entry with a sequence below `first`: its millisecond first, then its place in it
+    lo, hi = parse_entry_id(low_id)[0], parse_entry_id(high_id)[0]
+    best_id, best_seq = low_id, low_seq
+    while lo <= hi:
+        middle = (lo + hi) // 2
+        found = await redis.xrange(log, f"{middle}-0", "+", count=1)
+        entry_id, seq = _entry(found[0])
+        if seq < first:
+            best_id, best_seq = entry_id, seq
+            lo = parse_entry_id(entry_id)[0] + 1
+        else:
+            hi = middle - 1
+    if best_seq < first - 1:
+        after = await redis.xrange(log, f"({best_id}", "+", count=first - 1 - best_seq)
+        best_id, best_seq = _entry(after[-1])
+    return best_id, str(best_seq)
+
+
+def _entry(raw: Any) -> tuple[str, int]:
+    entry_id, fields = raw
+    return text(entry_id), to_int(fields.get(b"seq"))
 
 
 async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | None = None) -> bool:

@@ -6,6 +6,7 @@ Each request is validated completely before anything is stored; refusals are Hub
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import secrets
@@ -58,6 +59,7 @@ XML_TYPE = "application/xml"
 MAX_PING_TOPICS = 100
 MAX_FORM_FIELDS = 200  # a subscribe form has five; a thin ping names at most MAX_PING_TOPICS
 CHALLENGE_BYTES = 32
+REPLAY_FIELD = "rsnotify.replay_from"       # subscribe form: deliver from this sequence (a returning Destination)
 IDEMPOTENCY_HEADER = "Idempotency-Key"      # a publisher's name for one publish, kept for log_max_age
 REPLAYED_HEADER = "Idempotent-Replayed"     # "true" on the answer to a repeat: nothing was stored
 MAX_IDEMPOTENCY_KEY = 200
@@ -129,6 +131,8 @@ async def subscription_request(request: web.Request, form: MultiDictProxy[str]) 
                             (urlsplit(wanted.callback).hostname or "").lower())
     challenge = secrets.token_urlsafe(CHALLENGE_BYTES)
     intent = make_intent(wanted, settings, app[PUBLISHERS], app[FERNET])
+    if intent.mode == "subscribe":
+        intent = dataclasses.replace(intent, replay_from=replay_from(form))
     if await store.queue_intent(app[REDIS], challenge, intent, settings.intent_ttl):
         await enqueue.enqueue_pending_verifications(app[QUEUE])
     log.info("%s request for %s at %s accepted; verification queued%s", wanted.mode,
@@ -136,6 +140,15 @@ async def subscription_request(request: web.Request, form: MultiDictProxy[str]) 
              f" (will be denied: {intent.reason})" if intent.reason else "")
     log.debug("%s request's callback: %s", wanted.mode, escape(wanted.callback))
     return web.Response(status=202, text=f"{wanted.mode} request accepted; the callback will be verified\n")
+
+
+def replay_from(form: MultiDictProxy[str]) -> int:
+    """rsnotify.replay_from, the first sequence a returning subscriber wants (0 for none). An
+    extension other hubs ignore, so a malformed one is ignored here too, never a 400."""
+    value = form.get(REPLAY_FIELD, "")
+    if not (value.isascii() and value.isdigit() and len(value) <= 12):
+        return 0
+    return int(value)
 
 
 def make_intent(wanted: SubscriptionRequest, settings: HubSettings, publishers: Publishers,

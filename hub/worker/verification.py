@@ -112,9 +112,11 @@ async def _get_echo(ctx: OutboundContext, intent: Intent, url: URL, challenge: s
 async def _apply(ctx: OutboundContext, intent: Intent, status: int | None,
                  start: tuple[str, str] | None, ms: float | None = None) -> VerificationOutcome:
     if intent.mode == "subscribe":
+        if intent.replay_from > 0:      # rsnotify.replay_from: deliver from that sequence (also on renewal)
+            start = await store.replay_start(ctx.redis, intent.topic, intent.replay_from)
         sid, is_new = await store.activate_subscription(
             ctx.redis, intent.topic, intent.callback, secret=intent.secret,
-            lease_seconds=intent.lease_seconds, now=ctx.now(), start=start)
+            lease_seconds=intent.lease_seconds, now=ctx.now(), start=start, replay=intent.replay_from > 0)
         result = "activated" if is_new else "renewed"
     else:
         sid = keys.subscription_id(intent.topic, intent.callback)

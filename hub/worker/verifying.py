@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-HELD = 5000          # challenges one worker holds at once (verifying, or waiting for their host)
-HOST_HELD = 200      # of them for one callback host; more go back to the end of the line
+HELD = 10_000        # challenges one worker holds at once (verifying, or waiting for their host: a future each)
+HOST_HELD = 1000     # of them for one callback host; more go back to the end of the line, so a flood
+                     # from one host never fills the worker and leaves others' requests unread
 TAKE_BATCH = 500     # challenges taken from the line at once
 POLL = 0.5           # s between looks at the line when no job woke the lane
 

@@ -56,9 +56,10 @@ def http(method: str, url: str, body: bytes | None = None, headers: dict[str, st
         return error.code, error.read(), dict(error.headers)
 
 
-def subscribe(hub_url: str, topic: str, callback: str, *, lease_seconds: int = 86400) -> None:
+def subscribe(hub_url: str, topic: str, callback: str, *, lease_seconds: int = 86400, **extra: str) -> None:
+    """A subscribe request (202 expected); `extra` adds form fields, e.g. rsnotify.replay_from."""
     form = urllib.parse.urlencode({"hub.mode": "subscribe", "hub.topic": topic, "hub.callback": callback,
-                                   "hub.lease_seconds": str(lease_seconds)}).encode()
+                                   "hub.lease_seconds": str(lease_seconds), **extra}).encode()
     status, body, _ = http("POST", hub_url, form, {"Content-Type": FORM_TYPE})
     assert status == 202, body
 

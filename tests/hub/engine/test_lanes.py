@@ -5,7 +5,16 @@ the hostile callbacks' timeouts are far longer than the test, so "at once" means
 them gave up"."""
 from __future__ import annotations
 
-from .support import active_subscriptions, notification, publish, subscribe, wait_until
+import json
+
+from .support import (
+    active_subscriptions,
+    http,
+    notification,
+    publish,
+    subscribe,
+    wait_until,
+)
 
 HOSTILE_TOPIC = "http://source.example.org/hostile"
 TOPIC = "http://source.example.org/calm"
@@ -42,6 +51,8 @@ def test_black_hole_callbacks_leave_verification_alone(hub_process, black_hole, 
     wait_until(lambda: active_subscriptions(hub.url) == 1, 30, "the calm subscription's verification")
     assert black_hole.closed == 0, "the verification waited for a black-hole request to time out"
     assert black_hole.open <= HOST_CAP, f"{black_hole.open} requests to one host at once; the cap is {HOST_CAP}"
+    lanes = json.loads(http("GET", hub.url + "health")[1])["lanes"]
+    assert lanes["verification"]["waiting"] >= 12 - HOST_CAP, lanes     # the rest wait for their host
     # and the calm subscription gets its notifications
     publish(hub.url, TOPIC, notification(1))
     wait_until(lambda: callbacks.received("/calm") == [1], 30, "the calm subscriber's delivery")
