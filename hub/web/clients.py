@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from aiohttp import web
+from multidict import CIMultiDict, CIMultiDictProxy
 
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -47,17 +48,22 @@ def _inside(ip: Address | None, networks: Iterable[Network]) -> bool:
 
 
 def identify(request: web.Request, trusted: tuple[Network, ...]) -> Client:
-    """The client of `request`, believing X-Forwarded-For only from a peer inside `trusted`.
+    """The client of `request` (see judge)."""
+    return judge(request.remote or "", request.headers, trusted)
+
+
+def judge(peer_text: str, headers: CIMultiDictProxy[str] | CIMultiDict[str], trusted: tuple[Network, ...]) -> Client:
+    """The client behind peer address `peer_text`, believing X-Forwarded-For only from a peer
+    inside `trusted`.
 
     Through trusted proxies the client is the right-most X-Forwarded-For address that is not
     itself a trusted proxy (addresses to its left were written by the client and prove nothing).
     A trusted proxy that names no client gives an unknown, hence remote, client.
     """
-    peer_text = request.remote or ""
     peer = parse_address(peer_text)
-    relayed = next((name for name in FORWARDING_HEADERS if name in request.headers), "")
+    relayed = next((name for name in FORWARDING_HEADERS if name in headers), "")
     if _inside(peer, trusted):
-        hops = [hop.strip() for value in request.headers.getall("X-Forwarded-For", []) for hop in value.split(",")]
+        hops = [hop.strip() for value in headers.getall("X-Forwarded-For", []) for hop in value.split(",")]
         for hop in reversed(hops):
             ip = parse_address(hop)
             if ip is None:
