@@ -58,7 +58,8 @@ class _Batch:
             self.flush()
 
     def flush(self, **commit: object) -> None:
-        self.ctx.state.commit(self.records, **commit)  # type: ignore[arg-type]
+        if not self.ctx.options.dry_run:
+            self.ctx.state.commit(self.records, **commit)  # type: ignore[arg-type]
         self.records = []
         self.flushed_at = time.monotonic()
 

@@ -110,7 +110,8 @@ async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
             high_water = max(high_water, remote.info.until)
         elif last_datetime is not None:
             high_water = max(high_water, last_datetime)
-        ctx.state.commit(high_water=high_water)
+        if not ctx.options.dry_run:
+            ctx.state.commit(high_water=high_water)
         report.end = high_water
     report.seconds = time.monotonic() - started
     return report
@@ -139,7 +140,8 @@ async def _apply(ctx: SyncContext, changes: list[ResourceChange], report: Catchu
     report.changes += len(changes)
     ctx.progress.seen += len(changes)
     records, outcomes = await ctx.applier.apply_changes(changes)
-    ctx.state.commit(records)
+    if not ctx.options.dry_run:
+        ctx.state.commit(records)
     for outcome in outcomes:
         if outcome.outcome == STORED:
             report.fetched += 1
