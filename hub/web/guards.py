@@ -21,7 +21,9 @@ from .clients import identify
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 LOCAL_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
-UNGUARDED_PATHS = frozenset({"/health", "/live"})  # probes name the pod's address in Host
+# Read without any credential, and named by service names (Prometheus scrapes hub:8080, probes
+# use the pod's address): the Host check guards what loopback trust opens, not these.
+OPEN_PATHS = frozenset({"/health", "/live", "/metrics"})
 # What a cross-site <form> or a fetch without a preflight may send (the CORS "simple" types).
 SIMPLE_TYPES = frozenset({"", "application/x-www-form-urlencoded", "multipart/form-data", "text/plain"})
 
@@ -73,7 +75,7 @@ def check_host(request: web.Request, hosts: frozenset[str]) -> None:
     """421 unless the Host header names this hub, localhost or an IP address: a DNS name an
     attacker rebound to this hub's address does not."""
     host = request.headers.get("Host")
-    if host is None or request.path in UNGUARDED_PATHS or "Authorization" in request.headers:
+    if host is None or request.path in OPEN_PATHS or "Authorization" in request.headers:
         return
     name = _host_name(host)
     if name not in hosts and not _is_ip_literal(name):  # an address cannot be rebound; a name can

@@ -294,6 +294,8 @@ def test_3_cross_site_requests_foreign_hosts_and_raw_bodies(start, redis, record
     # DNS rebinding: the right address under a foreign name
     answer = call(hub.url + "admin/overview", headers={"Host": "attacker.example"})
     assert answer.status == 421, answer.text
+    # what needs no credential still answers under a service name (Prometheus scraping hub:8080)
+    assert call(hub.url + "metrics", headers={"Host": "hub:8080"}).status == 200
     assert stored(redis) == NOTHING
     assert_healthy_within_a_second(hub.url)
     # a same-origin subscribe works; an admin mutation sent as a simple (form) request does not
