@@ -146,7 +146,7 @@ async def replay_start(redis: Redis, topic: str, first: int) -> tuple[str, str]:
     best_id, best_seq = low_id, low_seq
     while lo <= hi:
         middle = (lo + hi) // 2
-        found = await redis.xrange(log, f"{middle}-0", "+", count=1)
+        found: Any = await redis.xrange(log, f"{middle}-0", "+", count=1)
         entry_id, seq = _entry(found[0])
         if seq < first:
             best_id, best_seq = entry_id, seq
@@ -154,7 +154,7 @@ async def replay_start(redis: Redis, topic: str, first: int) -> tuple[str, str]:
         else:
             hi = middle - 1
     if best_seq < first - 1:
-        after = await redis.xrange(log, f"({best_id}", "+", count=first - 1 - best_seq)
+        after: Any = await redis.xrange(log, f"({best_id}", "+", count=first - 1 - best_seq)
         best_id, best_seq = _entry(after[-1])
     return best_id, str(best_seq)
 
