@@ -111,6 +111,21 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
 
 
+def _file_create_us(folder: Path, count: int = 500) -> float:
+    """Microseconds to create, write (2 KB), close and rename one file in `folder` now: the
+    disk's share of a baseline on this machine (both clients write every resource)."""
+    probe = folder / "probe"
+    probe.mkdir()
+    started = time.perf_counter()
+    for n in range(count):
+        partial = probe / f".partial-{n}"
+        partial.write_bytes(b"x" * 2048)
+        partial.replace(probe / str(n))
+    elapsed = time.perf_counter() - started
+    shutil.rmtree(probe)
+    return round(elapsed / count * 1e6, 1)
+
+
 def _tree_md5(root: Path) -> dict[str, str]:
     return {p.name: hashlib.md5(p.read_bytes()).hexdigest() for p in root.rglob("*") if p.is_file()}
 
@@ -128,6 +143,7 @@ async def baseline_run(bench: Bench, count: int, run: int, folder: Path) -> dict
         ours = folder / "rsnotify"
         wall, rss, code = await _measure([RSNOTIFY, "sync", "--once", "--capability-list", f"{base}/caps.xml",
                                           "--dir", str(ours), "--concurrency", "32"], folder)
+        create_us = _file_create_us(folder)
         plain_wall, _, _ = await _measure([sys.executable, "-c", _PLAIN_FETCH, base, str(count)], folder)
         theirs = folder / "resync"
         resync_wall, resync_rss, resync_code = await _measure(
@@ -153,7 +169,8 @@ async def baseline_run(bench: Bench, count: int, run: int, folder: Path) -> dict
         "scenario": "sync", "run": run, "resources": count,
         "baseline_s": wall, "baseline_rate": round(count / wall) if wall else None, "baseline_rss_mb": round(rss, 1),
         "baseline_exit": code, "plain_fetch_s": plain_wall,
-        "ceiling_ratio": round(plain_wall / wall, 2) if wall else None, "resync_s": resync_wall, "resync_rss_mb": round(resync_rss, 1),
+        "ceiling_ratio": round(plain_wall / wall, 2) if wall else None, "file_create_us": create_us,
+        "resync_s": resync_wall, "resync_rss_mb": round(resync_rss, 1),
         "resync_exit": resync_code, "same_bytes_as_resync": equal,
         "catchup_500_s": catchup_wall, "catchup_gets": catchup_gets, "catchup_exit": catchup_code,
         "catchup_rss_mb": round(catchup_rss, 1), "audit_exit": audit_code,
@@ -293,7 +310,7 @@ def summary(results: list[dict]) -> list[str]:
         (f"sync baseline {count:,} x 2 KB: {med('sync', 'baseline_s')} s (goal <= 40 s at 100,000), peak RSS "
         f"{med('sync', 'baseline_rss_mb')} MB (goal <= 100); resync-sync --baseline same run: "
         f"{med('sync', 'resync_s')} s, {med('sync', 'resync_rss_mb')} MB; a plain aiohttp fetch loop (no writes) "
-        f"{med('sync', 'plain_fetch_s')} s"),
+        f"{med('sync', 'plain_fetch_s')} s; creating one file here took {med('sync', 'file_create_us')} us"),
         (f"sync catch-up of 500 changes after restart: {med('sync', 'catchup_500_s')} s (goal <= 3 s), "
         f"{med('sync', 'catchup_gets')} resource GETs"),
         (f"sync live publish->file p50 {med('sync-live', 'p50_ms')} ms (goal <= 40), p99 {med('sync-live', 'p99_ms')} ms "

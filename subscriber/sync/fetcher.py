@@ -251,11 +251,15 @@ class Fetcher:
         if problem is not None:
             detail, expected = problem
             return FetchResult(loc, MISMATCH, computed["md5"], computed["sha256"], len(body), detail, expected)
-        await asyncio.to_thread(self.sink.write_small, path, body)
+        if len(body) <= INLINE_WRITE:
+            self.sink.write_small(path, body)   # a handoff to a thread costs more than this write
+        else:
+            await asyncio.to_thread(self.sink.write_small, path, body)
         return FetchResult(loc, STORED, computed["md5"], computed["sha256"], len(body))
 
 
-SMALL_BODY = 256 * 1024   # bodies up to this size are read whole, then written by a worker thread
+SMALL_BODY = 256 * 1024   # bodies up to this size are read whole, then written at once
+INLINE_WRITE = 64 * 1024  # up to this size on the event loop itself; larger ones by a worker thread
 
 
 def _fixity_problem(size: int, computed: dict[str, str], length: int | None,

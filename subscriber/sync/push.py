@@ -2,9 +2,9 @@
 inbox hook that stores each delivery before the hub gets its 2xx.
 
 The core's `on_receive` stores each delivery's bytes in the inbox before the answer; when that
-fails the hub is answered 503 and delivers again. Subscriptions live in the same state file
-as the engine's records (a `subscriptions` table), so a restart finds the callback URL and
-secret again and the hub keeps the subscription's place in its log.
+fails the hub is answered 503 and delivers again. Subscriptions live beside the engine's state
+(DIR/.rsnotify/subscriptions.db), so a restart finds the callback URL and secret again and the
+hub keeps the subscription's place in its log.
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from .state import SyncState
 
 log = logging.getLogger(__name__)
 
+SUBSCRIPTIONS_FILE = "subscriptions.db"  # beside the state database, in DIR/.rsnotify/
 REPLAY_FIELD = "rsnotify.replay_from"   # rsnotify hub extension: deliver from this sequence on
 
 
@@ -45,7 +46,9 @@ class Push:
         self.settings = settings
         self.wake = wake
         self.status = status
-        self.store = SqliteStore(state.path)
+        # Its own file: the inbox writes to the state file on every delivery, which would make
+        # the store re-read its subscription each time (its cache follows the file's version).
+        self.store = SqliteStore(state.path.with_name(SUBSCRIPTIONS_FILE))
         self.subscriber = Subscriber(None, self.store, settings=settings)
         self.subscriber.core.on_receive = self._receive
         self.subscriber.core.add_hook("denied", self._lost)

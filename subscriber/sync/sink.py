@@ -8,9 +8,9 @@ target and are renamed into place only when complete and checked.
 """
 from __future__ import annotations
 
+import itertools
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import quote, unquote, urlsplit
@@ -31,6 +31,8 @@ class FolderSink:
         self.root = Path(root).resolve()
         self._root_text = str(self.root)
         self._root_prefix = os.path.join(self._root_text, "")
+        self._folders: set[str] = set()
+        self._counter = itertools.count()
 
     def path_for(self, loc: str) -> Path:
         """The local file for `loc`; ValueError for a URL that is not http(s) with a host."""
@@ -57,27 +59,51 @@ class FolderSink:
         return self.root / relative
 
     def write_small(self, path: Path, body: bytes) -> None:
-        """Write a whole (small) body beside `path`, then rename it into place: one call, for a
-        worker thread, so slow file creation never holds up the event loop."""
-        out, tmp = self.open_partial(path)
+        """Write a whole (small) body beside `path`, then rename it into place."""
+        fd, tmp = self._create_partial(path)
         try:
-            with out:
-                out.write(body)
-            self.install(tmp, path)
+            view = memoryview(body)
+            while view:
+                view = view[os.write(fd, view):]
+            os.close(fd)
+            fd = -1
+            self.install(Path(tmp), path)
         except BaseException:
-            self.discard(tmp)
+            if fd >= 0:
+                os.close(fd)
+            self.discard(Path(tmp))
             raise
 
     def open_partial(self, path: Path) -> tuple[BinaryIO, Path]:
         """A new temp file beside `path`. PathConflictError when the folder cannot exist."""
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except (FileExistsError, NotADirectoryError) as exc:
-            raise PathConflictError(f"cannot create folder {path.parent}: a file of that name exists") from exc
-        if path.is_dir():
-            raise PathConflictError(f"cannot store a file at {path}: a folder of that name exists")
-        fd, tmp = tempfile.mkstemp(prefix=PARTIAL_PREFIX, dir=path.parent)
+        fd, tmp = self._create_partial(path)
         return os.fdopen(fd, "wb"), Path(tmp)
+
+    def _create_partial(self, path: Path) -> tuple[int, str]:
+        folder = os.path.dirname(path)
+        self._ensure_folder(folder)
+        for _ in range(3):
+            tmp = os.path.join(folder, f"{PARTIAL_PREFIX}{os.getpid()}-{next(self._counter)}")
+            try:
+                return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), tmp
+            except FileNotFoundError:        # the folder went away (a delete emptied it)
+                self._folders.discard(folder)
+                self._ensure_folder(folder)
+            except FileExistsError:          # left by an earlier process with the same pid
+                os.unlink(tmp)
+        raise PathConflictError(f"cannot create a temporary file in {folder}")
+
+    def _ensure_folder(self, folder: str) -> None:
+        # Folders made (or found) before are remembered: one mkdir per folder, not per file.
+        if folder in self._folders:
+            return
+        try:
+            os.makedirs(folder, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise PathConflictError(f"cannot create folder {folder}: a file of that name exists") from exc
+        if len(self._folders) > 100_000:
+            self._folders.clear()
+        self._folders.add(folder)
 
     @staticmethod
     def install(tmp: Path, path: Path) -> None:

@@ -68,6 +68,7 @@ CREATE TABLE IF NOT EXISTS inbox (
     detail TEXT
 );
 CREATE INDEX IF NOT EXISTS inbox_pending ON inbox(status) WHERE status = 'pending';
+CREATE INDEX IF NOT EXISTS inbox_notification ON inbox(notification_id) WHERE notification_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS hubs (hub TEXT PRIMARY KEY, last_sequence INTEGER);
 CREATE TABLE IF NOT EXISTS seen (loc TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS runs (
