@@ -15,6 +15,8 @@ from typing import IO, Any
 
 from click.testing import CliRunner, Result
 
+from rsnotify.cli import main
+
 # The console script pip installs next to the interpreter: what a user types.
 RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
 
@@ -36,8 +38,6 @@ def environment(env: Env | None = None, *, inherit: bool = True) -> dict[str, st
 def invoke(*args: str, input: str | bytes | None = None, env: Env | None = None,
            catch_exceptions: bool = True, terminal_width: int | None = None) -> Result:
     """`rsnotify ARGS` in this process (click's CliRunner); result.output holds stdout and stderr."""
-    from rsnotify.cli import main
-
     stray = {name: None for name in os.environ if name.startswith("RSNOTIFY_")}
     return CliRunner().invoke(main, list(args), input=input, env={**stray, **(env or {})},
                               catch_exceptions=catch_exceptions, terminal_width=terminal_width)
