@@ -13,7 +13,7 @@ import time
 from dataclasses import dataclass
 from datetime import datetime
 
-from rsnotify.datetimes import format_datetime
+from rsnotify.datetimes import format_datetime, parse_w3c_datetime
 from rsnotify.errors import DocumentParseError, ValidationError
 from rsnotify.notification import ChangeNotification
 from rsnotify.xml import parse_notification
@@ -115,11 +115,24 @@ def _check_sequence(ctx: SyncContext, row: InboxRow, last_sequences: dict[str, i
 
 async def _apply(ctx: SyncContext, row: InboxRow, notification: ChangeNotification) -> None:
     records, outcomes = await ctx.applier.apply_changes(notification.changes)
+    filled = _fills_open_gap(ctx, notification)
     ctx.state.commit(records, high_water=notification.until_time, inbox_status=[(row.id, APPLIED, None)],
                      sequences=_seq(row), last_notification_id=row.notification_id,
-                     last_until_received=format_datetime(notification.until_time))
+                     last_until_received=format_datetime(notification.until_time),
+                     **({"unrecoverable_gap": None, "engine_state": "live"} if filled else {}))
+    if filled:
+        ctx.events.emit(ev.GAP, kind="filled", by="hub", **{"from": format_datetime(notification.from_time)})
     ctx.events.emit(ev.NOTIFICATION_APPLIED, notification_id=row.notification_id, sequence=row.sequence,
                     hub=row.hub, **{"from": format_datetime(notification.from_time)},
                     until=format_datetime(notification.until_time),
                     changes=[o.to_json() for o in outcomes],
                     latency_ms=round((time.time() - row.received_at) * 1000, 1))
+
+
+def _fills_open_gap(ctx: SyncContext, notification: ChangeNotification) -> bool:
+    """A gap reported at a restart with no list to check ([H, now)) is filled when the hub
+    replays from H: the first notification applied then starts at or before that H."""
+    gap = ctx.state.get_json("unrecoverable_gap")
+    if not gap or gap.get("until") is not None or not gap.get("from"):
+        return False
+    return notification.from_time <= parse_w3c_datetime(gap["from"])

@@ -213,11 +213,15 @@ def test_sigkill_then_500_changes_and_create_then_delete_then_restart_is_equal(s
     status = json.loads(s.run("sync", "status", "--dir", str(s.dest), "--json").stdout)
     assert set(status["resources"]) <= {"ok", "deleted"}, status["resources"]
 
-    # the next notification comes after the dead letters: the jump is reported, nothing lost
+    # the next notification comes after the dead letters: a hub that replays them (rsnotify's
+    # honours rsnotify.replay_from) delivers them again, already covered by the catch-up; one
+    # that does not shows a jump in the sequence, which is reported. Nothing is lost either way.
     (s.src / "after.txt").write_bytes(b"after the restart")
     wait_until(s.equal, "the next live change", 30, second)
     events = second.events()
-    assert any(e["event"] == "gap" and e["kind"] == "sequence" for e in events), events
+    status = json.loads(s.run("sync", "status", "--dir", str(s.dest), "--json").stdout)
+    replayed = status["inbox"].get("covered", 0) > 0
+    assert replayed or any(e["event"] == "gap" and e["kind"] == "sequence" for e in events), (status, events)
     assert second.stop(signal.SIGTERM) == 0
     audit = s.run("audit", "--capability-list", s.caplist, "--dir", str(s.dest), "--deep")
     assert audit.returncode == 0, audit.stderr
