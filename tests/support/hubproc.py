@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import redis as redis_lib
+
 from . import cli
 from .http import http
 from .ports import free_port
@@ -95,3 +97,15 @@ def start_hub(workdir: Path, *args: str, data_dir: Path | None = None, redis_url
         time.sleep(0.1)
     hub.wait_for_output(READY_LINE, timeout)
     return hub
+
+
+def start_hub_on_emptied_redis(workdir: Path, redis_url: str, *args: str, **options: Any) -> HubProcess:
+    """`start_hub` on a shared Redis emptied first, for a hub one test module shares: a hub refuses
+    a Redis holding secrets under another hub's generated key, and earlier modules' queued jobs
+    would run on its workers."""
+    client = redis_lib.Redis.from_url(redis_url)
+    try:
+        client.flushall()
+    finally:
+        client.close()
+    return start_hub(workdir, *args, redis_url=redis_url, **options)

@@ -12,11 +12,13 @@ from aiohttp import web
 
 
 class ThreadedServer:
-    """`ThreadedServer(app, port=0).start()`; `port` is the bound port; `stop()` when done."""
+    """`ThreadedServer(app, port=0).start()`; `port` is the bound port; `stop()` when done.
+    `host` may be another loopback address (127.0.0.2: a second machine on the same box)."""
 
-    def __init__(self, app: web.Application, port: int = 0) -> None:
+    def __init__(self, app: web.Application, port: int = 0, host: str = "127.0.0.1") -> None:
         self.app = app
         self.port = port
+        self.host = host
         self.loop = asyncio.new_event_loop()
         self._runner: web.AppRunner | None = None
         self._started = threading.Event()
@@ -25,7 +27,7 @@ class ThreadedServer:
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> ThreadedServer:
         self._thread.start()
@@ -61,6 +63,6 @@ class ThreadedServer:
         # a short shutdown_timeout: a handler a test left hanging must not hold up stop()
         self._runner = web.AppRunner(self.app, shutdown_timeout=0.1)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", self.port, reuse_address=True)
+        site = web.TCPSite(self._runner, self.host, self.port, reuse_address=True)
         await site.start()
         self.port = self._runner.addresses[0][1]

@@ -99,9 +99,10 @@ class RecordingSubscriber:
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
 
-    def serve_in_thread(self) -> ThreadedServer:
-        """Serve from a background thread; stop the returned server when done."""
-        server = ThreadedServer(self.app()).start()
+    def serve_in_thread(self, host: str = "127.0.0.1") -> ThreadedServer:
+        """Serve from a background thread (on `host`, a loopback address); stop the returned
+        server when done."""
+        server = ThreadedServer(self.app(), host=host).start()
         self.base = server.base
         return server
 

@@ -6,27 +6,33 @@ import asyncio
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
-def wait_until(condition: Callable[[], object], timeout: float = 30.0, what: str = "the condition",
-               logs: Iterable[Path] | Path = ()) -> None:
-    """Poll `condition` every 50 ms until it is true; on timeout fail with `what` and the tail of
-    each log (a directory: its *.log files then), so a failure shows what the processes said."""
+def wait_until(condition: Callable[[], T], timeout: float = 30.0, what: str = "the condition",
+               logs: Iterable[Path] | Path = ()) -> T:
+    """Poll `condition` every 50 ms until it is true and return what it gave; on timeout fail with
+    `what` and the tail of each log (a directory: its *.log files then), so a failure shows what
+    the processes said."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not (result := condition()):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{log_tails(logs)}")
         time.sleep(0.05)
+    return result
 
 
-async def eventually(condition: Callable[[], object], timeout: float = 30.0, what: str = "the condition",
-                     logs: Iterable[Path] | Path = ()) -> None:
+async def eventually(condition: Callable[[], T], timeout: float = 30.0, what: str = "the condition",
+                     logs: Iterable[Path] | Path = ()) -> T:
     """`wait_until` for async tests: the loop keeps running (in-loop servers go on answering)."""
     deadline = time.monotonic() + timeout
-    while not condition():
+    while not (result := condition()):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{log_tails(logs)}")
         await asyncio.sleep(0.02)
+    return result
 
 
 def log_tails(logs: Iterable[Path] | Path, chars: int = 3000) -> str:
