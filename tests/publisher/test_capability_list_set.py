@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from click.testing import CliRunner
-
-from rsnotify.cli import main
 from rsnotify.notification import CapabilityEntry, CapabilityList, Link
 from rsnotify.publisher.advertise import set_capabilities
 from rsnotify.xml import parse_capability_list
+from tests.support import cli
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 BASE = "https://example.org/dataset1/"
@@ -31,12 +29,11 @@ def test_set_replaces_each_capability_in_place_and_keeps_the_rest():
 
 
 def test_cli_edits_a_spec_capability_list_and_creates_a_missing_one(tmp_path):
-    runner = CliRunner()
     path = tmp_path / "capabilitylist.xml"
     path.write_bytes((FIXTURES / "core-1.1" / "resourcesync_ex_13.xml").read_bytes())
     before = parse_capability_list(path.read_bytes())
-    result = runner.invoke(main, ["capability-list", "set", str(path), "--changelist", BASE + "changelist.xml",
-                                  "--topic", BASE + "changes", "--hub", "https://hub.example.org/"], env={})
+    result = cli.invoke("capability-list", "set", str(path), "--changelist", BASE + "changelist.xml",
+                        "--topic", BASE + "changes", "--hub", "https://hub.example.org/")
     assert result.exit_code == 0, result.output
     after = parse_capability_list(path.read_bytes())
     capabilities = [e.capability for e in after.entries]
@@ -46,19 +43,18 @@ def test_cli_edits_a_spec_capability_list_and_creates_a_missing_one(tmp_path):
     ]
     assert after.by_capability("changelist")[0].loc == BASE + "changelist.xml"
     created = tmp_path / "new.xml"
-    result = runner.invoke(main, ["capability-list", "set", str(created), "--up", BASE + "sd.xml",
-                                  "--resourcelist", BASE + "resourcelist.xml"], env={})
+    result = cli.invoke("capability-list", "set", str(created), "--up", BASE + "sd.xml",
+                        "--resourcelist", BASE + "resourcelist.xml")
     assert result.exit_code == 0, result.output
     assert parse_capability_list(created.read_bytes()).up == BASE + "sd.xml"
 
 
 def test_cli_refuses_what_it_cannot_do(tmp_path):
-    runner = CliRunner()
-    missing = runner.invoke(main, ["capability-list", "set", str(tmp_path / "none.xml"), "--resourcelist", BASE], env={})
+    missing = cli.invoke("capability-list", "set", str(tmp_path / "none.xml"), "--resourcelist", BASE)
     assert missing.exit_code == 2 and "give --up" in missing.output
-    nothing = runner.invoke(main, ["capability-list", "set", str(tmp_path / "none.xml")], env={})
+    nothing = cli.invoke("capability-list", "set", str(tmp_path / "none.xml"))
     assert nothing.exit_code == 2 and "nothing to set" in nothing.output
     bad = tmp_path / "bad.xml"
     bad.write_text("<urlset/>")
-    refused = runner.invoke(main, ["capability-list", "set", str(bad), "--resourcelist", BASE + "rl.xml"], env={})
+    refused = cli.invoke("capability-list", "set", str(bad), "--resourcelist", BASE + "rl.xml")
     assert refused.exit_code == 2 and "not a Capability List" in refused.output
