@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import json
 
-from click.testing import CliRunner, Result
+from click.testing import Result
 
-from rsnotify.cli import main as rsnotify_main
 from rsnotify.hub.settings import HubSettings
+from tests.support import cli
 
 from .conftest import body, start_hub
 
@@ -18,7 +18,7 @@ TOKEN = "op-token-123"
 async def rsnotify_admin(hub_url: str, *args: str, token: str | None = None) -> Result:
     """`rsnotify admin ARGS` as a user runs it (its own event loop, so in a thread beside the hub's)."""
     env = {"RSNOTIFY_HUB_URL": hub_url, "RSNOTIFY_ADMIN_TOKEN": token or ""}
-    return await asyncio.to_thread(CliRunner().invoke, rsnotify_main, ["admin", *args], env=env)
+    return await asyncio.to_thread(cli.invoke, "admin", *args, env=env)
 
 
 def ok(result: Result) -> str:
