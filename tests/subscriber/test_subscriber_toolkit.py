@@ -14,11 +14,11 @@ from rsnotify.subscriber.errors import SettingsError, SubscriptionDeniedError
 from rsnotify.subscriber.settings import SubscriberSettings
 from rsnotify.subscriber.store import MemoryStore
 from rsnotify.websub import build_link_header
+from tests.support.sources import source_documents
 
 from .conftest import T0, make_notification
 
 TOPIC = "http://example.com/dataset1/change/"
-NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/"'
 
 
 async def test_ensure_reuses_the_stored_subscription_across_restarts(fake_hub, make_subscriber):
@@ -90,13 +90,7 @@ async def test_follow_discovers_a_source_and_subscribes_once(fake_hub, make_subs
     app.router.add_get("/{path:.*}", serve)
     server = await aiohttp_server(app)
     base = str(server.make_url("")).rstrip("/")
-    documents["/.well-known/resourcesync"] = (
-        f'<urlset {NS}><rs:md capability="description"/><url><loc>{base}/capabilitylist.xml</loc>'
-        '<rs:md capability="capabilitylist"/></url></urlset>')
-    documents["/capabilitylist.xml"] = (
-        f'<urlset {NS}><rs:ln rel="up" href="{base}/.well-known/resourcesync"/><rs:md capability="capabilitylist"/>'
-        f'<url><loc>{base}/changes</loc><rs:ln rel="hub" href="{fake_hub.url}"/>'
-        '<rs:md capability="change-notification"/></url></urlset>')
+    documents.update(source_documents(base, fake_hub.url))
     subscriber = await make_subscriber()
     [first] = await subscriber.follow(base + "/", wait=True)
     [again] = await subscriber.follow(base + "/capabilitylist.xml", wait=True)
