@@ -5,42 +5,33 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from collections.abc import Iterator
-from pathlib import Path
+from urllib.parse import urlencode
 
-import aiohttp
 import pytest
-import redis as redis_lib
 
 from rsnotify.redis_server import RedisServer
 from rsnotify.subscriber import DiagnosticsError
 from rsnotify.subscriber.store import JsonFileStore
-
-from ..conftest import HubProcess, start_hub
-
-RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
+from tests.support import cli
+from tests.support.http import get_json
+from tests.support.hubproc import HubProcess, start_hub_on_emptied_redis
+from tests.support.waiting import eventually
 
 
 @pytest.fixture(scope="module")
 def hub(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
-    # A flushed Redis: a hub refuses one that holds secrets under another hub's generated key.
-    client = redis_lib.Redis.from_url(redis_server.url)
-    client.flushall()
-    client.close()
-    process = start_hub(tmp_path_factory.mktemp("hub"), "--redis-url", redis_server.url, "--workers", "1")
+    process = start_hub_on_emptied_redis(tmp_path_factory.mktemp("hub"), redis_server.url, workers=1)
     yield process
     process.stop()
 
 
 async def held_by_hub(hub: HubProcess, topic: str, count: int) -> None:
-    async with aiohttp.ClientSession() as session:
-        for _ in range(600):
-            async with session.get(hub.url + "admin/subscriptions", params={"topic": topic}) as response:
-                if len((await response.json())["subscriptions"]) == count:
-                    return
-            await asyncio.sleep(0.05)
-    raise AssertionError(f"the hub never held {count} subscription(s) to {topic}:\n{hub.output()[-3000:]}")
+    def held() -> bool:
+        status, answer = get_json(hub.url + "admin/subscriptions?" + urlencode({"topic": topic}))
+        return status == 200 and len(answer["subscriptions"]) == count
+
+    await eventually(held, what=f"the hub to hold {count} subscription(s) to {topic}", logs=[hub.log])
 
 
 async def test_diagnostics_signed_by_link_and_from_the_command_line(hub: HubProcess, make_subscriber, tmp_path):
@@ -58,11 +49,10 @@ async def test_diagnostics_signed_by_link_and_from_the_command_line(hub: HubProc
     assert unsigned.id in subscriber.core.diagnostics_links
     assert (await subscriber.diagnostics(unsigned))["callback"] == unsigned.callback  # the link is reused
 
-    cli = await asyncio.create_subprocess_exec(RSNOTIFY, "subscribe", "--status", "--state-file", str(state_file),
-                                               stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    out, err = await asyncio.wait_for(cli.communicate(), 60)
+    status = await cli.start_async("subscribe", "--status", "--state-file", str(state_file))
+    out, err = await asyncio.wait_for(status.communicate(), 60)
     lines = {line["callback"]: line for line in map(json.loads, out.decode().splitlines())}
-    assert cli.returncode == 1, err.decode()  # the unsigned one cannot be read without serving its callback
+    assert status.returncode == 1, err.decode()  # the unsigned one cannot be read without serving its callback
     assert lines[signed.callback]["at_hub"]["state"] == "active" and lines[signed.callback]["status"] == "active"
     assert "has no secret" in lines[unsigned.callback]["error"]
 
