@@ -5,31 +5,23 @@ fails (an exception, a rolled-back transaction) publishes nothing."""
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
-import urllib.error
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
-import redis as redis_lib
 
 from rsnotify.publisher import Outbox, Publisher, Topic
 from rsnotify.redis_server import RedisServer
 from rsnotify.websub import parse_link_header
-
-from ..conftest import HubProcess, start_hub
+from tests.support.http import fetch, get_json
+from tests.support.hubproc import HubProcess, start_hub_on_emptied_redis
 
 
 @pytest.fixture(scope="module")
 def hub(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
-    # A flushed Redis: a hub refuses one that holds secrets under another hub's generated key.
-    client = redis_lib.Redis.from_url(redis_server.url)
-    client.flushall()
-    client.close()
-    process = start_hub(tmp_path_factory.mktemp("hub"), "--redis-url", redis_server.url, "--workers", "1")
+    process = start_hub_on_emptied_redis(tmp_path_factory.mktemp("hub"), redis_server.url, workers=1)
     yield process
     process.stop()
 
@@ -37,22 +29,11 @@ def hub(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> 
 def published(hub: HubProcess, topic: str) -> int:
     """How many notifications the hub stored for `topic` (its admin API, from loopback)."""
     tid = hashlib.sha256(topic.encode()).hexdigest()[:32]
-    try:
-        with urllib.request.urlopen(f"{hub.url}admin/topics/{tid}", timeout=10) as response:
-            return int(json.loads(response.read())["published"])
-    except urllib.error.HTTPError as exc:
-        if exc.code == 404:
-            return 0
-        raise
-
-
-def request(url: str, method: str = "GET") -> tuple[int, dict[str, str], bytes]:
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method=method, data=b"" if method == "POST" else None),
-                                    timeout=10) as response:
-            return response.status, dict(response.headers), response.read()
-    except urllib.error.HTTPError as exc:
-        return exc.code, dict(exc.headers), exc.read()
+    status, answer = get_json(f"{hub.url}admin/topics/{tid}")
+    if status == 404:
+        return 0
+    assert status == 200, (status, answer)
+    return int(answer["published"])
 
 
 class _Quiet(WSGIRequestHandler):
@@ -80,13 +61,13 @@ def outbox(hub: HubProcess, tmp_path: Path, request: pytest.FixtureRequest) -> I
 
 
 def check_topic_uri(url: str, topic: Topic) -> None:
-    status, headers, body = request(url)
-    assert status == 200 and headers["Content-Type"] == "application/xml" and body == b""
-    links = parse_link_header(headers["Link"])
+    answer = fetch(url)
+    assert answer.status == 200 and answer.headers["Content-Type"] == "application/xml" and answer.body == b""
+    links = parse_link_header(answer.headers["Link"])
     assert [(link.href, list(link.rels)) for link in links] == [(topic.topic_url, ["self"]), (topic.hub_urls[0], ["hub"])]
-    status, headers, body = request(url, "HEAD")
-    assert status == 200 and body == b"" and headers["Content-Length"] == "0"
-    assert request(url, "POST")[0] == 405
+    answer = fetch(url, "HEAD")
+    assert answer.status == 200 and answer.body == b"" and answer.headers["Content-Length"] == "0"
+    assert fetch(url, "POST").status == 405
 
 
 def test_flask_topic_view_and_publish_after_request(hub: HubProcess, outbox: Outbox):
@@ -107,8 +88,8 @@ def test_flask_topic_view_and_publish_after_request(hub: HubProcess, outbox: Out
 
     for base in serve(app.wsgi_app):
         check_topic_uri(base + "/changes", topic)
-        assert request(base + "/documents/broken", "POST")[0] == 500
-        assert request(base + "/documents/good", "POST")[0] == 201
+        assert fetch(base + "/documents/broken", "POST").status == 500
+        assert fetch(base + "/documents/good", "POST").status == 201
         outbox.flush()
         assert published(hub, topic.topic_url) == 1
 
@@ -151,8 +132,8 @@ def test_django_topic_view_and_publish_on_commit(hub: HubProcess, outbox: Outbox
     clear_url_caches()
     for base in serve(get_wsgi_application()):
         check_topic_uri(base + "/changes", topic)
-        assert request(base + "/documents/broken", "POST")[0] == 409
-        assert request(base + "/documents/good", "POST")[0] == 201
+        assert fetch(base + "/documents/broken", "POST").status == 409
+        assert fetch(base + "/documents/good", "POST").status == 201
         outbox.flush()
         assert published(hub, topic.topic_url) == 1
 
