@@ -12,22 +12,23 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-import redis as redis_lib
 
-from rsnotify.redis_server import RedisServer, free_port
+from rsnotify.redis_server import RedisServer
 from rsnotify.subscriber import Subscriber, SubscriberSettings
 from rsnotify.websub import build_link_header
+from tests.support import cli
+from tests.support.http import fetch, get_json
+from tests.support.hubproc import HubProcess, start_hub_on_emptied_redis
+from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
-from ..conftest import HubProcess, start_hub
 from .conftest import T0, make_notification
 
 README = Path(__file__).resolve().parents[2] / "README.md"
@@ -54,60 +55,59 @@ def command(framework: str, port: int) -> list[str]:
 @pytest.fixture(scope="module")
 def hub(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
     """One `rsnotify hub` (one worker, quick retries) for the tests of this file."""
-    # A flushed Redis: a hub refuses one that holds secrets under another hub's generated key.
-    client = redis_lib.Redis.from_url(redis_server.url)
-    client.flushall()
-    client.close()
-    process = start_hub(tmp_path_factory.mktemp("hub"), "--redis-url", redis_server.url, "--workers", "1",
-                        "--retry-base", "0.3", "--log-level", "info")
+    process = start_hub_on_emptied_redis(tmp_path_factory.mktemp("hub"), redis_server.url, "--retry-base", "0.3",
+                                         "--log-level", "info", workers=1)
     yield process
     process.stop()
 
 
 def wait_for(what: str, check: Callable[[], object], app: App | None = None, hub: HubProcess | None = None) -> object:
-    deadline = time.monotonic() + WAIT
-    while not (result := check()):
-        if time.monotonic() > deadline:
-            detail = (f"\napp output:\n{app.output()}" if app else "") + (f"\nhub log:\n{hub.output()[-4000:]}"
-                                                                         if hub else "")
-            raise AssertionError(f"timed out waiting for {what}{detail}")
+    """`wait_until` with the app's and the hub's logs, failing at once if the app exits."""
+    def ready() -> object:
         if app is not None and app.process is not None and app.process.poll() is not None:
             raise AssertionError(f"the app exited ({app.process.returncode}) while waiting for {what}:\n"
                                  f"{app.output()}")
-        time.sleep(0.05)
-    return result
+        return check()
+
+    logs = [*(app.logs if app else ()), *([hub.log] if hub else [])]
+    return wait_until(ready, WAIT, what, logs=logs)
 
 
 @dataclass
 class App:
-    """One framework app in its own process; stdout lines are collected, restarts keep the port."""
+    """One framework app in its own process, its stdout and stderr appended to two log files
+    across restarts; restarts keep the port."""
 
     framework: str
     folder: Path
     env: dict[str, str]
     port: int
     process: subprocess.Popen | None = None
-    lines: list[str] = field(default_factory=list)
-    log: list[str] = field(default_factory=list)
+
+    @property
+    def logs(self) -> tuple[Path, Path]:
+        return self.folder / f"{self.framework}-stdout.log", self.folder / f"{self.framework}-stderr.log"
 
     def start(self) -> None:
-        self.process = subprocess.Popen(command(self.framework, self.port), cwd=self.folder, env=self.env,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for stream, into in ((self.process.stdout, self.lines), (self.process.stderr, self.log)):
-            threading.Thread(target=lambda s=stream, i=into: i.extend(iter(s.readline, "")), daemon=True).start()
+        stdout, stderr = self.logs
+        with stdout.open("ab") as out, stderr.open("ab") as err:    # the child keeps its own descriptors
+            self.process = subprocess.Popen(command(self.framework, self.port), cwd=self.folder, env=self.env,
+                                            stdout=out, stderr=err, stdin=subprocess.DEVNULL)
 
     def stop(self) -> None:
         """Ctrl-C, as a developer would."""
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        if self.process is not None:
+            cli.stop(self.process, signal.SIGINT, 20)
+
+    @property
+    def lines(self) -> list[str]:
+        """The whole lines the app printed so far (one it is still writing is left for later)."""
+        stdout = self.logs[0]
+        lines = stdout.read_text(errors="replace").splitlines(keepends=True) if stdout.exists() else []
+        return lines if not lines or lines[-1].endswith("\n") else lines[:-1]
 
     def output(self) -> str:
-        return "".join(self.lines) + "".join(self.log)
+        return "".join(path.read_text(errors="replace") for path in self.logs if path.exists())
 
     def handled(self) -> list[str]:
         return [line for line in self.lines if line.startswith(f"{self.framework}: ")]
@@ -147,16 +147,15 @@ def make_app(tmp_path: Path, hub: HubProcess) -> Iterator[Callable[..., App]]:
 
 
 def hub_subscriptions(hub: HubProcess, topic: str) -> list[dict]:
-    url = hub.url + "admin/subscriptions?" + urllib.parse.urlencode({"topic": topic})
-    with urllib.request.urlopen(url, timeout=10) as response:
-        return json.loads(response.read())["subscriptions"]
+    status, answer = get_json(hub.url + "admin/subscriptions?" + urllib.parse.urlencode({"topic": topic}))
+    assert status == 200, (status, answer)
+    return answer["subscriptions"]
 
 
 def publish(hub: HubProcess, topic: str, body: bytes) -> None:
-    request = urllib.request.Request(hub.url, data=body, method="POST", headers={
+    answer = fetch(hub.url, "POST", body, {
         "Content-Type": "application/xml", "Link": build_link_header([(topic, "self"), (hub.url, "hub")])})
-    with urllib.request.urlopen(request, timeout=10) as response:
-        assert response.status == 200
+    assert answer.status == 200, answer.text
 
 
 def start_and_wait_verified(app: App, hub: HubProcess) -> None:
@@ -257,9 +256,9 @@ def test_a_request_on_a_single_threaded_flask_server_subscribes_without_waiting(
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        request = urllib.request.Request(f"http://127.0.0.1:{port}/follow", data=b"", method="POST")
-        with urllib.request.urlopen(request, timeout=WAIT) as response:
-            answer = json.loads(response.read())
+        response = fetch(f"http://127.0.0.1:{port}/follow", "POST", timeout=WAIT)
+        assert response.status == 200, response.text
+        answer = json.loads(response.body)
         assert answer["status"] == "pending"
         runner = subscriber_thread(subscriber)
         wait_for("the verification", lambda: runner.subscriptions()[0].status == "active", hub=hub)
