@@ -13,6 +13,7 @@ import asyncio
 import hashlib
 import logging
 import random
+import time
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -85,6 +86,7 @@ class Fetcher:
         self._active = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._successes = 0
+        self._write_seconds = 0.0  # moving average of a small file's create + write + rename
         self.requests = 0          # GETs sent (each try and redirect counts)
         self.throttled = 0         # 429/503 answers
 
@@ -251,15 +253,23 @@ class Fetcher:
         if problem is not None:
             detail, expected = problem
             return FetchResult(loc, MISMATCH, computed["md5"], computed["sha256"], len(body), detail, expected)
-        if len(body) <= INLINE_WRITE:
-            self.sink.write_small(path, body)   # a handoff to a thread costs more than this write
+        if len(body) <= INLINE_WRITE and self._write_seconds < SLOW_WRITE:
+            # On a quick disk a handoff to a thread costs more than the write itself.
+            started = time.perf_counter()
+            self.sink.write_small(path, body)
+            self._write_seconds = 0.9 * self._write_seconds + 0.1 * (time.perf_counter() - started)
         else:
+            # A slow disk (or a big body): the loop keeps fetching while a thread waits on it.
+            started = time.perf_counter()
             await asyncio.to_thread(self.sink.write_small, path, body)
+            if len(body) <= INLINE_WRITE and time.perf_counter() - started < SLOW_WRITE / 2:
+                self._write_seconds = 0.9 * self._write_seconds   # the disk got quick again
         return FetchResult(loc, STORED, computed["md5"], computed["sha256"], len(body))
 
 
 SMALL_BODY = 256 * 1024   # bodies up to this size are read whole, then written at once
 INLINE_WRITE = 64 * 1024  # up to this size on the event loop itself; larger ones by a worker thread
+SLOW_WRITE = 0.0003       # s: a file write slower than this on average goes to worker threads
 
 
 def _fixity_problem(size: int, computed: dict[str, str], length: int | None,
