@@ -14,6 +14,7 @@ from typing import Any, TextIO
 
 from rsnotify.datetimes import format_datetime
 
+from ..errors import SubscriberError
 from ..settings import SubscriberSettings
 from .context import SyncOptions
 from .engine import EXIT_DIFFERENCES, EXIT_IN_SYNC, EXIT_UNREACHABLE, SyncEngine
@@ -123,7 +124,11 @@ async def run_sync(command: SyncCommand, *, once: bool) -> int:
             reporter.status({EXIT_IN_SYNC: "in sync", EXIT_DIFFERENCES: "differences remain (see sync status)",
                              EXIT_UNREACHABLE: "the Source is unreachable"}.get(code, str(code)))
         else:
-            code = await engine.run(stop)
+            try:
+                code = await engine.run(stop)
+            except SubscriberError as exc:   # e.g. the callback address is taken
+                reporter.status(str(exc))
+                return EXIT_DIFFERENCES
         if reporter.stdout_gone:
             code = EXIT_DIFFERENCES
         return code
