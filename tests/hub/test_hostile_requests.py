@@ -3,25 +3,26 @@ review: each gets a clear 4xx (or is refused), nothing is stored, delivered or f
 hub still answers /health within a second afterwards."""
 from __future__ import annotations
 
-import http.client
 import json
 import signal
 import socket
 import stat
-import subprocess
-import threading
 import zlib
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 import redis as redis_lib
+from aiohttp import web
 
+from rsnotify.redis_server import RedisServer
 from tests.support import cli
+from tests.support.http import Response, fetch
+from tests.support.hubproc import HubProcess, start_hub_on_emptied_redis
 from tests.support.ports import free_port
+from tests.support.servers import ThreadedServer
+from tests.support.subscribers import RecordingSubscriber
 from tests.support.waiting import wait_until
 
 FORM = "application/x-www-form-urlencoded"
@@ -42,120 +43,51 @@ def notification(loc: str = "http://data.example.org/res1", extra: str = "") -> 
     return NOTIFICATION.format(loc=loc, extra=extra).encode()
 
 
-# --- a recording loopback server (a callback, or an internal service an attacker aims at) -----
-
-
-@dataclass
-class Recorder:
-    """Records every request; answers a verification GET by echoing hub.challenge."""
-
-    host: str = "127.0.0.1"
-    requests: list[tuple[str, str, bytes]] = field(default_factory=list)
-    seen: threading.Condition = field(default_factory=threading.Condition)
-
-    def start(self) -> Recorder:
-        recorder = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def _record(self) -> bytes:
-                size = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(size) if size else b""
-                with recorder.seen:
-                    recorder.requests.append((self.command, self.path, body))
-                    recorder.seen.notify_all()
-                return body
-
-            def do_GET(self) -> None:
-                self._record()
-                challenge = parse_qs(urlsplit(self.path).query).get("hub.challenge", [""])[0].encode()
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(challenge)))
-                self.end_headers()
-                self.wfile.write(challenge)
-
-            def do_POST(self) -> None:
-                self._record()
-                self.send_response(204)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer((self.host, 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        return self
-
-    def url(self, path: str = "/cb") -> str:
-        return f"http://{self.host}:{self.server.server_address[1]}{path}"
-
-    def wait_for(self, count: int, timeout: float = 60.0) -> list[tuple[str, str, bytes]]:
-        with self.seen:
-            assert self.seen.wait_for(lambda: len(self.requests) >= count, timeout), self.requests
-            return list(self.requests)
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+# --- recording loopback servers (a callback, or an internal service an attacker aims at) -----
 
 
 @pytest.fixture
-def recorders() -> Iterator[Callable[..., Recorder]]:
-    started: list[Recorder] = []
+def recorders() -> Iterator[Callable[..., RecordingSubscriber]]:
+    """Factory: a recording subscriber served on `host` (deliveries answered 204)."""
+    servers: list[ThreadedServer] = []
 
-    def start(host: str = "127.0.0.1") -> Recorder:
-        recorder = Recorder(host).start()
-        started.append(recorder)
+    def start(host: str = "127.0.0.1") -> RecordingSubscriber:
+        recorder = RecordingSubscriber(default_status=204)
+        servers.append(recorder.serve_in_thread(host))
         return recorder
 
     yield start
-    for recorder in started:
-        recorder.stop()
+    for server in servers:
+        server.stop()
 
 
-# --- plain HTTP, with every header under the test's control --------------------------------
+def wait_for_requests(recorder: RecordingSubscriber, count: int) -> None:
+    wait_until(lambda: len(recorder.requests) >= count, 60.0, f"{count} request(s) at {recorder.base}")
 
 
-@dataclass
-class Answer:
-    status: int
-    headers: http.client.HTTPMessage
-    text: str
+# --- plain HTTP, with every header under the test's control (tests/support's fetch) ----------
 
 
-def call(url: str, method: str = "GET", body: bytes | str = b"", headers: dict[str, str] | None = None,
-         timeout: float = 30.0) -> Answer:
-    parts = urlsplit(url)
-    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=timeout)
-    try:
-        data = body.encode() if isinstance(body, str) else body
-        connection.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=data,
-                           headers=headers or {})
-        response = connection.getresponse()
-        return Answer(response.status, response.headers, response.read().decode(errors="replace"))
-    finally:
-        connection.close()
-
-
-def form(hub_url: str, fields: dict[str, str] | str, headers: dict[str, str] | None = None) -> Answer:
+def form(hub_url: str, fields: dict[str, str] | str, headers: dict[str, str] | None = None) -> Response:
     body = fields if isinstance(fields, str) else urlencode(fields)
-    return call(hub_url, "POST", body, {"Content-Type": FORM, **(headers or {})})
+    return fetch(hub_url, "POST", body, {"Content-Type": FORM, **(headers or {})})
 
 
 def publish(hub_url: str, body: bytes, topic: str = TOPIC, token: str | None = None,
-            headers: dict[str, str] | None = None) -> Answer:
+            headers: dict[str, str] | None = None) -> Response:
     sent = {"Content-Type": "application/xml", "Link": f'<{topic}>; rel="self", <{hub_url}>; rel="hub"'}
     if token:
         sent["Authorization"] = f"Bearer {token}"
-    return call(hub_url, "POST", body, {**sent, **(headers or {})})
+    return fetch(hub_url, "POST", body, {**sent, **(headers or {})})
 
 
 def subscribe(hub_url: str, callback: str, topic: str = TOPIC, headers: dict[str, str] | None = None,
-              **extra: str) -> Answer:
+              **extra: str) -> Response:
     return form(hub_url, {"hub.mode": "subscribe", "hub.topic": topic, "hub.callback": callback, **extra}, headers)
 
 
 def assert_healthy_within_a_second(hub_url: str) -> None:
-    answer = call(hub_url + "health", timeout=1.0)
+    answer = fetch(hub_url + "health", timeout=1.0)
     assert answer.status == 200, answer.text
 
 
@@ -174,20 +106,29 @@ NOTHING = {"topics": 0, "subscriptions": 0, "intents": 0, "notifications": 0, "q
 
 
 @pytest.fixture
-def start(hub_process, redis_url: str) -> Callable[..., object]:
-    """A hub process on the test's Redis with one worker."""
+def start(hub_process, redis_url: str) -> Callable[..., HubProcess]:
+    """A hub process on the test's Redis with one worker, for a test with options of its own."""
 
-    def launch(*args: str, workers: int = 1):
+    def launch(*args: str, workers: int = 1) -> HubProcess:
         return hub_process(*args, redis_url=redis_url, workers=workers)
 
     return launch
 
 
+@pytest.fixture(scope="module")
+def intake_hub(redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
+    """One hub with default options and no workers for the tests of intake alone: each test's
+    `redis` fixture empties the Redis first, and with no worker nothing it queued is taken."""
+    hub = start_hub_on_emptied_redis(tmp_path_factory.mktemp("intake-hub"), redis_server.url, workers=0)
+    yield hub
+    hub.stop()
+
+
 # --- 1. XML -------------------------------------------------------------------------------
 
 
-def test_1_hostile_xml_is_refused_at_once_and_the_hub_stays_responsive(start, redis, recorders) -> None:
-    hub = start(workers=0)
+def test_1_hostile_xml_is_refused_at_once_and_the_hub_stays_responsive(intake_hub, redis) -> None:
+    hub = intake_hub
     crowd = " ".join(f'a{i}="1"' for i in range(100_000))
     for body, reason in (
         (DEV_ZERO_ENTITY.encode("utf-16"), "UTF-16 byte order mark; expected UTF-8"),
@@ -204,56 +145,36 @@ def test_1_hostile_xml_is_refused_at_once_and_the_hub_stays_responsive(start, re
     assert publish(hub.url, notification()).status == 200
 
 
-class TopicServer:
-    """Serves one body at every path, as a Source's topic URL would."""
+def serve_topic(body: bytes) -> ThreadedServer:
+    """Serves `body` at every path, as a Source's topic URL would."""
+    async def topic(request: web.Request) -> web.Response:
+        return web.Response(body=body, content_type="application/xml")
 
-    def __init__(self, body: bytes) -> None:
-        served = body
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                self.send_response(200)
-                self.send_header("Content-Type", "application/xml")
-                self.send_header("Content-Length", str(len(served)))
-                self.end_headers()
-                self.wfile.write(served)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/changes"
-
-    def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", topic)
+    return ThreadedServer(app).start()
 
 
 def test_1_hostile_xml_relayed_by_a_thin_ping_leaves_rsnotify_subscribe_responsive(start, tmp_path: Path) -> None:
-    source = TopicServer(DEV_ZERO_ENTITY.encode("utf-16"))
+    source = serve_topic(DEV_ZERO_ENTITY.encode("utf-16"))
+    topic = source.base + "/changes"
     hub = start()
     port = free_port()
     log = tmp_path / "subscribe.log"
-    subscriber = cli.start("subscribe", "--hub", hub.url, "--topic", source.url, "--listen", f"127.0.0.1:{port}",
+    subscriber = cli.start("subscribe", "--hub", hub.url, "--topic", topic, "--listen", f"127.0.0.1:{port}",
                            "--no-secret", "--state-file", str(tmp_path / "subscriber.db"), log=log, cwd=tmp_path)
     try:
         wait_until(lambda: "subscribed to" in log.read_text(), 60, "the subscription", logs=log)
-        answer = form(hub.url, {"hub.mode": "publish", "hub.url": source.url})
+        answer = form(hub.url, {"hub.mode": "publish", "hub.url": topic})
         assert answer.status == 202, answer.text
         wait_until(lambda: "is not a valid change notification" in log.read_text(), 60,
                    "the subscriber's refusal", logs=log)
         assert "UTF-16 byte order mark; expected UTF-8" in log.read_text()
-        assert call(f"http://127.0.0.1:{port}/", timeout=1.0).status < 500  # the callback still answers
+        assert fetch(f"http://127.0.0.1:{port}/", timeout=1.0).status < 500  # the callback still answers
         assert subscriber.poll() is None
         assert_healthy_within_a_second(hub.url)
     finally:
-        subscriber.send_signal(signal.SIGINT)
-        try:
-            subscriber.wait(30)
-        except subprocess.TimeoutExpired:
-            subscriber.kill()
-            subscriber.wait()
+        cli.stop(subscriber, signal.SIGINT)
         source.stop()
 
 
@@ -274,7 +195,7 @@ def test_2_a_hub_with_a_public_url_never_calls_loopback(start, redis, recorders)
     assert_healthy_within_a_second(hub.url)
     # control: an allowed callback on 127.0.0.2 is verified through the same queue and worker
     assert subscribe(hub.url, control.url()).status == 202
-    control.wait_for(1)
+    wait_for_requests(control, 1)
     assert internal.requests == []
     wait_until(lambda: stored(redis)["subscriptions"] == 1, what="the control subscription")
 
@@ -292,34 +213,34 @@ def test_3_cross_site_requests_foreign_hosts_and_raw_bodies(start, redis, record
         answer = form(hub.url, {"hub.mode": "publish", "hub.url": target.url("/internal")}, headers)
         assert answer.status == 403, answer.text
     # DNS rebinding: the right address under a foreign name
-    answer = call(hub.url + "admin/overview", headers={"Host": "attacker.example"})
+    answer = fetch(hub.url + "admin/overview", headers={"Host": "attacker.example"})
     assert answer.status == 421, answer.text
     # what needs no credential still answers under a service name (Prometheus scraping hub:8080)
-    assert call(hub.url + "metrics", headers={"Host": "hub:8080"}).status == 200
+    assert fetch(hub.url + "metrics", headers={"Host": "hub:8080"}).status == 200
     assert stored(redis) == NOTHING
     assert_healthy_within_a_second(hub.url)
     # a same-origin subscribe works; an admin mutation sent as a simple (form) request does not
     assert subscribe(hub.url, target.url()).status == 202
-    target.wait_for(1)
+    wait_for_requests(target, 1)
     def subscriptions() -> list[dict]:
-        return json.loads(call(hub.url + "admin/subscriptions").text)["subscriptions"]
+        return json.loads(fetch(hub.url + "admin/subscriptions").text)["subscriptions"]
 
     wait_until(subscriptions, what="the subscription to be verified")
     sid = subscriptions()[0]["sid"]
-    answer = call(hub.url + f"admin/subscriptions/{sid}/pause", "POST", "", {"Content-Type": FORM})
+    answer = fetch(hub.url + f"admin/subscriptions/{sid}/pause", "POST", "", {"Content-Type": FORM})
     assert answer.status == 403, answer.text
-    assert json.loads(call(hub.url + f"admin/subscriptions/{sid}").text)["state"] == "active"
+    assert json.loads(fetch(hub.url + f"admin/subscriptions/{sid}").text)["state"] == "active"
     # a valid notification carrying a foreign script element is served as an inert attachment
     script = '<h:script xmlns:h="http://www.w3.org/1999/xhtml">fetch("/admin/overview")</h:script>'
     answer = publish(hub.url, notification(extra=script))
     assert answer.status == 200, answer.text
-    tid = json.loads(call(hub.url + "admin/topics").text)["topics"][0]["tid"]
-    raw = call(hub.url + f"admin/topics/{tid}/notifications/{json.loads(answer.text)['notification_id']}")
+    tid = json.loads(fetch(hub.url + "admin/topics").text)["topics"][0]["tid"]
+    raw = fetch(hub.url + f"admin/topics/{tid}/notifications/{json.loads(answer.text)['notification_id']}")
     assert raw.status == 200
     assert raw.headers["Content-Disposition"].startswith("attachment")
     assert raw.headers["X-Content-Type-Options"] == "nosniff"
     assert "sandbox" in raw.headers["Content-Security-Policy"]
-    page = call(hub.url)
+    page = fetch(hub.url)
     assert page.headers["X-Frame-Options"] == "DENY"
     assert "frame-ancestors 'none'" in page.headers["Content-Security-Policy"]
 
@@ -327,9 +248,9 @@ def test_3_cross_site_requests_foreign_hosts_and_raw_bodies(start, redis, record
 # --- 4. forms -----------------------------------------------------------------------------
 
 
-def test_4_forms_are_bounded(start, redis, recorders) -> None:
+def test_4_forms_are_bounded(intake_hub, redis, recorders) -> None:
     target = recorders()
-    hub = start(workers=0)
+    hub = intake_hub
     padding = "x" * (300 * 1024)
     answer = form(hub.url, {"hub.mode": "subscribe", "hub.topic": TOPIC, "hub.callback": target.url(),
                             "padding": padding})
@@ -379,8 +300,8 @@ def test_6_long_urls_rates_and_slow_clients_are_limited(start, redis, recorders)
     refused = subscribe(hub.url, target.url("/cb-too-many"), headers=remote)
     assert refused.status == 429, refused.text
     assert int(refused.headers["Retry-After"]) >= 1
-    target.wait_for(5)
-    assert not any("/cb-too-many" in path for _, path, _ in target.requests)
+    wait_for_requests(target, 5)
+    assert not any("/cb-too-many" in request.path for request in target.requests)
     wait_until(lambda: stored(redis)["subscriptions"] == 5, what="five subscriptions")
     # a client trickling its headers is cut off, and others are served meanwhile
     port = urlsplit(hub.url).port
@@ -420,9 +341,9 @@ MALFORMED_FORMS = [
 ]
 
 
-def test_7_malformed_forms_get_a_400_with_the_reason(start, redis, recorders) -> None:
+def test_7_malformed_forms_get_a_400_with_the_reason(intake_hub, redis, recorders) -> None:
     target = recorders()
-    hub = start(workers=0)
+    hub = intake_hub
     for fields, reason in MALFORMED_FORMS:
         answer = form(hub.url, {"hub.mode": "subscribe", "hub.topic": TOPIC, "hub.callback": target.url(), **fields})
         assert answer.status == 400, (fields, answer.text)
@@ -433,17 +354,18 @@ def test_7_malformed_forms_get_a_400_with_the_reason(start, redis, recorders) ->
     assert target.requests == []
 
 
-def test_7_bad_charsets_get_a_400_and_logs_keep_callback_paths_out(start, redis, recorders) -> None:
+def test_7_bad_charsets_get_a_400_and_logs_keep_callback_paths_out(intake_hub, redis, recorders) -> None:
     target = recorders()
-    hub = start(workers=0)  # the web process's own log lines: intake is what this test is about
-    answer = call(hub.url, "POST", "hub.mode=subscribe", {"Content-Type": f"{FORM}; charset=x-bogus-9"})
+    hub = intake_hub  # the web process's own log lines: intake is what this test is about
+    earlier = len(hub.output())  # what the tests before this one made the shared hub say
+    answer = fetch(hub.url, "POST", "hub.mode=subscribe", {"Content-Type": f"{FORM}; charset=x-bogus-9"})
     assert answer.status == 400, answer.text
     assert "x-bogus-9" in answer.text
     assert stored(redis) == NOTHING
     secret_path = "/cb/capability-3f9a7c"
     assert subscribe(hub.url, target.url(secret_path)).status == 202
     assert_healthy_within_a_second(hub.url)
-    hub.wait_for_output(r"subscribe request for http://127\.0\.0\.1:\d+/… at ")
+    hub.wait_for_output(r"subscribe request for http://127\.0\.0\.1:\d+/… at ", since=earlier)
     assert "capability-3f9a7c" not in hub.output()
     assert "Traceback" not in hub.output()
 
@@ -451,12 +373,12 @@ def test_7_bad_charsets_get_a_400_and_logs_keep_callback_paths_out(start, redis,
 # --- 8. whom to trust ---------------------------------------------------------------------
 
 
-def test_8_forwarding_headers_make_a_client_remote_without_trusted_proxies(start, redis) -> None:
-    hub = start(workers=0)
+def test_8_forwarding_headers_make_a_client_remote_without_trusted_proxies(intake_hub, redis) -> None:
+    hub = intake_hub
     for header in ("X-Client-IP", "CF-Connecting-IP", "True-Client-IP", "X-Forwarded-For"):
         answer = publish(hub.url, notification(), headers={header: "203.0.113.9"})
         assert answer.status == 403, (header, answer.text)
-        answer = call(hub.url + "admin/overview", headers={header: "203.0.113.9"})
+        answer = fetch(hub.url + "admin/overview", headers={header: "203.0.113.9"})
         assert answer.status == 403, (header, answer.text)
         assert stored(redis) == NOTHING
         assert_healthy_within_a_second(hub.url)
@@ -471,10 +393,10 @@ def test_8_a_trusted_proxy_names_the_client(start, redis) -> None:
     assert publish(hub.url, notification(), headers={"X-Forwarded-For": "127.0.0.1"}).status == 200
 
 
-def test_8_jobs_are_json_and_the_embedded_data_is_private(hub_process, redis, redis_url: str, tmp_path: Path,
+def test_8_jobs_are_json_and_the_embedded_data_is_private(intake_hub, hub_process, redis, tmp_path: Path,
                                                           recorders) -> None:
     target = recorders()
-    hub = hub_process(redis_url=redis_url, workers=0)
+    hub = intake_hub
     assert subscribe(hub.url, target.url()).status == 202
     jobs = [key for key in redis.scan_iter("rq:job:*") if key.count(b":") == 2]
     assert jobs
@@ -497,7 +419,7 @@ def test_9_a_loc_must_be_an_absolute_http_uri(start, redis, recorders) -> None:
     target = recorders()
     hub = start()
     assert subscribe(hub.url, target.url()).status == 202
-    target.wait_for(1)
+    wait_for_requests(target, 1)
     for loc, reason in (("/res1", "is relative"), ("http://data.example.org/a b", "space"),
                         ("ftp://data.example.org/r", "scheme 'ftp'")):
         answer = publish(hub.url, notification(loc=loc))
@@ -505,4 +427,4 @@ def test_9_a_loc_must_be_an_absolute_http_uri(start, redis, recorders) -> None:
         assert reason in answer.text
         assert stored(redis)["notifications"] == 0
         assert_healthy_within_a_second(hub.url)
-    assert [method for method, _, _ in target.requests] == ["GET"]  # the verification, no delivery
+    assert [request.method for request in target.requests] == ["GET"]  # the verification, no delivery

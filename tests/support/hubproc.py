@@ -40,11 +40,12 @@ class HubProcess:
     def output(self) -> str:
         return self.log.read_text(errors="replace")
 
-    def wait_for_output(self, pattern: str, timeout: float = 30.0) -> re.Match[str]:
-        """Until a line of the log matches `pattern` (a regex); the match."""
+    def wait_for_output(self, pattern: str, timeout: float = 30.0, since: int = 0) -> re.Match[str]:
+        """Until a line of the log matches `pattern` (a regex); the match. `since`: look only past
+        that many characters (len(output()) taken earlier), for a hub several tests share."""
         deadline = time.monotonic() + timeout
         while True:
-            if found := re.search(pattern, self.output()):
+            if found := re.compile(pattern).search(self.output(), since):
                 return found
             if time.monotonic() > deadline or self.process.poll() is not None:
                 raise AssertionError(f"{pattern!r} not in the hub's output:\n{self.output()[-5000:]}")
