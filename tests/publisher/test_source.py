@@ -10,12 +10,9 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Iterator
 from datetime import timedelta
-from email.message import Message
 from pathlib import Path
 
 import pytest
@@ -27,71 +24,38 @@ from rsnotify.documents import parse_document
 from rsnotify.lists import ListInfo, Resource, open_list
 from rsnotify.publisher.resourcelist import write_resource_list
 from rsnotify.publisher.source import SourceUrls
-from rsnotify.redis_server import free_port
 from rsnotify.xml import parse_capability_list, parse_source_description
+from tests.support import cli
+from tests.support.http import fetch
+from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
-BIN = Path(sys.executable).parent
-RSNOTIFY = str(BIN / "rsnotify")
-
-
-def wait_for(condition: Callable[[], object], what: str, timeout: float = 60.0) -> object:
-    deadline = time.monotonic() + timeout
-    while not (result := condition()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.05)
-    return result
-
-
-def get(url: str, method: str = "GET") -> tuple[int, Message, bytes]:
-    """Status, headers (case-insensitive, as HTTP says) and body."""
-    request = urllib.request.Request(url, method=method)
-    try:
-        with urllib.request.urlopen(request, timeout=10) as answer:
-            return answer.status, answer.headers, answer.read()
-    except urllib.error.HTTPError as error:
-        return error.code, error.headers, error.read()
-
-
-class SourceProcess:
-    def __init__(self, argv: list[str], log: Path) -> None:
-        self.log = log
-        with log.open("ab") as out:
-            self.process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT)
-
-    def output(self) -> str:
-        return self.log.read_text(errors="replace")
-
-    def stop(self) -> int:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGINT)
-            try:
-                self.process.wait(30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-        return self.process.returncode
+BIN = Path(sys.executable).parent   # resync's console scripts
+WAIT = 60.0
 
 
 @pytest.fixture
-def run_source(tmp_path: Path) -> Iterator[Callable[..., SourceProcess]]:
-    started: list[SourceProcess] = []
+def run_source(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Factory: `rsnotify source ARGS` (output in tmp_path/source.log), started once `ready_url`
+    answers 200; every source still running is stopped with Ctrl-C after the test."""
+    started: list[subprocess.Popen] = []
+    log = tmp_path / "source.log"
 
-    def start(*args: str, ready_url: str) -> SourceProcess:
-        source = SourceProcess([RSNOTIFY, "source", *args], tmp_path / "source.log")
+    def start(*args: str, ready_url: str) -> subprocess.Popen:
+        source = cli.start("source", *args, log=log)
         started.append(source)
-        wait_for(lambda: source.process.poll() is not None or get_ok(ready_url), "rsnotify source to serve")
-        assert source.process.poll() is None, source.output()
+        wait_until(lambda: source.poll() is not None or get_ok(ready_url), WAIT, "rsnotify source to serve", logs=[log])
+        assert source.poll() is None, log.read_text(errors="replace")
         return source
 
     yield start
     for source in started:
-        source.stop()
+        cli.stop(source, signal.SIGINT)
 
 
 def get_ok(url: str) -> bool:
     try:
-        return get(url)[0] == 200
+        return fetch(url).status == 200
     except OSError:
         return False
 
@@ -105,9 +69,9 @@ def _tree(src: Path) -> None:
 
 
 def _changelist_entries(base: str) -> list:
-    status, _, body = get(base + "changelist.xml")
-    assert status == 200
-    stream = open_list(io.BytesIO(body))
+    answer = fetch(base + "changelist.xml")
+    assert answer.status == 200
+    stream = open_list(io.BytesIO(answer.body))
     assert not stream.info.is_index
     return list(stream)
 
@@ -123,24 +87,25 @@ def test_source_serves_a_folder_that_resync_copies_byte_for_byte(hub_process, ru
                         ready_url=base + "capabilitylist.xml")
 
     # Discovery at the host root: /.well-known/resourcesync -> Capability List -> lists, channel.
-    status, headers, body = get(base + ".well-known/resourcesync")
-    assert status == 200 and headers["Content-Type"].startswith("application/xml")
-    assert parse_source_description(body).capability_lists == [base + "capabilitylist.xml"]
-    capability_list = parse_capability_list(get(base + "capabilitylist.xml")[2])
+    answer = fetch(base + ".well-known/resourcesync")
+    assert answer.status == 200 and answer.headers["Content-Type"].startswith("application/xml")
+    assert parse_source_description(answer.body).capability_lists == [base + "capabilitylist.xml"]
+    capability_list = parse_capability_list(fetch(base + "capabilitylist.xml").body)
     assert {e.capability: e.loc for e in capability_list.entries} == {
         "resourcelist": base + "resourcelist.xml", "changelist": base + "changelist.xml",
         "change-notification": base + "changes",
     }
     assert capability_list.change_notification_channels()[0].hubs == (hub.url,)
 
-    # Every document validates (rsnotify validate, as a user runs it) and resync reads the lists.
+    # Every document validates (rsnotify validate, as a user runs it: exit 0 only when each file
+    # is valid, so one run checks all four) and resync reads the lists.
     documents = {}
     for name in (".well-known/resourcesync", "capabilitylist.xml", "resourcelist.xml", "changelist.xml"):
         path = tmp_path / name.replace("/", "_")
-        path.write_bytes(get(base + name)[2])
+        path.write_bytes(fetch(base + name).body)
         documents[name] = path
-        checked = subprocess.run([RSNOTIFY, "validate", str(path)], capture_output=True, text=True, check=False)
-        assert checked.returncode == 0, checked.stdout + checked.stderr
+    checked = cli.run("validate", *map(str, documents.values()))
+    assert checked.returncode == 0, checked.stdout + checked.stderr
     resource_list = ResyncResourceList()
     resource_list.parse(str_data=documents["resourcelist.xml"].read_text())
     assert sorted(r.uri for r in resource_list) == [base + "a.txt", base + "bin.dat", base + "sub%20dir/b%20c.json"]
@@ -149,17 +114,17 @@ def test_source_serves_a_folder_that_resync_copies_byte_for_byte(hub_process, ru
     change_list.parse(str_data=documents["changelist.xml"].read_text())
     assert sorted((r.uri, r.change) for r in change_list) == sorted((r.uri, "created") for r in resource_list)
     info = open_list(io.BytesIO(documents["resourcelist.xml"].read_bytes())).info
-    topic_status, topic_headers, _ = get(base + "changes", "HEAD")
-    assert topic_status == 200 and topic_headers["Content-Type"] == "application/xml"
-    assert f'<{base}changes>; rel="self"' in topic_headers["Link"] and f'<{hub.url}>; rel="hub"' in topic_headers["Link"]
-    notification = wait_for(lambda: get(base + "changes")[2], "the first notification on the topic URI")
+    topic = fetch(base + "changes", "HEAD")
+    assert topic.status == 200 and topic.headers["Content-Type"] == "application/xml"
+    assert f'<{base}changes>; rel="self"' in topic.headers["Link"] and f'<{hub.url}>; rel="hub"' in topic.headers["Link"]
+    notification = wait_until(lambda: fetch(base + "changes").body, WAIT, "the first notification on the topic URI")
     assert info.at is not None and f'until="{info.at.isoformat().replace("+00:00", "Z")}"'.encode() in notification
 
     # Files: headers a client relies on; a symlink leaving SRC is not served.
-    status, headers, body = get(base + "sub%20dir/b%20c.json", "GET")
-    assert (status, body, headers["Content-Length"]) == (200, b'{"b": 1}\n', "9")
-    assert headers["ETag"] and headers["Last-Modified"]
-    assert get(base + "leak")[0] == 404
+    answer = fetch(base + "sub%20dir/b%20c.json", "GET")
+    assert (answer.status, answer.body, answer.headers["Content-Length"]) == (200, b'{"b": 1}\n', "9")
+    assert answer.headers["ETag"] and answer.headers["Last-Modified"]
+    assert fetch(base + "leak").status == 404
 
     # resync's own client, baseline: a byte-identical copy.
     copy = tmp_path / "copy"
@@ -177,10 +142,11 @@ def test_source_serves_a_folder_that_resync_copies_byte_for_byte(hub_process, ru
     # A live edit is recorded and published; the Resource List follows.
     (src / "a.txt").write_bytes(b"alpha, changed\n")
     (src / "bin.dat").unlink()
-    entries = wait_for(lambda: (e := _changelist_entries(base)) and len(e) >= 5 and e, "the live changes in the Change List")
+    entries = wait_until(lambda: (e := _changelist_entries(base)) and len(e) >= 5 and e, WAIT,
+                         "the live changes in the Change List")
     assert sorted((e.loc, e.change.value) for e in entries[3:]) == [(base + "a.txt", "updated"), (base + "bin.dat", "deleted")]
     assert entries[3].length == len(b"alpha, changed\n")
-    listed = {r.loc: r for r in open_list(io.BytesIO(get(base + "resourcelist.xml")[2]))}
+    listed = {r.loc: r for r in open_list(io.BytesIO(fetch(base + "resourcelist.xml").body))}
     assert sorted(listed) == [base + "a.txt", base + "sub%20dir/b%20c.json"] and listed[base + "a.txt"].length == 15
 
     # resync's incremental sync from the Change List brings its copy up to date, deletes included.
@@ -195,7 +161,7 @@ def test_source_serves_a_folder_that_resync_copies_byte_for_byte(hub_process, ru
     assert (copy / "a.txt").read_bytes() == b"alpha, changed\n" and not (copy / "bin.dat").exists(), synced.stdout + synced.stderr
 
     # Offline edits are exactly what the next start publishes.
-    assert source.stop() == 0
+    assert cli.stop(source, signal.SIGINT) == 0
     (src / "sub dir" / "b c.json").unlink()
     (src / "new.txt").write_bytes(b"new\n")
     run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(db), ready_url=base + "changelist.xml")
@@ -219,8 +185,7 @@ def test_source_serves_a_folder_that_resync_copies_byte_for_byte(hub_process, ru
 def test_bad_input_gets_one_line_and_an_exit_code(tmp_path, args, code, message):
     (tmp_path / "src").mkdir()
     values = {"tmp": str(tmp_path), "closed": str(free_port())}
-    result = subprocess.run([RSNOTIFY, "source", *(a.format(**values) for a in args)], capture_output=True, text=True,
-                            timeout=60, env={**os.environ, "XDG_CONFIG_HOME": str(tmp_path / "config")}, check=False)
+    result = cli.run("source", *(a.format(**values) for a in args), env={"XDG_CONFIG_HOME": str(tmp_path / "config")})
     assert result.returncode == code, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
 
@@ -265,21 +230,21 @@ def test_source_keeps_going_while_the_hub_is_down(hub_process, run_source, tmp_p
     base = f"http://127.0.0.1:{free_port()}/data/"
     run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
                "--rotate", "0.5", ready_url=base + "capabilitylist.xml")
-    first = wait_for(lambda: get(base + "changes")[2], "the first notification accepted")
+    first = wait_until(lambda: fetch(base + "changes").body, WAIT, "the first notification accepted")
     hub.stop()
     time.sleep(0.5)  # past --rotate: the next notification closes the first Change List
     (src / "a.txt").write_text("two\n")
-    refs = wait_for(lambda: (i := open_list(io.BytesIO(get(base + "changelist.xml")[2]))).info.is_index and list(i),
-                    "the Change List Index after the rotation")
+    refs = wait_until(lambda: (i := open_list(io.BytesIO(fetch(base + "changelist.xml").body))).info.is_index
+                      and list(i), WAIT, "the Change List Index after the rotation")
     assert len(refs) == 2 and refs[0].until == refs[1].from_ and refs[1].until is None
-    status, headers, closed = get(refs[0].loc)
-    assert status == 200 and "immutable" in headers["Cache-Control"] and get(refs[0].loc)[2] == closed
-    [entry] = list(open_list(io.BytesIO(get(refs[1].loc)[2])))
+    closed = fetch(refs[0].loc)
+    assert closed.status == 200 and "immutable" in closed.headers["Cache-Control"] and fetch(refs[0].loc).body == closed.body
+    [entry] = list(open_list(io.BytesIO(fetch(refs[1].loc).body)))
     assert (entry.loc, entry.change.value) == (base + "a.txt", "updated")  # recorded although no hub answers
-    assert get(base + "changes")[2] == first
+    assert fetch(base + "changes").body == first
     hub_process(port=hub_port)  # back: the outbox delivers what waited
-    later = wait_for(lambda: (body := get(base + "changes")[2]) != first and body, "the edit delivered after the hub returned",
-                     timeout=120)
+    later = wait_until(lambda: (body := fetch(base + "changes").body) != first and body, 120,
+                       "the edit delivered after the hub returned")
     assert b"a.txt" in later and b'change="updated"' in later
 
 
