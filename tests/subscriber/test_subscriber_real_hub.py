@@ -83,6 +83,7 @@ async def test_submission_reaches_rsnotify_subscribe_through_the_real_hub(rsnoti
                                                                             source: str, tmp_path: Path):
     subscriber = await cli.start_async("subscribe", "--source", source + "/", "--listen", "127.0.0.1:0",
                                        "--state-file", str(tmp_path / "subscriber.json"), "--lease-seconds", "600",
+                                       "--unsubscribe-on-exit",
                                        cwd=tmp_path)
     status: list[str] = []
 
