@@ -1,5 +1,5 @@
 """`rsnotify subscribe` as a user runs it: a subprocess that subscribes, prints what the hub
-delivers as JSON lines, and unsubscribes (verified) on Ctrl-C."""
+delivers as JSON lines, and (with --unsubscribe-on-exit) unsubscribes, verified, on Ctrl-C."""
 from __future__ import annotations
 
 import asyncio
