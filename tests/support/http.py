@@ -59,7 +59,7 @@ def fetch(url: str, method: str = "GET", body: bytes | str = b"", headers: dict[
     test controls what a hostile or odd client sends. A connection that fails or times out
     raises OSError: nothing answered."""
     parts = urllib.parse.urlsplit(url)
-    connection = HTTPConnection(parts.hostname, parts.port, timeout=timeout)
+    connection = HTTPConnection(parts.netloc, timeout=timeout)
     try:
         data = body.encode() if isinstance(body, str) else body
         connection.request(method, parts.path + (f"?{parts.query}" if parts.query else ""), body=data,
