@@ -7,6 +7,7 @@ everything else. aiohttp's errors are translated here into PublishError.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import logging
 import random
@@ -44,6 +45,7 @@ from .settings import PublisherSettings
 log = logging.getLogger(__name__)
 
 XML_CONTENT_TYPE = "application/xml"
+IDEMPOTENCY_HEADER = "Idempotency-Key"   # an rsnotify hub stores a repeated key's document once (7 days)
 _MAX_REASON_CHARS = 2_000         # a hub's refusal text is kept up to this many characters
 _RETRY_STATUSES = {408, 425, 429}  # 4xx that mean "try again later", retried like 5xx
 
@@ -350,7 +352,9 @@ class Publisher:
         max_attempts: int,
     ) -> Receipt:
         """POST `body` to one hub; retry 5xx, 408/425/429 and connection errors with backoff."""
-        headers = self._headers(hub)
+        # the same document is the same publish: a hub that stored it once answers a repeat (a
+        # retry here, or the outbox's after a restart) with the first id instead of storing it twice
+        headers = {**self._headers(hub), IDEMPOTENCY_HEADER: hashlib.sha256(body).hexdigest()}
         timeout = aiohttp.ClientTimeout(total=self.timeout)
         error: PublishError | None = None
         for attempt in range(1, max_attempts + 1):
