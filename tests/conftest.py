@@ -2,6 +2,7 @@
 real `rsnotify hub` processes."""
 from __future__ import annotations
 
+import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,17 @@ import redis as redis_lib
 
 from rsnotify.redis_server import RedisServer, start_redis_server
 from tests.support.hubproc import HubProcess, start_hub
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let the processes the tests start be stopped with Ctrl-C (SIGINT), as a user stops them.
+
+    A shell starts background jobs (CI runners, `cmd &`) with SIGINT ignored, and an ignored signal
+    stays ignored across exec: every `rsnotify` child would then sit out its stop grace and be
+    killed. A handled signal is reset to the default on exec, so handling it here fixes the children.
+    """
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 # The spec's example documents, kept verbatim.
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

@@ -6,16 +6,20 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from bench.checks import check_deliveries
 
 ROOT = Path(__file__).resolve().parents[2]
-SCENARIOS = {"ceiling", "fanout", "latency", "ingest", "subscribe", "scale", "isolation", "failover", "source"}
+SCENARIOS = {"ceiling", "fanout", "latency", "ingest", "subscribe", "scale", "isolation", "failover", "source",
+             "sync", "sync-live", "sync-inbox"}
 
 
+@pytest.mark.timeout(420)
 def test_every_scenario_runs_end_to_end_with_all_deliveries_checked(tmp_path: Path) -> None:
     out = tmp_path / "results.jsonl"
     done = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--out", str(out)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=100)
+                          capture_output=True, text=True, timeout=400)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     runs = [line for line in lines if "scenario" in line]
