@@ -66,6 +66,22 @@ def redact_callback(url: str) -> str:
     return escape(f"{scheme}://{authority}/…" if rest else "…")
 
 
+def redact_in(text: object, callback: str) -> str:
+    """`text` (an error message, a reason) for INFO lines: whatever of `callback` beyond its
+    scheme and host (credentials, path, query) is replaced by "…", then escaped. An HTTP
+    client's error may quote the URL it was asked for."""
+    text = str(text)
+    rest = str(callback).partition("://")[2]
+    cut = min((i for i in (rest.find("/"), rest.find("?"), rest.find("#")) if i >= 0), default=len(rest))
+    userinfo, _, _ = rest[:cut].rpartition("@")
+    secret = rest[cut:]
+    # longest first: the path with its query, then the path alone (a client may drop the query)
+    for part in (secret, secret.split("?", 1)[0].split("#", 1)[0], f"{userinfo}@" if userinfo else ""):
+        if len(part) > 1:
+            text = text.replace(part, "/…" if part.startswith("/") else "…")
+    return escape(text)
+
+
 class EscapingFormatter(logging.Formatter):
     """The text format, with control characters in the message escaped (tracebacks keep their lines)."""
 

@@ -13,6 +13,7 @@ from aiohttp import web
 
 from .. import enqueue, keys, records, store
 from ..errors import BadRequestError, NotFoundError
+from ..logs import escape, redact_callback
 from ..store import history
 from . import reports
 from .appkeys import CLOCK, QUEUE, REDIS, SCAN, SETTINGS
@@ -264,7 +265,8 @@ async def resend_all(request: web.Request) -> web.Response:
     found = await _require_subscription(request, sid)
     queued = await store.resend_all_dead_letters(request.app[REDIS], sid, now=_now(request))
     request.app[SCAN].forget()
-    log.info("admin: %d dead letter(s) of subscription %s (%s) queued for re-sending", queued, sid, found.callback,
+    log.info("admin: %d dead letter(s) of subscription %s (%s) queued for re-sending", queued, sid,
+             redact_callback(found.callback),
              extra={"action": "resend", "sid": sid})
     return web.json_response({"sid": sid, "queued": queued})
 
@@ -279,7 +281,7 @@ async def resend_one(request: web.Request) -> web.Response:
         raise NotFoundError(f"no dead letter {nid} for subscription {sid}")
     queued = await store.resend_dead_letter(redis, sid, nid, now=_now(request))
     request.app[SCAN].forget()
-    log.info("admin: dead letter %s of subscription %s (%s) %s", nid, sid, found.callback,
+    log.info("admin: dead letter %s of subscription %s (%s) %s", escape(nid), sid, redact_callback(found.callback),
              "queued for re-sending" if queued else "was already queued", extra={"action": "resend", "sid": sid})
     return web.json_response({"sid": sid, "notification_id": nid, "queued": queued,
                               "already_queued": not queued})
@@ -297,7 +299,7 @@ async def _set_state(request: web.Request, paused: bool) -> web.Response:
         raise NotFoundError(f"no subscription {sid} on this hub")
     request.app[SCAN].forget()
     state = "paused" if paused else "active"
-    log.info("admin: subscription %s (%s) %s", sid, found.callback, "paused" if paused else "resumed",
+    log.info("admin: subscription %s (%s) %s", sid, redact_callback(found.callback), "paused" if paused else "resumed",
              extra={"action": "pause" if paused else "resume", "sid": sid})
     return web.json_response({"sid": sid, "state": state})
 
@@ -323,7 +325,8 @@ async def retry(request: web.Request) -> web.Response:
     if not await store.retry_now(request.app[REDIS], sid, now=now):
         raise NotFoundError(f"no subscription {sid} on this hub")
     request.app[SCAN].forget()
-    log.info("admin: subscription %s (%s) retried now", sid, found.callback, extra={"action": "retry", "sid": sid})
+    log.info("admin: subscription %s (%s) retried now", sid, redact_callback(found.callback),
+             extra={"action": "retry", "sid": sid})
     return web.json_response({"sid": sid, "retry_at": now})
 
 
@@ -342,8 +345,8 @@ async def remove(request: web.Request) -> web.Response:
                              app[SETTINGS].intent_ttl)
     await enqueue.enqueue_verification(app[QUEUE], challenge)
     app[SCAN].forget()
-    log.info("admin: subscription %s removed (%s for %s); denial queued: %s", sid, found.callback, found.topic,
-             reason, extra={"action": "remove", "sid": sid})
+    log.info("admin: subscription %s removed (%s for %s); denial queued: %s", sid, redact_callback(found.callback),
+             escape(found.topic), escape(reason), extra={"action": "remove", "sid": sid})
     return web.json_response({"sid": sid, "removed": True, "denial": "queued", "reason": reason})
 
 

@@ -34,6 +34,7 @@ from .. import keys, store
 from ..callbacks import callback_url
 from ..crypto import decrypt_secret
 from ..errors import AuthenticationError, BadRequestError, NotFoundError, SettingsError
+from ..logs import redact_callback, redact_in
 from ..netguard import describe_refusal, make_session, read_limited
 from ..records import Subscription
 from . import reports
@@ -164,11 +165,13 @@ async def send_link(app: web.Application, subscription: Subscription, link: str)
         async with app[OUTBOUND].session.get(url, allow_redirects=False, timeout=timeout) as response:
             await read_limited(response, 1024)
             log.info("diagnostics link sent to %s for subscription %s: callback answered %s",
-                     subscription.callback, subscription.sid, response.status, extra={"sid": subscription.sid})
+                     redact_callback(subscription.callback), subscription.sid, response.status,
+                     extra={"sid": subscription.sid})
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         why = describe_refusal(exc) or f"{type(exc).__name__} {exc}".strip()
         log.warning("diagnostics link for subscription %s not delivered to %s: %s", subscription.sid,
-                    subscription.callback, why, extra={"sid": subscription.sid})
+                    redact_callback(subscription.callback), redact_in(why, subscription.callback),
+                    extra={"sid": subscription.sid})
 
 
 async def _outbound(app: web.Application) -> AsyncIterator[None]:

@@ -18,7 +18,7 @@ from redis.exceptions import RedisError
 
 from ..callbacks import delivery_url
 from ..crypto import decrypt_secret
-from ..logs import DeliverySummary
+from ..logs import DeliverySummary, redact_callback
 from ..records import (
     LATENCY_BUCKETS,
     RECENT_ATTEMPTS,
@@ -234,7 +234,7 @@ class Deliveries:
             for run, kept in zip(chunk, answer):
                 if not kept and not run.stop:
                     log.warning("lost the claim on subscription %s (%s); another worker takes over",
-                                run.sid, run.callback)
+                                run.sid, redact_callback(run.callback))
                     run.stop = True
 
 

@@ -15,6 +15,7 @@ from typing import Any
 from redis.exceptions import RedisError
 
 from .. import enqueue, store
+from ..logs import redact_callback, redact_in
 from ..records import (
     DELIVERY_FIELDS,
     parse_entry_id,
@@ -241,12 +242,13 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
         raise
     except RedisError as exc:
         # our claim expires by itself; the reconciler hands the subscription to a worker again
-        log.error("delivery to %s (subscription %s) stopped: Redis failed: %s", run.callback, run.sid, exc)
+        log.error("delivery to %s (subscription %s) stopped: Redis failed: %s", redact_callback(run.callback),
+                  run.sid, redact_in(exc, run.callback))
     except Exception:
         # a bug must not strand the subscription: its claim goes back, and the retry lane takes
         # it up again later, so the topic's other subscriptions and its later runs go on
         log.exception("delivery to %s (subscription %s) failed unexpectedly; it is tried again in %g s",
-                      run.callback, run.sid, ctx.settings.retry_base)
+                      redact_callback(run.callback), run.sid, ctx.settings.retry_base)
         with contextlib.suppress(RedisError, OSError):
             await d.checkpoint(run, release=True, due_at=ctx.now() + ctx.settings.retry_base)
     finally:
@@ -335,6 +337,6 @@ async def _send_or_fail(ctx: WorkerContext, run: SubRun, item: Item) -> Response
     try:
         return await send(ctx, run, item)
     except Exception as exc:  # noqa: BLE001 - a request that cannot even be built fails this attempt only
-        log.warning("could not send %s to %s: %s: %s", item.entry.notification_id, run.callback,
-                    type(exc).__name__, exc)
+        log.warning("could not send %s to %s: %s: %s", item.entry.notification_id, redact_callback(run.callback),
+                    type(exc).__name__, redact_in(exc, run.callback))
         return Response(None, f"cannot be sent: {type(exc).__name__}: {exc}", 0.0)

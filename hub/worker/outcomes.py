@@ -6,7 +6,7 @@ import logging
 import math
 
 from .. import store
-from ..logs import delivery_fields
+from ..logs import delivery_fields, escape, redact_callback, redact_in
 from ..records import Attempt, DeadLetter, LogEntry
 from . import batched, claims
 from .context import WorkerContext
@@ -34,7 +34,7 @@ async def apply_outcome(ctx: WorkerContext, run: SubRun, item: Item, response: R
         run.gaps += missed
         run.fields["last_gap"] = f"{run.cursor_seq + 1}-{entry.sequence - 1}"
         log.warning("subscription %s (%s) missed notifications %s: they left the log before delivery",
-                    run.sid, run.callback, run.fields["last_gap"],
+                    run.sid, redact_callback(run.callback), run.fields["last_gap"],
                     extra=delivery_fields(run.sid, entry.notification_id, entry.sequence))
     match status:
         case int() if 200 <= status < 300:
@@ -48,12 +48,12 @@ async def apply_outcome(ctx: WorkerContext, run: SubRun, item: Item, response: R
                 run.cursor, run.cursor_key, run.cursor_seq = entry.notification_id, item.key, entry.sequence
             # DEBUG: thousands a second at full fan-out; the worker's summary line counts them
             log.debug("delivered %s (seq %d) to %s: %d in %.1f ms", entry.notification_id, entry.sequence,
-                      run.callback, status, ms,
+                      escape(run.callback), status, ms,
                       extra=delivery_fields(run.sid, entry.notification_id, entry.sequence, status, ms, attempt))
         case 410:
             outcome, verdict = "gone", "gone"
             run.gone = 1
-            log.info("subscription %s ended: %s answered 410 Gone to %s", run.sid, run.callback,
+            log.info("subscription %s ended: %s answered 410 Gone to %s", run.sid, redact_callback(run.callback),
                      entry.notification_id,
                      extra=delivery_fields(run.sid, entry.notification_id, entry.sequence, status, ms, attempt))
             await _end_subscription(ctx, run)
@@ -63,7 +63,7 @@ async def apply_outcome(ctx: WorkerContext, run: SubRun, item: Item, response: R
             if attempt >= settings.max_attempts:
                 outcome, verdict = "dead", "next"
                 log.warning("dead letter %s (seq %d) for %s after %d attempts: %s", entry.notification_id,
-                            entry.sequence, run.callback, attempt, reason,
+                            entry.sequence, redact_callback(run.callback), attempt, redact_in(reason, run.callback),
                             extra=delivery_fields(run.sid, entry.notification_id, entry.sequence, status, ms,
                                                   attempt))
                 await _dead_letter(ctx, run, item, attempt, response)
@@ -72,7 +72,8 @@ async def apply_outcome(ctx: WorkerContext, run: SubRun, item: Item, response: R
                 run.attempts = attempt
                 run.next_attempt = now + retry_delay(attempt, settings.retry_base, settings.retry_cap)
                 log.warning("delivery of %s (seq %d) to %s failed (attempt %d): %s; retry in %.1f s",
-                            entry.notification_id, entry.sequence, run.callback, attempt, reason,
+                            entry.notification_id, entry.sequence, redact_callback(run.callback), attempt,
+                            redact_in(reason, run.callback),
                             run.next_attempt - now,
                             extra=delivery_fields(run.sid, entry.notification_id, entry.sequence, status, ms,
                                                   attempt))
@@ -114,7 +115,7 @@ async def _dead_letter(ctx: WorkerContext, run: SubRun, item: Item, attempts: in
 async def _dead_letter_resent(ctx: WorkerContext, run: SubRun, entry: LogEntry) -> None:
     await claims.resent(ctx.batch, run.sid, run.token, entry.notification_id)
     run.resend = max(0, run.resend - 1)
-    log.info("dead letter %s re-sent to %s", entry.notification_id, run.callback,
+    log.info("dead letter %s re-sent to %s", entry.notification_id, redact_callback(run.callback),
              extra=delivery_fields(run.sid, entry.notification_id, entry.sequence))
 
 

@@ -19,7 +19,7 @@ from yarl import URL
 
 from .. import keys, store
 from ..callbacks import callback_url
-from ..logs import delivery_fields
+from ..logs import delivery_fields, escape, redact_callback, redact_in
 from ..netguard import describe_refusal, read_limited
 from ..records import Intent
 from ..settings import HubSettings
@@ -87,7 +87,8 @@ async def verify(ctx: OutboundContext, challenge: str, intent: Intent) -> Verifi
     status, refusal = await _get_echo(ctx, intent, callback_url(intent.callback, params), challenge)
     ms = (time.monotonic() - began) * 1000
     if refusal:
-        log.warning("%s of %s for %s not verified: %s", intent.mode, intent.callback, intent.topic, refusal,
+        log.warning("%s of %s for %s not verified: %s", intent.mode, redact_callback(intent.callback),
+                    escape(intent.topic), redact_in(refusal, intent.callback),
                     extra=delivery_fields(keys.subscription_id(intent.topic, intent.callback), status=status, ms=ms))
         return VerificationOutcome(intent.mode, intent.topic, intent.callback, "refused", status, refusal)
     return await _apply(ctx, intent, status, start, ms)
@@ -122,7 +123,8 @@ async def _apply(ctx: OutboundContext, intent: Intent, status: int | None,
         sid = keys.subscription_id(intent.topic, intent.callback)
         await store.remove_subscription(ctx.redis, sid)
         result = "unsubscribed"
-    log.info("subscription %s %s: %s for %s (lease %ss)", sid, result, intent.callback, intent.topic,
+    log.info("subscription %s %s: %s for %s (lease %ss)", sid, result, redact_callback(intent.callback),
+             escape(intent.topic),
              intent.lease_seconds if intent.mode == "subscribe" else "-",
              extra=delivery_fields(sid, status=status, ms=ms))
     return VerificationOutcome(intent.mode, intent.topic, intent.callback, result, status, subscription_id=sid)
@@ -162,10 +164,12 @@ async def send_denial(ctx: OutboundContext, intent: Intent) -> VerificationOutco
             status = response.status
     except (aiohttp.ClientError, TimeoutError, OSError) as exc:
         why = describe_refusal(exc) or f"callback unreachable: {type(exc).__name__} {exc}".strip()
-        log.warning("denial of %s for %s not delivered: %s", intent.callback, intent.topic, why,
+        log.warning("denial of %s for %s not delivered: %s", redact_callback(intent.callback),
+                    escape(intent.topic), redact_in(why, intent.callback),
                     extra=delivery_fields(keys.subscription_id(intent.topic, intent.callback)))
         return VerificationOutcome("denied", intent.topic, intent.callback, "denial-failed", None, why)
-    log.info("denied %s for %s (%s): callback answered %s", intent.callback, intent.topic, intent.reason, status,
+    log.info("denied %s for %s (%s): callback answered %s", redact_callback(intent.callback), escape(intent.topic),
+             escape(intent.reason), status,
              extra=delivery_fields(keys.subscription_id(intent.topic, intent.callback), status=status))
     return VerificationOutcome("denied", intent.topic, intent.callback, "denial-sent", status, intent.reason)
 
