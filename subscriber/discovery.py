@@ -29,7 +29,17 @@ from rsnotify.notification import (
     CHANGE_NOTIFICATION,
     LEGACY_CHANGE_NOTIFICATION,
 )
-from rsnotify.safexml import LOC, RS_LN, RS_MD, SITEMAP, SITEMAPINDEX, URL, URLSET, parse_root
+from rsnotify.safexml import (
+    LOC,
+    RS_LN,
+    RS_MD,
+    SITEMAP,
+    SITEMAPINDEX,
+    URL,
+    URLSET,
+    parse_in_thread,
+    parse_root,
+)
 from rsnotify.websub import links_by_rel, parse_link_header
 from rsnotify.xml import parse_capability_list, parse_source_description
 
@@ -153,7 +163,7 @@ async def discover_topic(session: aiohttp.ClientSession, url: str) -> Discovered
     selfs = [urljoin(fetched.url, href) for href in links_by_rel(header_links, "self")]
     found_in = "link-header"
     if not hubs or not selfs:
-        kind, body_links = _body_links(fetched)
+        kind, body_links = await _body_links(fetched)
         body_hubs = [urljoin(fetched.url, h) for rel, h in body_links if rel == "hub"]
         body_selfs = [urljoin(fetched.url, h) for rel, h in body_links if rel == "self"]
         if not hubs and body_hubs:
@@ -169,14 +179,14 @@ async def discover_topic(session: aiohttp.ClientSession, url: str) -> Discovered
                            found_in=found_in, url=fetched.url, discovered_from=url, discovery="topic")
 
 
-def _body_links(fetched: _Fetched) -> tuple[str, list[tuple[str, str]]]:
+async def _body_links(fetched: _Fetched) -> tuple[str, list[tuple[str, str]]]:
     """('html'|'atom'|'rss', [(rel, href), ...]) found in the body, or ('', [])."""
     media_type = fetched.content_type.split(";")[0].strip().lower()
     head = fetched.body.lstrip()[:512].lower()
     if media_type in ("text/html", "application/xhtml+xml") or head.startswith((b"<!doctype html", b"<html")):
         return "html", _html_head_links(fetched.body, fetched.url)
     if "xml" in media_type or head.startswith((b"<?xml", b"<feed", b"<rss")):
-        return _feed_links(fetched.body)
+        return await _feed_links(fetched.body)
     return "", []
 
 
@@ -213,9 +223,9 @@ def _html_head_links(body: bytes, url: str) -> list[tuple[str, str]]:
     return parser.links
 
 
-def _feed_links(body: bytes) -> tuple[str, list[tuple[str, str]]]:
+async def _feed_links(body: bytes) -> tuple[str, list[tuple[str, str]]]:
     try:
-        root = parse_root(body)
+        root = await parse_in_thread(parse_root, body)
     except DocumentParseError as exc:
         log.warning("topic body is not well-formed XML: %s", exc)
         return "", []
@@ -240,12 +250,12 @@ async def discover_capability_list(session: aiohttp.ClientSession, url: str) -> 
     fetched = await _fetch(session, url, "Capability List")
     try:
         entries = [(entry.loc, entry.capability, tuple(entry.links_with("hub")))
-                   for entry in parse_capability_list(fetched.body).entries]
+                   for entry in (await parse_in_thread(parse_capability_list, fetched.body)).entries]
     except ValidationError as exc:
         # Postel: a list that breaks a rule unrelated to the channel (say, no rel="up") still
         # names the channel; read it leniently and say what was wrong.
         log.warning("Capability List %s breaks the spec: %s", fetched.url, "; ".join(exc.problems))
-        entries = _lenient_entries(fetched.body, fetched.url)
+        entries = await _lenient_entries(fetched.body, fetched.url)
     except DocumentParseError as exc:
         raise DiscoveryError(f"{fetched.url} is not a Capability List: {exc}") from exc
     channels = []
@@ -297,7 +307,7 @@ async def source_capability_lists(session: aiohttp.ClientSession, base_url: str)
     followed one level down.
     """
     fetched = await _fetch(session, source_description_url(base_url), "Source Description")
-    root = _root_or_error(fetched, "Source Description")
+    root = await _root_or_error(fetched, "Source Description")
     if root.tag == SITEMAPINDEX:
         capability_lists: list[str] = []
         for sitemap in root.iterchildren(SITEMAP):
@@ -305,24 +315,24 @@ async def source_capability_lists(session: aiohttp.ClientSession, base_url: str)
             if not loc:
                 continue
             part = await _fetch(session, urljoin(fetched.url, loc), "Source Description")
-            capability_lists.extend(_capability_lists_of(part))
+            capability_lists.extend(await _capability_lists_of(part))
         return fetched.url, capability_lists
-    return fetched.url, _capability_lists_of(fetched)
+    return fetched.url, await _capability_lists_of(fetched)
 
 
-def _root_or_error(fetched: _Fetched, what: str) -> etree._Element:
+async def _root_or_error(fetched: _Fetched, what: str) -> etree._Element:
     try:
-        return parse_root(fetched.body)
+        return await parse_in_thread(parse_root, fetched.body)
     except DocumentParseError as exc:
         raise DiscoveryError(f"{fetched.url} is not a {what}: {exc}") from exc
 
 
-def _capability_lists_of(fetched: _Fetched) -> list[str]:
+async def _capability_lists_of(fetched: _Fetched) -> list[str]:
     try:
-        locs = parse_source_description(fetched.body).capability_lists
+        locs = (await parse_in_thread(parse_source_description, fetched.body)).capability_lists
     except ValidationError as exc:
         log.warning("Source Description %s breaks the spec: %s", fetched.url, "; ".join(exc.problems))
-        locs = [loc for loc, capability, _ in _lenient_entries(fetched.body, fetched.url)
+        locs = [loc for loc, capability, _ in await _lenient_entries(fetched.body, fetched.url)
                 if capability in (None, CAPABILITY_LIST)]
     except DocumentParseError as exc:
         raise DiscoveryError(f"{fetched.url} is not a Source Description: {exc}") from exc
@@ -346,10 +356,10 @@ async def discover_capabilities(session: aiohttp.ClientSession, url: str) -> Sou
     fetched = await _fetch(session, url, "Capability List")
     try:
         entries = [(entry.loc, entry.capability, tuple(entry.links_with("hub")))
-                   for entry in parse_capability_list(fetched.body).entries]
+                   for entry in (await parse_in_thread(parse_capability_list, fetched.body)).entries]
     except ValidationError as exc:
         log.warning("Capability List %s breaks the spec: %s", fetched.url, "; ".join(exc.problems))
-        entries = _lenient_entries(fetched.body, fetched.url)
+        entries = await _lenient_entries(fetched.body, fetched.url)
     except DocumentParseError as exc:
         raise DiscoveryError(f"{fetched.url} is not a Capability List: {exc}") from exc
     found: dict[str, str] = {}
@@ -370,10 +380,10 @@ async def discover_capabilities(session: aiohttp.ClientSession, url: str) -> Sou
                               found.get("changelist-archive"), tuple(channels))
 
 
-def _lenient_entries(body: bytes, url: str) -> list[tuple[str, str | None, tuple[str, ...]]]:
+async def _lenient_entries(body: bytes, url: str) -> list[tuple[str, str | None, tuple[str, ...]]]:
     """(loc, capability, hub hrefs) of every <url> entry, without the spec's other rules."""
     try:
-        root = parse_root(body)
+        root = await parse_in_thread(parse_root, body)
     except DocumentParseError as exc:
         raise DiscoveryError(f"{url} is not a ResourceSync document: {exc}") from exc
     if root.tag != URLSET:

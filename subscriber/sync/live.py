@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from rsnotify.datetimes import format_datetime, parse_w3c_datetime
-from rsnotify.errors import DocumentParseError, ValidationError
+from rsnotify.errors import DocumentParseError, NotificationParseError, ValidationError
 from rsnotify.notification import ChangeNotification
+from rsnotify.safexml import parse_in_thread
 from rsnotify.xml import parse_notification
 
 from . import events as ev
@@ -38,9 +39,11 @@ class DrainResult:
     wait: float = 0.0
 
 
-def _parse(row: InboxRow) -> ChangeNotification | str:
+async def _parse(row: InboxRow) -> ChangeNotification | str:
+    """The delivery's notification, or why it is not one; parsed in a parser thread, bounded in
+    time, so a hostile body never holds the loop the receiver and the engine share."""
     try:
-        return parse_notification(row.body)
+        return await parse_in_thread(parse_notification, row.body, error=NotificationParseError)
     except ValidationError as exc:
         return "; ".join(exc.problems)
     except DocumentParseError as exc:
@@ -63,7 +66,7 @@ async def drain(ctx: SyncContext, *, bridge_id: int = 0, settle: float | None = 
             return result
         new = [row_id for row_id, _ in heads if row_id not in parsed]
         for row in ctx.state.inbox_rows(new):
-            parsed[row.id] = (row, _parse(row))
+            parsed[row.id] = (row, await _parse(row))
         pending = [parsed[row_id] for row_id, _ in heads if row_id in parsed]
         invalid = [(row, problem) for row, problem in pending if isinstance(problem, str)]
         if invalid:
