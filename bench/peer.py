@@ -19,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 
-from rsnotify.redis_server import RedisServer, free_port, start_redis_server
+from rsnotify.hub.redis_server import RedisServer, free_port, start_redis_server
 
 from . import checks
 from .procstat import CpuMeter

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 from rsnotify.publisher import Publisher
-from rsnotify.redis_server import free_port
+from tests.support.ports import free_port
 
 from . import checks
 from .scenarios import Bench

@@ -27,7 +27,7 @@ from pathlib import Path
 from rsnotify.datetimes import parse_w3c_datetime
 from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
 from rsnotify.publisher import Publisher
-from rsnotify.redis_server import free_port
+from tests.support.ports import free_port
 from rsnotify.xml import to_xml
 
 from .scenarios import Bench, Sizes

@@ -10,5 +10,5 @@ Three layers, arrows pointing down only:
 - the core they share: settings, errors, keys (every Redis key), records (what Redis holds, as
   Python values), store (every Redis operation outside a delivery claim), lua, enqueue (jobs
   queued by their dotted paths, so only RQ imports the job bodies), crypto, netguard,
-  callbacks, logs.
+  callbacks, logs, redis_server (the embedded Redis-compatible server launcher).
 """

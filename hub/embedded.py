@@ -24,7 +24,7 @@ from aiohttp import web
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from rsnotify.redis_server import RedisServer, RedisServerError, start_redis_server
+from .redis_server import RedisServer, RedisServerError, start_redis_server
 
 from .crypto import load_fernet
 from .settings import HubSettings

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 import redis as redis_lib
 
-from rsnotify.redis_server import RedisServer, start_redis_server
+from rsnotify.hub.redis_server import RedisServer, start_redis_server
 from tests.support.hubproc import HubProcess, start_hub
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from rsnotify.redis_server import free_port
+from tests.support.ports import free_port
 
 RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
 

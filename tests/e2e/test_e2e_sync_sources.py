@@ -28,7 +28,7 @@ from rsnotify.notification import (
     ResourceChange,
 )
 from rsnotify.publisher import Publisher
-from rsnotify.redis_server import free_port
+from tests.support.ports import free_port
 from rsnotify.xml import capability_list_to_xml
 
 RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))

@@ -16,7 +16,7 @@ import pytest
 import redis as redis_lib
 from aiohttp import web
 
-from rsnotify.redis_server import RedisServer
+from rsnotify.hub.redis_server import RedisServer
 from tests.support import cli
 from tests.support.http import Response, fetch
 from tests.support.hubproc import HubProcess, start_hub_on_emptied_redis

@@ -360,7 +360,7 @@ async def test_health_is_503_while_no_worker_is_seen(aiohttp_client, hub_setting
 
 
 async def test_health_is_503_when_redis_is_gone(aiohttp_client, hub_settings, clock, tmp_path):
-    from rsnotify.redis_server import start_redis_server
+    from rsnotify.hub.redis_server import start_redis_server
     server = start_redis_server(tmp_path / "own-redis", unix_socket=False)
     try:
         client = await aiohttp_client(build_app(hub_settings.with_values(redis_url=server.url), now=clock))

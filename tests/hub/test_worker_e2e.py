@@ -19,7 +19,7 @@ from rsnotify.hub.crypto import encrypt_secret, load_fernet
 from rsnotify.hub.settings import HubSettings
 from rsnotify.hub.worker import reconciler
 from rsnotify.hub.worker.process import HubWorker
-from rsnotify.redis_server import start_redis_server
+from rsnotify.hub.redis_server import start_redis_server
 from rsnotify.websub import SEQUENCE_HEADER, SIGNATURE_HEADER, verify_signature
 from rsnotify.hub.enqueue import make_queue
 from tests.support import cli

@@ -22,7 +22,7 @@ import yaml
 from rsnotify.cli import main as rsnotify_main
 from rsnotify.hub.settings import HubSettings
 from rsnotify.hub.web.app import build_app
-from rsnotify.redis_server import free_port
+from tests.support.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"

@@ -8,7 +8,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from rsnotify.hub.cli import warn_without_workers
 from rsnotify.hub.settings import HubSettings
 from rsnotify.hub.web.app import build_app
-from rsnotify.redis_server import start_redis_server
+from rsnotify.hub.redis_server import start_redis_server
 
 
 def test_no_workers_on_the_embedded_redis_says_how_to_add_one(hub_process) -> None:

@@ -7,7 +7,7 @@ import time
 from rsnotify.hub import keys
 from rsnotify.hub.store import history
 from rsnotify.hub.web.reports import SubscriptionSummary, clock_time, short_error
-from rsnotify.redis_server import free_port
+from tests.support.ports import free_port
 
 from .conftest import TOPIC, body
 

@@ -13,7 +13,7 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 import pytest
 
 from rsnotify.publisher import Outbox, Publisher, Topic
-from rsnotify.redis_server import RedisServer
+from rsnotify.hub.redis_server import RedisServer
 from rsnotify.websub import parse_link_header
 from tests.support.http import fetch, get_json
 from tests.support.hubproc import HubProcess, start_hub_on_emptied_redis

@@ -11,7 +11,7 @@ import pytest
 import redis as redis_lib
 
 from rsnotify.publisher import Publisher
-from rsnotify.redis_server import RedisServer
+from rsnotify.hub.redis_server import RedisServer
 from rsnotify.websub import NOTIFICATION_ID_HEADER, links_by_rel, parse_link_header
 from rsnotify.xml import parse_notification
 from tests.support import cli

@@ -10,7 +10,7 @@ from urllib.parse import urlencode
 
 import pytest
 
-from rsnotify.redis_server import RedisServer
+from rsnotify.hub.redis_server import RedisServer
 from rsnotify.subscriber import DiagnosticsError
 from rsnotify.subscriber.store import JsonFileStore
 from tests.support import cli

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from rsnotify.redis_server import RedisServer
+from rsnotify.hub.redis_server import RedisServer
 from rsnotify.subscriber import Subscriber, SubscriberSettings
 from rsnotify.websub import build_link_header
 from tests.support import cli

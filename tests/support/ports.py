@@ -1,6 +1,6 @@
 """`free_port`: the one the embedded Redis launcher uses, so tests and the product pick ports alike."""
 from __future__ import annotations
 
-from rsnotify.redis_server import free_port
+from rsnotify.hub.redis_server import free_port
 
 __all__ = ["free_port"]

@@ -12,7 +12,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import RsnotifyError
+from rsnotify.errors import RsnotifyError
 
 
 class RedisServerError(RsnotifyError):
