@@ -10,10 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import subprocess
-import sys
-import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -23,11 +19,11 @@ from aiohttp import web
 
 from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER, build_link_header
 
+from .children import start_child, stop_child
 from .payloads import notification_body
 
 CALLBACK_PREFIX = "/cb/"
 READY_LINE = "sinks listening on port "
-START_TIMEOUT = 20.0
 
 
 @dataclass
@@ -141,29 +137,8 @@ class SinkProcess:
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.host = host
-        self.process = subprocess.Popen([sys.executable, "-m", "bench.sinks", "--host", host],
-                                        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        self.port = self._wait_port()
+        self.process, self.port = start_child("bench.sinks", host, READY_LINE, int, "sink server")
         self.base = f"http://{host}:{self.port}"
-
-    def _wait_port(self) -> int:
-        found: list[int] = []
-
-        def read() -> None:
-            assert self.process.stdout is not None
-            for line in self.process.stdout:
-                if line.startswith(READY_LINE):
-                    found.append(int(line[len(READY_LINE):]))
-                    return
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(START_TIMEOUT)
-        if not found:
-            self.stop()
-            raise RuntimeError(f"the sink server did not start within {START_TIMEOUT:.0f}s")
-        return found[0]
 
     @property
     def pid(self) -> int:
@@ -202,13 +177,7 @@ class SinkProcess:
             await asyncio.sleep(poll)
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_child(self.process)
 
 
 if __name__ == "__main__":

@@ -10,15 +10,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
-import subprocess
-import sys
-import threading
 
 from aiohttp import web
 
+from .children import start_child, stop_child
+
 READY_LINE = "traps listening on ports "
-START_TIMEOUT = 20.0
+
+
+def _parse_ports(rest: str) -> tuple[int, int]:
+    hole, hanging = rest.split()
+    return int(hole), int(hanging)
 
 
 async def _swallow(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -72,26 +74,8 @@ class TrapProcess:
 
     def __init__(self, host: str = "127.0.0.1") -> None:
         self.host = host
-        self.process = subprocess.Popen([sys.executable, "-m", "bench.traps", "--host", host],
-                                        stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True,
-                                        cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-        found: list[tuple[int, int]] = []
-
-        def read() -> None:
-            assert self.process.stdout is not None
-            for line in self.process.stdout:
-                if line.startswith(READY_LINE):
-                    hole, hanging = line[len(READY_LINE):].split()
-                    found.append((int(hole), int(hanging)))
-                    return
-
-        reader = threading.Thread(target=read, daemon=True)
-        reader.start()
-        reader.join(START_TIMEOUT)
-        if not found:
-            self.stop()
-            raise RuntimeError(f"the trap server did not start within {START_TIMEOUT:.0f}s")
-        self.hole_port, self.hanging_port = found[0]
+        self.process, (self.hole_port, self.hanging_port) = start_child(
+            "bench.traps", host, READY_LINE, _parse_ports, "trap server")
 
     def black_hole(self, name: str) -> str:
         return f"http://{self.host}:{self.hole_port}/cb/{name}"
@@ -100,13 +84,7 @@ class TrapProcess:
         return f"http://{self.host}:{self.hanging_port}/cb/{name}"
 
     def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_child(self.process)
 
 
 if __name__ == "__main__":
