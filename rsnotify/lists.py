@@ -31,6 +31,7 @@ from .safexml import (
     extra_attributes,
     hash_text,
     iterparse,
+    link_attributes,
     optional_datetime,
     optional_int,
     read_datetime,
@@ -351,7 +352,7 @@ class ListWriter:
         self._newline()
         info = self.info
         for link in info.links:
-            self._leaf(RS_LN, _link_attributes(link))
+            self._leaf(RS_LN, link_attributes(link))
             self._newline()
         self._leaf(RS_MD, [
             ("capability", info.capability),
@@ -419,7 +420,7 @@ class ListWriter:
                 with writer.element(RS_MD, attributes):  # type: ignore[union-attr]
                     pass
             for link in links:
-                self._leaf(RS_LN, _link_attributes(link))
+                self._leaf(RS_LN, link_attributes(link))
         writer.write("\n")  # type: ignore[union-attr]
 
     def _write_list_ref(self, ref: ListRef) -> None:
@@ -456,21 +457,6 @@ def _resource_md(resource: Resource) -> list[tuple[str, str | None]]:
     ]
     modelled = {name for name, _ in pairs}
     return pairs + [(name, value) for name, value in resource.extra if name not in modelled]
-
-
-def _link_attributes(link: Link) -> list[tuple[str, str | None]]:
-    pairs = [
-        ("rel", link.rel),
-        ("href", link.href),
-        ("type", link.media_type),
-        ("hash", hash_text(link.hashes)),
-        ("length", optional_int(link.length)),
-        ("modified", optional_datetime(link.modified)),
-        ("path", link.path),
-        ("pri", optional_int(link.pri)),
-    ]
-    modelled = {name for name, _ in pairs}
-    return pairs + [(name, value) for name, value in link.extra if name not in modelled]
 
 
 __all__ = [

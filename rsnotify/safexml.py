@@ -477,22 +477,25 @@ def optional_int(value: int | None) -> str | None:
     return None if value is None else str(value)
 
 
+def link_attributes(link: Link) -> list[tuple[str, str | None]]:
+    """An <rs:ln>'s attributes in document order: the modelled fields (None where unset), then the
+    extras the model has no field for (an extra never overrides a modelled field)."""
+    pairs = [
+        ("rel", link.rel),
+        ("href", link.href),
+        ("type", link.media_type),
+        ("hash", hash_text(link.hashes)),
+        ("length", optional_int(link.length)),
+        ("modified", optional_datetime(link.modified)),
+        ("path", link.path),
+        ("pri", optional_int(link.pri)),
+    ]
+    return pairs + [(name, value) for name, value in link.extra if name not in _LINK_ATTRIBUTES]
+
+
 def write_link(parent: etree._Element, link: Link) -> etree._Element:
     element = etree.SubElement(parent, RS_LN)
-    set_attributes(
-        element,
-        (
-            ("rel", link.rel),
-            ("href", link.href),
-            ("type", link.media_type),
-            ("hash", hash_text(link.hashes)),
-            ("length", optional_int(link.length)),
-            ("modified", optional_datetime(link.modified)),
-            ("path", link.path),
-            ("pri", optional_int(link.pri)),
-        ),
-    )
-    set_attributes(element, link.extra, _LINK_ATTRIBUTES)
+    set_attributes(element, link_attributes(link))
     return element
 
 
