@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 import tempfile
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -18,7 +18,7 @@ from typing import Any, BinaryIO
 import click
 
 from rsnotify.datetimes import format_datetime
-from rsnotify.notification import ChangeType, ResourceChange
+from rsnotify.notification import CapabilityList, ChangeType, ResourceChange
 
 from .advertise import (
     add_channel_to_document,
@@ -263,26 +263,11 @@ def add_channel(ctx: click.Context, caplist: str, topic_url: str, hub_urls: tupl
         --topic https://example.org/dataset1/change/ --hub https://hub.example.org/
     """
     hubs = tuple(url for value in hub_urls for url in value.split())
-    path = None if caplist == "-" else Path(caplist)
-    try:
-        if path is not None and not path.exists():
-            if not up:
-                raise click.BadParameter(f"{caplist} does not exist; give --up SOURCE_DESCRIPTION_URL to create it",
-                                         ctx, param_hint="CAPLIST.xml")
-            from rsnotify.xml import capability_list_to_xml
-
-            result = capability_list_to_xml(new_capability_list(up, topic_url, hubs))
-        else:
-            data = sys.stdin.buffer.read() if path is None else path.read_bytes()
-            result = add_channel_to_document(data, topic_url, hubs)
-    except CapabilityListError as exc:
-        raise click.BadParameter(str(exc), ctx, param_hint="CAPLIST.xml") from None
-    except OSError as exc:
-        raise click.BadParameter(f"cannot read {caplist}: {exc.strerror}", ctx, param_hint="CAPLIST.xml") from None
-    if path is None or to_stdout:
-        click.echo(result.decode("utf-8"), nl=False)
+    path = _edit_capability_list(ctx, caplist, up, to_stdout,
+                                 lambda up_url: new_capability_list(up_url, topic_url, hubs),
+                                 lambda data: add_channel_to_document(data, topic_url, hubs))
+    if path is None:
         return
-    _write_atomically(path, result)
     click.echo(f"{path}: advertises {topic_url} via {', '.join(hubs)}")
 
 
@@ -316,6 +301,20 @@ def set_entries(ctx: click.Context, caplist: str, resourcelist: str | None, chan
     if resourcelist is None and changelist is None and topic_url is None:
         raise click.UsageError("nothing to set: give --resourcelist, --changelist or --topic with --hub", ctx)
     wanted: dict[str, Any] = {"resourcelist": resourcelist, "changelist": changelist, "topic_url": topic_url, "hub_urls": hubs}
+    path = _edit_capability_list(ctx, caplist, up, to_stdout,
+                                 lambda up_url: set_capabilities(empty_capability_list(up_url), **wanted),
+                                 lambda data: set_capabilities_in_document(data, **wanted))
+    if path is None:
+        return
+    shown = {"resourcelist": resourcelist, "changelist": changelist, "change-notification": topic_url}
+    click.echo(f"{path}: " + ", ".join(f"{name} {value}" for name, value in shown.items() if value))
+
+
+def _edit_capability_list(ctx: click.Context, caplist: str, up: str | None, to_stdout: bool,
+                          create: Callable[[str], CapabilityList], edit: Callable[[bytes], bytes]) -> Path | None:
+    """Edit CAPLIST.xml with `edit` (its bytes in, the new document out), or build it with
+    `create(up)` when the file does not exist; write it back in place, or print it for --stdout
+    and `-`. Returns the file written, None when the result went to standard output."""
     path = None if caplist == "-" else Path(caplist)
     try:
         if path is not None and not path.exists():
@@ -324,20 +323,19 @@ def set_entries(ctx: click.Context, caplist: str, resourcelist: str | None, chan
                                          ctx, param_hint="CAPLIST.xml")
             from rsnotify.xml import capability_list_to_xml
 
-            result = capability_list_to_xml(set_capabilities(empty_capability_list(up), **wanted))
+            result = capability_list_to_xml(create(up))
         else:
             data = sys.stdin.buffer.read() if path is None else path.read_bytes()
-            result = set_capabilities_in_document(data, **wanted)
+            result = edit(data)
     except CapabilityListError as exc:
         raise click.BadParameter(str(exc), ctx, param_hint="CAPLIST.xml") from None
     except OSError as exc:
         raise click.BadParameter(f"cannot read {caplist}: {exc.strerror}", ctx, param_hint="CAPLIST.xml") from None
     if path is None or to_stdout:
         click.echo(result.decode("utf-8"), nl=False)
-        return
+        return None
     _write_atomically(path, result)
-    shown = {"resourcelist": resourcelist, "changelist": changelist, "change-notification": topic_url}
-    click.echo(f"{path}: " + ", ".join(f"{name} {value}" for name, value in shown.items() if value))
+    return path
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
