@@ -248,16 +248,7 @@ async def _feed_links(body: bytes) -> tuple[str, list[tuple[str, str]]]:
 async def discover_capability_list(session: aiohttp.ClientSession, url: str) -> list[DiscoveredTopic]:
     """The change-notification channels a Capability List advertises (CN §5)."""
     fetched = await _fetch(session, url, "Capability List")
-    try:
-        entries = [(entry.loc, entry.capability, tuple(entry.links_with("hub")))
-                   for entry in (await parse_in_thread(parse_capability_list, fetched.body)).entries]
-    except ValidationError as exc:
-        # Postel: a list that breaks a rule unrelated to the channel (say, no rel="up") still
-        # names the channel; read it leniently and say what was wrong.
-        log.warning("Capability List %s breaks the spec: %s", fetched.url, "; ".join(exc.problems))
-        entries = await _lenient_entries(fetched.body, fetched.url)
-    except DocumentParseError as exc:
-        raise DiscoveryError(f"{fetched.url} is not a Capability List: {exc}") from exc
+    entries = await _capability_list_entries(fetched)
     channels = []
     for loc, capability, hubs in entries:
         if capability not in _CHANNEL_CAPABILITIES:
@@ -265,11 +256,7 @@ async def discover_capability_list(session: aiohttp.ClientSession, url: str) -> 
         if not hubs:
             log.warning("change-notification channel %s in %s has no <rs:ln rel=\"hub\">", loc, fetched.url)
             continue
-        channels.append(DiscoveredTopic(
-            topic=urljoin(fetched.url, loc), hubs=tuple(urljoin(fetched.url, h) for h in hubs),
-            found_in="capability-list", url=fetched.url, capability_list=fetched.url,
-            discovered_from=fetched.url, discovery="capability-list",
-        ))
+        channels.append(_channel(fetched.url, urljoin(fetched.url, loc), hubs))
     if not channels:
         raise DiscoveryError(
             f"Capability List {fetched.url} advertises no change-notification channel with a hub; "
@@ -354,30 +341,43 @@ async def discover_capabilities(session: aiohttp.ClientSession, url: str) -> Sou
     """Every capability of the Capability List at `url` that sync uses; DiscoveryError when it
     cannot be fetched or read."""
     fetched = await _fetch(session, url, "Capability List")
-    try:
-        entries = [(entry.loc, entry.capability, tuple(entry.links_with("hub")))
-                   for entry in (await parse_in_thread(parse_capability_list, fetched.body)).entries]
-    except ValidationError as exc:
-        log.warning("Capability List %s breaks the spec: %s", fetched.url, "; ".join(exc.problems))
-        entries = await _lenient_entries(fetched.body, fetched.url)
-    except DocumentParseError as exc:
-        raise DiscoveryError(f"{fetched.url} is not a Capability List: {exc}") from exc
+    entries = await _capability_list_entries(fetched)
     found: dict[str, str] = {}
     channels = []
     for loc, capability, hubs in entries:
         absolute = urljoin(fetched.url, loc)
         if capability in _CHANNEL_CAPABILITIES:
             if hubs:
-                channels.append(DiscoveredTopic(
-                    topic=absolute, hubs=tuple(urljoin(fetched.url, h) for h in hubs), found_in="capability-list",
-                    url=fetched.url, capability_list=fetched.url, discovered_from=fetched.url,
-                    discovery="capability-list"))
+                channels.append(_channel(fetched.url, absolute, hubs))
             else:
                 log.warning("change-notification channel %s in %s has no <rs:ln rel=\"hub\">", loc, fetched.url)
         elif capability and capability not in found:
             found[capability] = absolute
     return SourceCapabilities(fetched.url, found.get("resourcelist"), found.get("changelist"),
                               found.get("changelist-archive"), tuple(channels))
+
+
+async def _capability_list_entries(fetched: _Fetched) -> list[tuple[str, str | None, tuple[str, ...]]]:
+    """(loc, capability, hub hrefs) of every entry of a fetched Capability List."""
+    try:
+        return [(entry.loc, entry.capability, tuple(entry.links_with("hub")))
+                for entry in (await parse_in_thread(parse_capability_list, fetched.body)).entries]
+    except ValidationError as exc:
+        # Postel: a list that breaks a rule unrelated to the channel (say, no rel="up") still
+        # names the channel; read it leniently and say what was wrong.
+        log.warning("Capability List %s breaks the spec: %s", fetched.url, "; ".join(exc.problems))
+        return await _lenient_entries(fetched.body, fetched.url)
+    except DocumentParseError as exc:
+        raise DiscoveryError(f"{fetched.url} is not a Capability List: {exc}") from exc
+
+
+def _channel(capability_list: str, topic: str, hubs: tuple[str, ...]) -> DiscoveredTopic:
+    """A channel advertised by the Capability List at `capability_list` (hub hrefs made absolute)."""
+    return DiscoveredTopic(
+        topic=topic, hubs=tuple(urljoin(capability_list, h) for h in hubs), found_in="capability-list",
+        url=capability_list, capability_list=capability_list, discovered_from=capability_list,
+        discovery="capability-list",
+    )
 
 
 async def _lenient_entries(body: bytes, url: str) -> list[tuple[str, str | None, tuple[str, ...]]]:
