@@ -111,12 +111,8 @@ async def run_sync(command: SyncCommand, *, once: bool) -> int:
     try:
         try:
             await engine.open()
-        except SourceUnreachableError as exc:
-            reporter.status(f"the Source cannot be reached: {exc}")
-            return EXIT_UNREACHABLE
-        except SourceDocumentError as exc:
-            reporter.status(str(exc))
-            return EXIT_DIFFERENCES
+        except (SourceUnreachableError, SourceDocumentError) as exc:
+            return _source_failed(reporter, exc)
         if once:
             if stop.is_set():
                 return EXIT_DIFFERENCES
@@ -140,6 +136,15 @@ async def run_sync(command: SyncCommand, *, once: bool) -> int:
         await engine.close(unsubscribe=command.unsubscribe_on_exit and not once)
 
 
+def _source_failed(reporter: Reporter, exc: SourceUnreachableError | SourceDocumentError) -> int:
+    """Say why the Source could not be read; the exit code: unreachable, or differences remain."""
+    if isinstance(exc, SourceUnreachableError):
+        reporter.status(f"the Source cannot be reached: {exc}")
+        return EXIT_UNREACHABLE
+    reporter.status(str(exc))
+    return EXIT_DIFFERENCES
+
+
 async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:
     reporter = Reporter("rsnotify audit", command.json_events)
     engine = SyncEngine(command.root, source=command.source, capability_list=command.capability_list,
@@ -153,12 +158,8 @@ async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:
             if not engine.source_reachable:
                 return EXIT_UNREACHABLE
             report = await engine.audit(deep=deep, repair=repair)
-        except SourceUnreachableError as exc:
-            reporter.status(f"the Source cannot be reached: {exc}")
-            return EXIT_UNREACHABLE
-        except SourceDocumentError as exc:
-            reporter.status(str(exc))
-            return EXIT_DIFFERENCES
+        except (SourceUnreachableError, SourceDocumentError) as exc:
+            return _source_failed(reporter, exc)
         counts = (f"same {report.same:,}, missing {report.missing:,}, changed {report.changed:,}"
                   f"{f' (corrupt {report.corrupt:,})' if deep else ''}, extra {report.extra:,}, "
                   f"untracked {report.untracked:,}, newer locally {report.newer_locally:,}, "
