@@ -40,8 +40,8 @@ from .safexml import (
     read_link,
 )
 from .xml import (  # one reader for every <url>, shared with notifications
-    _read_change,
-    _read_url,
+    read_change,
+    read_url,
 )
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,7 @@ class ListStream:
                 problems.append(f"<url> #{self._count} in an index; expected <sitemap> entries only")
                 entry = None
             elif self.info.capability == CHANGE_LIST:
-                entry = _read_change(element, self._count, problems)
+                entry = read_change(element, self._count, problems)
             else:
                 entry = _read_resource(element, self._count, problems)
         except NotificationError as exc:
@@ -272,7 +272,7 @@ def open_list(stream: BinaryIO, *, max_bytes: int | None = None) -> ListStream:
 
 def _read_resource(url: etree._Element, index: int, problems: list[str]) -> Resource | None:
     before = len(problems)
-    _where, owner, loc, md, lastmod, links = _read_url(url, index, problems)
+    _where, owner, loc, md, lastmod, links = read_url(url, index, problems)
     attrs: dict[str, str] = {} if md is None else dict(md.items())
     hashes = read_hashes(attrs.get("hash"), f"<rs:md> {owner} has hash", problems)
     length = read_length(attrs.get("length"), f"<rs:md> {owner} has length", problems)

@@ -66,7 +66,9 @@ __all__ = [
     "parse_notification",
     "parse_source_description",
     "parse_w3c_datetime",
+    "read_change",
     "read_notification",
+    "read_url",
     "source_description_to_xml",
     "to_xml",
 ]
@@ -117,7 +119,7 @@ def read_notification(root: etree._Element) -> ChangeNotification:
         until_time = _required_datetime(md, "until", problems)
     if len(urls) > MAX_ENTRIES:
         problems.append(f"<urlset> has {len(urls)} <url> entries; expected at most {MAX_ENTRIES} (split it)")
-    changes = [change for index, url in enumerate(urls, 1) if (change := _read_change(url, index, problems))]
+    changes = [change for index, url in enumerate(urls, 1) if (change := read_change(url, index, problems))]
     problems.extend(change_order_problems(from_time, until_time, changes))
     if problems or from_time is None or until_time is None:
         raise ValidationError(problems)
@@ -210,7 +212,7 @@ def _url_parts(
     return where, loc or None, md, lastmod, link_elements
 
 
-def _read_url(
+def read_url(
     url: etree._Element, index: int, problems: list[str]
 ) -> tuple[str, str, str | None, etree._Element | None, datetime | None, list[Link]]:
     """What every kind of `<url>` shares: (where, owner for messages, loc, <rs:md>, lastmod, links)."""
@@ -223,10 +225,10 @@ def _read_url(
     return where, owner, loc, md, lastmod, links
 
 
-def _read_change(url: etree._Element, index: int, problems: list[str]) -> ResourceChange | None:
+def read_change(url: etree._Element, index: int, problems: list[str]) -> ResourceChange | None:
     """One `<url>` as a ResourceChange, or None after adding its problems."""
     before = len(problems)
-    where, owner, loc, md, lastmod, links = _read_url(url, index, problems)
+    where, owner, loc, md, lastmod, links = read_url(url, index, problems)
     if md is None:
         problems.append(f"{where} has no <rs:md>; expected <rs:md change=...> with change {_CHANGE_VALUES}")
         return None
@@ -412,7 +414,7 @@ def _read_entry(
     url: etree._Element, index: int, problems: list[str], capability_required: bool
 ) -> CapabilityEntry | None:
     before = len(problems)
-    where, _, loc, md, lastmod, links = _read_url(url, index, problems)
+    where, _, loc, md, lastmod, links = read_url(url, index, problems)
     capability = None if md is None else md.get("capability")
     if capability_required and capability is None:
         problems.append(f"{where} has no <rs:md capability='...'>; expected the capability of the document")
