@@ -18,32 +18,14 @@ from .scenarios import (
     Bench,
     hub_cpu,
     publish,
+    request_subscriptions,
     setup_topic,
     subscribe_all,
     wait_and_check,
 )
 from .traps import TrapProcess
 
-SUBSCRIBE_LEASE = 86400
 SETTLE_SECONDS = 1.0      # s the hostile load runs before a measurement starts
-
-
-async def request_subscriptions(bench: Bench, hub_url: str, topic: str, callbacks: list[str]) -> None:
-    """POST a subscribe request for each callback (202 each); their verification is left to the hub."""
-    pending = iter(callbacks)
-    refused: list[str] = []
-
-    async def one_by_one() -> None:
-        for callback in pending:
-            form = {"hub.mode": "subscribe", "hub.topic": topic, "hub.callback": callback,
-                    "hub.lease_seconds": str(SUBSCRIBE_LEASE)}
-            async with bench.session.post(hub_url, data=form) as response:
-                if response.status != 202:
-                    refused.append(f"{response.status} {await response.text()}")
-
-    await asyncio.gather(*(one_by_one() for _ in range(min(bench.sizes.subscribe_concurrency, len(callbacks)))))
-    if refused:
-        raise RuntimeError(f"{len(refused)} subscription requests refused, first: {refused[0]}")
 
 
 async def steady_publish(bench: Bench, hub, topic: str, count: int, rate: float) -> dict[int, float]:
@@ -76,7 +58,8 @@ async def scenario_isolation(bench: Bench) -> list[dict]:
         await subscribe_all(bench, hub, hanging_topic, [traps.hanging(f"h-{tag}-{i}") for i in range(s.isolation_hanging)],
                             concurrency=s.subscribe_concurrency)
         await request_subscriptions(bench, hub.url, f"http://bench.example.org/black-hole/{tag}",
-                                    [traps.black_hole(f"b-{tag}-{i}") for i in range(s.isolation_black_holes)])
+                                    [traps.black_hole(f"b-{tag}-{i}") for i in range(s.isolation_black_holes)],
+                                    concurrency=s.subscribe_concurrency)
         hostile = bodies(1, s.entries)[0]
         count = max(1, round(s.isolation_rate * s.isolation_seconds))
         results = []

@@ -105,11 +105,9 @@ class Bench:
 # --- helpers -------------------------------------------------------------------------------------
 
 
-async def subscribe_all(bench: Bench, hub: HubProcess, topic: str, callbacks: Sequence[str], *,
-                        concurrency: int) -> float:
-    """Subscribe every callback to `topic` through the hub's WebSub endpoint; wait until the hub
-    counts them all as active (GET /health). Returns seconds from the first request to that."""
-    base = (await hub.health(bench.session))["subscriptions"]
+async def request_subscriptions(bench: Bench, hub_url: str, topic: str, callbacks: Sequence[str], *,
+                                concurrency: int) -> None:
+    """POST a subscribe request for each callback (202 each); their verification is left to the hub."""
     pending = iter(callbacks)
     refused: list[str] = []
 
@@ -117,14 +115,22 @@ async def subscribe_all(bench: Bench, hub: HubProcess, topic: str, callbacks: Se
         for callback in pending:
             form = {"hub.mode": "subscribe", "hub.topic": topic, "hub.callback": callback,
                     "hub.lease_seconds": str(SUBSCRIBE_LEASE)}
-            async with bench.session.post(hub.url, data=form) as response:
+            async with bench.session.post(hub_url, data=form) as response:
                 if response.status != 202:
                     refused.append(f"{response.status} {await response.text()}")
 
-    started = time.perf_counter()
     await asyncio.gather(*(one_by_one() for _ in range(min(concurrency, len(callbacks)))))
     if refused:
         raise RuntimeError(f"{len(refused)} subscription requests refused, first: {refused[0]}")
+
+
+async def subscribe_all(bench: Bench, hub: HubProcess, topic: str, callbacks: Sequence[str], *,
+                        concurrency: int) -> float:
+    """Subscribe every callback to `topic` through the hub's WebSub endpoint; wait until the hub
+    counts them all as active (GET /health). Returns seconds from the first request to that."""
+    base = (await hub.health(bench.session))["subscriptions"]
+    started = time.perf_counter()
+    await request_subscriptions(bench, hub.url, topic, callbacks, concurrency=concurrency)
     deadline = time.monotonic() + bench.timeout
     while True:
         active = (await hub.health(bench.session))["subscriptions"] - base
