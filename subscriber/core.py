@@ -397,9 +397,8 @@ class CallbackCore:
         sequence = _sequence(request.header(SEQUENCE_HEADER))
         async with self._lock(subscription.id):
             subscription = await self.store.get(subscription.id) or subscription
-            if notification_id and notification_id in subscription.recent_ids:
-                log.info("dropped repeat %s for %s", notification_id, subscription.id)
-                return CallbackResponse(200, f"notification {notification_id} already received")
+            if (repeat := _repeat(subscription, notification_id, "received")) is not None:
+                return repeat
             gaps = _sequence_gap(subscription.last_sequence, sequence)
             await self.store.put(subscription.evolve(
                 last_sequence=sequence if sequence is not None else subscription.last_sequence,
@@ -420,9 +419,8 @@ class CallbackCore:
         # one after another, in the order the hub sends them.
         async with self._lock(subscription.id):
             subscription = await self.store.get(subscription.id) or subscription
-            if notification_id and notification_id in subscription.recent_ids:
-                log.info("dropped repeat %s for %s", notification_id, subscription.id)
-                return CallbackResponse(200, f"notification {notification_id} already handled")
+            if (repeat := _repeat(subscription, notification_id, "handled")) is not None:
+                return repeat
             received = self._received(subscription, request, sequence, _sequence_gap(subscription.last_sequence,
                                                                                       sequence))
             received = await self._parse(received)
@@ -577,6 +575,15 @@ def _lease(value: str | None) -> int | None:
     # A lease past datetime's range (e.g. 999999999999 s) would overflow the expiry: for us it
     # is as good as ten years, renewed well before then.
     return min(int(value), MAX_LEASE_SECONDS)
+
+
+def _repeat(subscription: Subscription, notification_id: str | None, done: str) -> CallbackResponse | None:
+    """The answer to a notification id the subscription already `done` (received or handled): 200,
+    so the hub stops retrying, and it is dropped; None for a new one."""
+    if notification_id and notification_id in subscription.recent_ids:
+        log.info("dropped repeat %s for %s", notification_id, subscription.id)
+        return CallbackResponse(200, f"notification {notification_id} already {done}")
+    return None
 
 
 def _sequence(value: str | None) -> int | None:
