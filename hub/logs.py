@@ -154,3 +154,23 @@ def configure_logging(level: str, log_format: str = "text") -> None:
     root.addHandler(handler)
     root.setLevel(level.upper())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+
+
+class OutageLog:
+    """One warning when a loop's Redis calls start failing and one line when they work again,
+    however many times the loop retries in between (loops retry every second; a line each time
+    would flood the log during an outage)."""
+
+    def __init__(self, log: logging.Logger, what: str) -> None:
+        self.log, self.what = log, what
+        self.failing = False
+
+    def failed(self, exc: BaseException) -> None:
+        if not self.failing:
+            self.log.warning("%s: Redis failed (%s); trying again every second", self.what, exc)
+        self.failing = True
+
+    def recovered(self) -> None:
+        if self.failing:
+            self.log.info("%s: Redis answers again", self.what)
+            self.failing = False

@@ -17,6 +17,7 @@ from redis.exceptions import RedisError
 from rq import Queue
 
 from .. import enqueue, store
+from ..logs import OutageLog
 from ..records import parse_entry_id, text, to_int
 from ..settings import HubSettings
 from . import fanout, heartbeat
@@ -132,7 +133,7 @@ async def maintain(ctx: WorkerContext) -> None:
     tick = max(0.02, min(0.25, settings.retry_base / 4, settings.reconcile_interval))
     settled: dict[str, str] = {}
     next_reconcile = next_sweep = next_bury = 0.0
-    failing = False
+    outage = OutageLog(log, "maintenance")
     while True:
         try:
             await fanout.serve_due(ctx)
@@ -148,14 +149,10 @@ async def maintain(ctx: WorkerContext) -> None:
                 next_sweep = time.monotonic() + settings.sweep_interval
                 await asyncio.to_thread(_sweep_turn, queue, settings, ctx.now())
         except (RedisError, OSError) as exc:
-            if not failing:               # once per outage: it keeps trying every second
-                log.warning("maintenance: Redis failed (%s); trying again every second", exc)
-            failing = True
+            outage.failed(exc)
             await asyncio.sleep(1.0)
             continue
-        if failing:
-            log.info("maintenance: Redis answers again")
-            failing = False
+        outage.recovered()
         await asyncio.sleep(tick)
 
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from redis.exceptions import RedisError
 
 from .. import store
+from ..logs import OutageLog
 from .hosts import host_of
 from .verification import verify
 
@@ -56,7 +57,7 @@ async def run_lane(ctx: WorkerContext) -> None:
     """Take challenges from the line while there is room, and verify each in a task of its own."""
     lane = ctx.verifying
     assert lane is not None
-    failing = False
+    outage = OutageLog(log, "verification lane")
     while True:
         if lane.held >= HELD:
             lane.room.clear()
@@ -66,14 +67,10 @@ async def run_lane(ctx: WorkerContext) -> None:
         try:
             challenges = await store.take_challenges(ctx.redis, lane.wid, min(TAKE_BATCH, HELD - lane.held))
         except RedisError as exc:
-            if not failing:               # once per outage: the lane keeps trying every second
-                log.warning("verification lane: Redis failed (%s); trying again every second", exc)
-            failing = True
+            outage.failed(exc)
             await asyncio.sleep(1.0)
             continue
-        if failing:
-            log.info("verification lane: Redis answers again")
-            failing = False
+        outage.recovered()
         if not challenges:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(lane.bell.wait(), POLL)
