@@ -44,10 +44,14 @@ def test_a_repeated_idempotency_key_gets_the_first_id(hub_process, callbacks, tm
     retried = publish(hub.url, TOPIC, notification(3), Idempotency_Key="batch-3")   # waits out the pause
     redis.close()
     assert retried["sequence"] == 3
-    wait_until(lambda: callbacks.received("/once") == [1, 2, 3], 30, "three deliveries")
+    # Delivery is at-least-once: a worker whose cursor write stalled behind the pause sends
+    # again, so the subscriber may see repeats; what must hold is that each submission was
+    # stored once (no fifth sequence) and that first deliveries came in publish order.
+    wait_until(lambda: {1, 2, 3} <= set(callbacks.received("/once")), 30, "three deliveries")
     published = publish(hub.url, TOPIC, notification(4))["sequence"]
-    wait_until(lambda: callbacks.received("/once")[-1:] == [published], 30, "the next delivery")
-    assert callbacks.received("/once") == [1, 2, 3, 4], "a notification was stored twice"
+    assert published == 4, "a notification was stored twice"
+    wait_until(lambda: published in callbacks.received("/once"), 30, "the next delivery")
+    assert list(dict.fromkeys(callbacks.received("/once"))) == [1, 2, 3, 4]
 
 
 def publish_with_timeout(hub_url: str, body: bytes, key: str, timeout: float) -> dict:
