@@ -18,13 +18,20 @@ from rsnotify.notification import (
     ChangeNotification,
     SourceDescription,
 )
-from rsnotify.subscriber.discovery import DiscoveryNotFoundError, DiscoveryUnreachableError, find_source
+from rsnotify.subscriber.discovery import (
+    DiscoveryNotFoundError,
+    DiscoveryUnreachableError,
+    find_source,
+)
 from rsnotify.subscriber.errors import DiscoveryError
 from rsnotify.subscriber.sync import SyncEngine
 from rsnotify.subscriber.sync.runner import parse_duration, status_of
 from rsnotify.xml import capability_list_to_xml, source_description_to_xml, to_xml
-from tests.subscriber.test_sync_engine import T0, ListSource, copy, engine_for, source  # noqa: F401
+from tests.subscriber import test_sync_engine as engine_tests
+from tests.subscriber.test_sync_engine import T0, ListSource, copy, engine_for
 from tests.support.ports import free_port
+
+source = engine_tests.source     # the loopback Source fixture, shared
 
 
 def events_of(engine: SyncEngine) -> list[dict]:
@@ -58,8 +65,8 @@ async def test_the_poll_does_not_apply_changes_already_applied(source, tmp_path)
         await engine.close()
 
 
-def notification(source: ListSource, start, until, edits: dict[str, bytes | None]) -> bytes:
-    changes = tuple(source.change(path, body, start + timedelta(seconds=1)) for path, body in edits.items())
+def notification(site_: ListSource, start, until, edits: dict[str, bytes | None]) -> bytes:
+    changes = tuple(site_.change(path, body, start + timedelta(seconds=1)) for path, body in edits.items())
     return to_xml(ChangeNotification(start, until, changes))
 
 
