@@ -10,6 +10,7 @@ import os
 import signal
 import sqlite3
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -147,7 +148,14 @@ def quiet_exit_on_signals(code: int) -> None:
 def disk_problem(exc: OSError | sqlite3.Error, root: Path) -> str:
     """One line naming the path and the cause of a local write/read failure."""
     if isinstance(exc, sqlite3.Error):
-        return f"cannot use the state database {root / STATE_DIR / STATE_FILE}: {exc}"
+        # SQLite's own words ("unable to open database file") rarely say why: try a write beside it.
+        folder = root / STATE_DIR
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as probe:
+            return f"cannot write {folder}: {probe.strerror or probe} (state database: {exc})"
+        return f"cannot use the state database {folder / STATE_FILE}: {exc}"
     path = exc.filename or root
     cause = exc.strerror or str(exc)
     if exc.errno in (errno.ENOSPC, errno.EDQUOT):
