@@ -92,6 +92,7 @@ def test_one_sigint_during_the_baseline_stops_within_2s_and_the_next_start_resum
     sent = time.monotonic()
     first.process.wait(10)
     took = time.monotonic() - sent
+    print(f"one SIGINT during the baseline: exited {took:.2f} s after it")
     assert took < 2.0, f"stopped after {took:.2f} s"
     assert first.process.returncode == 1        # --once interrupted: not in sync
     no_traceback(first.output())
@@ -107,8 +108,8 @@ def test_one_sigint_during_the_baseline_stops_within_2s_and_the_next_start_resum
 
 
 def test_a_second_sigint_stops_at_once_without_tracebacks(site):
-    s = site(1500)
-    proc = s.sync("--listen", f"127.0.0.1:{s.sync_port}", "--concurrency", "4", name="twice")
+    s = site(600)
+    proc = s.sync("--listen", f"127.0.0.1:{s.sync_port}", "--concurrency", "1", name="twice")
     wait_until(lambda: s.copy.exists() and sum(1 for _ in s.copy.rglob("*.txt")) >= 20,
                "the baseline to be under way", 60, proc)
     proc.process.send_signal(signal.SIGINT)
@@ -116,7 +117,9 @@ def test_a_second_sigint_stops_at_once_without_tracebacks(site):
     proc.process.send_signal(signal.SIGINT)
     sent = time.monotonic()
     proc.process.wait(10)
-    assert time.monotonic() - sent < 2.0
+    took = time.monotonic() - sent
+    print(f"second SIGINT: exited {took:.2f} s after it")
+    assert took < 2.0
     no_traceback(proc.output())
     assert "stopping at once" in proc.output()
     assert status(s)["state"] in ("baselining", "new")       # the state database is readable
