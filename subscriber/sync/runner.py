@@ -293,7 +293,8 @@ async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:
 
 async def _hand_repair(engine: SyncEngine, reporter: Reporter, *, deep: bool) -> int | None:
     """Ask the sync that holds the folder to audit and repair it; its exit code, or None when
-    the folder came free before the request was taken (the caller then repairs it itself)."""
+    the folder came free before the answer (the caller then repairs it itself). It waits while
+    the sync is busy (a baseline under way); it never answers "busy" with an exit code."""
     holder = lock_holder(engine.root)
     request_id = engine.state.add_request("audit", {"deep": deep, "repair": True})
     reporter.status(f"{engine.root} is owned by a running sync ({holder}): asked it to audit and repair")
@@ -309,8 +310,8 @@ async def _hand_repair(engine: SyncEngine, reporter: Reporter, *, deep: bool) ->
             reporter.status("the sync ended before taking the request: repairing here")
             return None
         if taken and lock_holder(engine.root) is None:
-            reporter.status("the running sync ended before finishing the repair; run the audit again")
-            return EXIT_DIFFERENCES
+            reporter.status("the sync stopped before finishing the repair: repairing here")
+            return None
         await asyncio.sleep(0.2)
 
 
