@@ -25,7 +25,7 @@ from rsnotify.subscriber.discovery import (
 )
 from rsnotify.subscriber.errors import DiscoveryError
 from rsnotify.subscriber.sync import SyncEngine
-from rsnotify.subscriber.sync.runner import parse_duration, status_of
+from rsnotify.subscriber.sync.runner import format_status, parse_duration, status_of
 from rsnotify.xml import capability_list_to_xml, source_description_to_xml, to_xml
 from tests.subscriber import test_sync_engine as engine_tests
 from tests.subscriber.test_sync_engine import T0, ListSource, copy, engine_for
@@ -102,6 +102,9 @@ async def test_a_hub_whose_sequence_restarts_is_a_new_epoch_handled_as_a_gap(sou
         status = status_of(tmp_path)
         assert status["hub_epochs"]["http://hub/"]["count"] == 1
         assert status["lag_seconds"] == 0.0
+        text = format_status(status)
+        assert "last sequence: http://hub/ 2 (http://hub/: numbering restarted 1x, last at 1 after 74)" in text
+        assert "(lag 0 s behind the Source's last known change 2026-03-01T00:03:00Z)" in text
     finally:
         await engine.close()
 
@@ -223,3 +226,20 @@ async def test_an_audit_beside_a_running_engine_never_waits(source, tmp_path):
             await reader.close()
     finally:
         await owner.close()
+
+
+async def test_lag_is_the_distance_to_the_sources_last_known_change_not_the_clock(source, tmp_path):
+    source.resources = {"/a.txt": b"a0"}
+    engine = await engine_for(source, tmp_path, settle=60.0)
+    try:
+        assert await engine.sync_once() == 0
+        assert status_of(tmp_path)["lag_seconds"] == 0.0      # H is T0, months before the local clock
+        # a notification that starts after H waits (reordering) before it is called a gap: the
+        # copy is behind the Source by its `until`
+        later = T0 + timedelta(minutes=5)
+        engine.state.add_to_inbox("http://hub/", 3, "n3", "application/xml",
+                                  notification(source, later, later + timedelta(seconds=10), {"/a.txt": b"a1"}))
+        assert await engine.drain_inbox() == "wait"
+        assert status_of(tmp_path)["lag_seconds"] == 310.0
+    finally:
+        await engine.close()
