@@ -14,11 +14,13 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import sqlite3
+import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from rsnotify.datetimes import format_datetime
 from rsnotify.lists import Resource
@@ -28,6 +30,8 @@ from .context import SyncContext
 from .remote import SourceDocumentError
 from .resources import ResourceListRead, resource_chunks
 from .state import DELETED, OK, ResourceRecord, SyncState
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -167,7 +171,7 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
                 report.note("missing", resource.loc)
                 continue
             checks.append((resource, record, path))
-        verdicts = await asyncio.to_thread(_judge_all, checks, deep)
+        verdicts = await _in_thread(_judge_all, checks, deep)
         for (resource, record, path), verdict in zip(checks, verdicts):
             if verdict == "same":
                 report.same += 1
@@ -202,7 +206,7 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
             ctx.state.commit([ResourceRecord(extra.loc, extra.path, DELETED, changed_at=extra.changed_at,
                                              last_change="deleted")])
             report.repaired += 1
-    report.untracked = await asyncio.to_thread(_count_untracked, ctx, report)
+    report.untracked = await _in_thread(_count_untracked, ctx, report)
     report.seconds = time.monotonic() - started
     if keep_run:
         ctx.state.add_run("audit", time.time() - report.seconds, report.to_json(),
@@ -210,8 +214,25 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
     return report
 
 
-def _judge_all(checks: list[tuple[Resource, ResourceRecord | None, Path]], deep: bool) -> list[str]:
-    return [_judge(resource, record, path, deep) for resource, record, path in checks]
+async def _in_thread(func: Callable[..., T], *args: Any) -> T:
+    """`func(*args, cancelled)` in a worker thread; a cancel (Ctrl-C) tells it to stop between
+    files, so the process does not wait for a whole chunk of re-hashing before it exits."""
+    cancelled = threading.Event()
+    try:
+        return await asyncio.to_thread(func, *args, cancelled)
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+
+
+def _judge_all(checks: list[tuple[Resource, ResourceRecord | None, Path]], deep: bool,
+               cancelled: threading.Event) -> list[str]:
+    verdicts = []
+    for resource, record, path in checks:
+        if cancelled.is_set():
+            break
+        verdicts.append(_judge(resource, record, path, deep))
+    return verdicts
 
 
 def _judge(resource: Resource, record: ResourceRecord | None, path: Path, deep: bool) -> str:
@@ -243,9 +264,11 @@ async def _repair(ctx: SyncContext, items: list[tuple[Resource, ResourceRecord |
             report.note("repair_failed", outcome.loc)
 
 
-def _count_untracked(ctx: SyncContext, report: AuditReport) -> int:
+def _count_untracked(ctx: SyncContext, report: AuditReport, cancelled: threading.Event) -> int:
     count = 0
     for relative in ctx.sink.walk():
+        if cancelled.is_set():
+            break
         record = ctx.state.record_by_path(relative)
         if record is None or record.state == DELETED:
             count += 1
