@@ -438,9 +438,13 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
               help="Seconds between pulls of the Source's Change List when push is silent or unavailable.")
 @click.option("--lease-seconds", type=click.IntRange(min=1), metavar="N", envvar="RSNOTIFY_SYNC_LEASE_SECONDS",
               show_envvar=True, help="Lease to ask of the hub.")
+@click.option("--audit-every", metavar="DURATION", envvar="RSNOTIFY_SYNC_AUDIT_EVERY", show_envvar=True,
+              help="Audit the copy against the Resource List this often while live (90s, 15m, 6h, 1d): "
+                   "`audit.done` events and `sync status`.")
 @click.pass_context
 def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once: bool, unsubscribe_on_exit: bool,
-         keep_deleted: bool, dry_run: bool, poll_interval: float, lease_seconds: int | None, **common: Any) -> None:
+         keep_deleted: bool, dry_run: bool, poll_interval: float, lease_seconds: int | None,
+         audit_every: str | None, **common: Any) -> None:
     """Keep DIR equal to a Source: baseline, live notifications, catch-up after any gap.
 
     Without --once it runs until Ctrl-C or SIGTERM (exit 0) and keeps its subscription, so a
@@ -450,10 +454,23 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
         return
     if dry_run and not once:
         raise click.UsageError("--dry-run needs --once")
-    from .sync.runner import run_sync, saved_listen
+    from .sync.runner import (
+        parse_duration,
+        quiet_exit_on_signals,
+        run_sync,
+        saved_listen,
+    )
+    if audit_every is not None and once:
+        raise click.UsageError("--audit-every runs audits while live; with --once run `rsnotify audit`")
+    try:
+        audit_seconds = parse_duration(audit_every) if audit_every is not None else None
+    except ValueError:
+        raise click.BadParameter(f"expected a duration such as 90s, 15m, 6h or 1d, got {audit_every!r}",
+                                 param_hint="--audit-every") from None
     command = _sync_command(keep_deleted=keep_deleted, dry_run=dry_run, **common)
     command.unsubscribe_on_exit = unsubscribe_on_exit
     command.poll_interval = poll_interval
+    command.audit_every = audit_seconds
     if not once:
         listen = listen or saved_listen(command.root) or "127.0.0.1:0"
         try:
@@ -462,7 +479,9 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
                                               lease_seconds=lease_seconds, remembered_ids=50)
         except SubscriberError as exc:
             raise click.BadParameter(str(exc)) from None
-    sys.exit(asyncio.run(run_sync(command, once=once)))
+    code = asyncio.run(run_sync(command, once=once))
+    quiet_exit_on_signals(code)
+    sys.exit(code)
 
 
 @sync.command("status")
@@ -485,7 +504,8 @@ def sync_status(directory: Path, json_out: bool) -> None:
 @click.option("--repair", is_flag=True, help="Fetch missing and changed resources, delete extra tracked ones.")
 def audit(deep: bool, repair: bool, **common: Any) -> None:
     """Compare DIR with the Source's current Resource List: exit 0 in sync, 1 differences,
-    3 Source unreachable."""
+    3 Source unreachable. Works beside a running `rsnotify sync` (read-only); with --repair
+    the running sync does the repair and this waits for its answer."""
     from .sync.runner import run_audit
     command = _sync_command(**common)
     sys.exit(asyncio.run(run_audit(command, deep=deep, repair=repair)))

@@ -68,6 +68,14 @@ class DiscoveredTopic:
     discovery: str | None = None         # how: "topic" or "capability-list"
 
 
+class DiscoveryNotFoundError(DiscoveryError):
+    """The URL answered, but with 404/410: a wrong address, not an outage."""
+
+
+class DiscoveryUnreachableError(DiscoveryError):
+    """No answer (connection, timeout) or a server error (5xx, 429): try again later."""
+
+
 @dataclass(frozen=True)
 class _Fetched:
     url: str                 # final URL, after redirects
@@ -90,7 +98,11 @@ async def _fetch(session: aiohttp.ClientSession, url: str, what: str) -> _Fetche
     except aiohttp.TooManyRedirects as exc:
         raise DiscoveryError(f"{what} at {url} redirected more than {MAX_REDIRECTS} times") from exc
     except (TimeoutError, aiohttp.ClientError) as exc:
-        raise DiscoveryError(f"cannot fetch {what} at {url}: {exc or type(exc).__name__}") from exc
+        raise DiscoveryUnreachableError(f"cannot fetch {what} at {url}: {exc or type(exc).__name__}") from exc
+    if fetched.status in (404, 410):
+        raise DiscoveryNotFoundError(f"{what} not found at {fetched.url} (answered {fetched.status}; expected 200)")
+    if fetched.status >= 500 or fetched.status == 429:
+        raise DiscoveryUnreachableError(f"{what} at {url} answered {fetched.status}; expected 200")
     if fetched.status != 200:
         raise DiscoveryError(f"{what} at {url} answered {fetched.status}; expected 200")
     return fetched
@@ -305,6 +317,87 @@ async def source_capability_lists(session: aiohttp.ClientSession, base_url: str)
             capability_lists.extend(await _capability_lists_of(part))
         return fetched.url, capability_lists
     return fetched.url, await _capability_lists_of(fetched)
+
+
+@dataclass(frozen=True)
+class FoundSource:
+    """Where `find_source` found the Source, and the Capability Lists to sync from."""
+
+    url: str                       # the Source Description or Capability List found
+    kind: str                      # "description" or "capabilitylist"
+    capability_lists: tuple[str, ...]
+    tried: tuple[str, ...]         # what was looked at before it, and why it was passed over
+
+
+async def find_source(session: aiohttp.ClientSession, url: str) -> FoundSource:
+    """The Source at `url`, tried in order: `url` itself when it is a Source Description or
+    Capability List, `url/.well-known/resourcesync`, `url/sourcedescription.xml`, then the
+    host root's well-known. A Source Description found for a URL with a path must list
+    Capability Lists under that path (the others are passed over; none left: refused).
+
+    Raises DiscoveryNotFoundError when every place answered 404/410 (or not a Source),
+    DiscoveryUnreachableError when the host cannot be reached, DiscoveryError when what was
+    found is refused.
+    """
+    parts = urlsplit(url)
+    folder = url if url.endswith("/") else url + "/"
+    root_well_known = urljoin(url, WELL_KNOWN)
+    candidates = [url] if parts.path.endswith(WELL_KNOWN) else \
+        [url, urljoin(folder, WELL_KNOWN.lstrip("/")), urljoin(folder, "sourcedescription.xml"), root_well_known]
+    tried: list[str] = []
+    for position, candidate in enumerate(dict.fromkeys(candidates)):
+        try:
+            fetched = await _fetch(session, candidate, "Source Description")
+        except DiscoveryNotFoundError:
+            tried.append(f"not found at {candidate}")
+            continue
+        kind = await _document_kind(fetched)
+        if kind not in ("description", "capabilitylist"):
+            tried.append(f"{candidate} is not a Source Description or Capability List")
+            continue
+        if kind == "capabilitylist":
+            return FoundSource(fetched.url, kind, (fetched.url,), tuple(tried))
+        lists = await _description_lists(session, fetched)
+        if position > 0 and parts.path not in ("", "/"):
+            lists = _within(url, folder, fetched.url, lists)
+        return FoundSource(fetched.url, kind, tuple(lists), tuple(tried))
+    raise DiscoveryNotFoundError(f"no Source found for {url}: " + "; ".join(tried))
+
+
+async def _document_kind(fetched: _Fetched) -> str | None:
+    """The `capability` of a ResourceSync document's `<rs:md>` ("description", ...), else None."""
+    try:
+        root = await parse_in_thread(parse_root, fetched.body)
+    except DocumentParseError:
+        return None
+    if root.tag not in (URLSET, SITEMAPINDEX):
+        return None
+    md = root.find(RS_MD)
+    return md.get("capability") if md is not None else None
+
+
+async def _description_lists(session: aiohttp.ClientSession, fetched: _Fetched) -> list[str]:
+    """The Capability Lists of a fetched Source Description (an index is followed one level)."""
+    root = await _root_or_error(fetched, "Source Description")
+    if root.tag != SITEMAPINDEX:
+        return await _capability_lists_of(fetched)
+    capability_lists: list[str] = []
+    for sitemap in root.iterchildren(SITEMAP):
+        loc = (sitemap.findtext(LOC) or "").strip()
+        if loc:
+            part = await _fetch(session, urljoin(fetched.url, loc), "Source Description")
+            capability_lists.extend(await _capability_lists_of(part))
+    return capability_lists
+
+
+def _within(url: str, folder: str, description: str, lists: list[str]) -> list[str]:
+    """The Capability Lists under `folder` (same scheme, host, port and path prefix); a
+    DiscoveryError naming them when none is."""
+    inside = [item for item in lists if item.startswith(folder)]
+    if lists and not inside:
+        raise DiscoveryError(f"the Source Description {description} lists no Capability List under {url}: "
+                             f"{', '.join(lists)} lie outside it; refused (give one with --capability-list)")
+    return inside
 
 
 async def _root_or_error(fetched: _Fetched, what: str) -> etree._Element:

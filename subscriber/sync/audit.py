@@ -6,15 +6,21 @@ also files whose bytes no longer hash to their record: bit rot or local edits), 
 applied after the list's `at`: the list is older than the copy, not a difference),
 unverifiable (neither hash nor length nor lastmod to compare). `repair` fetches missing and
 changed resources and deletes extra tracked ones; untracked files are never touched.
+The audit only reads the state database (the locs it meets go to a private temporary one), so
+it can run beside the `rsnotify sync` that owns the folder.
 """
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import sqlite3
+import threading
 import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 from rsnotify.datetimes import format_datetime
 from rsnotify.lists import Resource
@@ -23,7 +29,9 @@ from .apply import STORED, hashes_match
 from .context import SyncContext
 from .remote import SourceDocumentError
 from .resources import ResourceListRead, resource_chunks
-from .state import DELETED, OK, ResourceRecord
+from .state import DELETED, OK, ResourceRecord, SyncState
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -89,19 +97,63 @@ def _corrupt(record: ResourceRecord, path: Path) -> bool:
     return record.md5 is not None and md5 != record.md5
 
 
-async def run_audit(ctx: SyncContext, *, deep: bool = False, repair: bool = False) -> AuditReport:
+class _Seen:
+    """The locs the audit met in the Resource List, in a private temporary SQLite database
+    (spills to disk, so memory stays flat): the state database is only read, which lets an
+    audit run beside the sync that owns the folder."""
+
+    def __init__(self) -> None:
+        self.db = sqlite3.connect("", check_same_thread=False)
+        self.db.execute("CREATE TABLE seen (loc TEXT PRIMARY KEY) WITHOUT ROWID")
+
+    def add(self, locs: Iterable[str]) -> None:
+        self.db.executemany("INSERT OR IGNORE INTO seen(loc) VALUES (?)", [(loc,) for loc in locs])
+
+    def unseen(self, state: SyncState, batch: int = 1000) -> Iterator[ResourceRecord]:
+        """Live records (not tombstones) the Resource List did not list."""
+        chunk: list[ResourceRecord] = []
+        for record in state.iter_records(batch):
+            if record.state != DELETED:
+                chunk.append(record)
+            if len(chunk) >= batch:
+                yield from self._filter(chunk)
+                chunk = []
+        yield from self._filter(chunk)
+
+    def _filter(self, records: list[ResourceRecord]) -> list[ResourceRecord]:
+        if not records:
+            return []
+        marks = ",".join("?" * len(records))
+        found = {row[0] for row in self.db.execute(f"SELECT loc FROM seen WHERE loc IN ({marks})",
+                                                   [r.loc for r in records])}
+        return [r for r in records if r.loc not in found]
+
+    def close(self) -> None:
+        self.db.close()
+
+
+async def run_audit(ctx: SyncContext, *, deep: bool = False, repair: bool = False,
+                    record: bool = True) -> AuditReport:
+    """`record`: add the run to the state's `runs` (False for a read-only audit beside a sync)."""
+    seen = _Seen()
+    try:
+        return await _audit(ctx, seen, deep=deep, repair=repair, keep_run=record)
+    finally:
+        seen.close()
+
+
+async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, keep_run: bool) -> AuditReport:
     started = time.monotonic()
     report = AuditReport()
     read = ResourceListRead(ctx.resourcelist_url or "")
     if not ctx.resourcelist_url:
         raise SourceDocumentError("the Source advertises no Resource List to audit against")
     ctx.progress.start("audit")
-    ctx.state.clear_seen()
     to_repair: list[tuple[Resource, ResourceRecord | None, Path]] = []
     async for resources in resource_chunks(ctx.session, ctx.resourcelist_url, read):
         report.at = read.at
         ctx.progress.total = read.hint
-        ctx.state.mark_seen(r.loc for r in resources)
+        seen.add(r.loc for r in resources)
         records = ctx.state.records(r.loc for r in resources)
         checks = []
         for resource in resources:
@@ -119,7 +171,7 @@ async def run_audit(ctx: SyncContext, *, deep: bool = False, repair: bool = Fals
                 report.note("missing", resource.loc)
                 continue
             checks.append((resource, record, path))
-        verdicts = await asyncio.to_thread(_judge_all, checks, deep)
+        verdicts = await _in_thread(_judge_all, checks, deep)
         for (resource, record, path), verdict in zip(checks, verdicts):
             if verdict == "same":
                 report.same += 1
@@ -140,29 +192,47 @@ async def run_audit(ctx: SyncContext, *, deep: bool = False, repair: bool = Fals
     if repair and to_repair:
         await _repair(ctx, to_repair, report)
     extras = []
-    for record in ctx.state.unseen_records():
-        if record.changed_at is not None and report.at is not None and record.changed_at > report.at:
+    for extra in seen.unseen(ctx.state):
+        if extra.changed_at is not None and report.at is not None and extra.changed_at > report.at:
             report.newer_locally += 1
             continue
         report.extra += 1
-        report.note("extra", record.loc)
-        extras.append(record)
+        report.note("extra", extra.loc)
+        extras.append(extra)
     if repair:
-        for record in extras:
-            if record.path:
-                await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
-            ctx.state.commit([ResourceRecord(record.loc, record.path, DELETED, changed_at=record.changed_at,
+        for extra in extras:
+            if extra.path:
+                await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(extra.path))
+            ctx.state.commit([ResourceRecord(extra.loc, extra.path, DELETED, changed_at=extra.changed_at,
                                              last_change="deleted")])
             report.repaired += 1
-    report.untracked = await asyncio.to_thread(_count_untracked, ctx, report)
+    report.untracked = await _in_thread(_count_untracked, ctx, report)
     report.seconds = time.monotonic() - started
-    ctx.state.add_run("audit", time.time() - report.seconds, report.to_json(),
-                      "in sync" if report.in_sync else "differences")
+    if keep_run:
+        ctx.state.add_run("audit", time.time() - report.seconds, report.to_json(),
+                          "in sync" if report.in_sync else "differences")
     return report
 
 
-def _judge_all(checks: list[tuple[Resource, ResourceRecord | None, Path]], deep: bool) -> list[str]:
-    return [_judge(resource, record, path, deep) for resource, record, path in checks]
+async def _in_thread(func: Callable[..., T], *args: Any) -> T:
+    """`func(*args, cancelled)` in a worker thread; a cancel (Ctrl-C) tells it to stop between
+    files, so the process does not wait for a whole chunk of re-hashing before it exits."""
+    cancelled = threading.Event()
+    try:
+        return await asyncio.to_thread(func, *args, cancelled)
+    except asyncio.CancelledError:
+        cancelled.set()
+        raise
+
+
+def _judge_all(checks: list[tuple[Resource, ResourceRecord | None, Path]], deep: bool,
+               cancelled: threading.Event) -> list[str]:
+    verdicts = []
+    for resource, record, path in checks:
+        if cancelled.is_set():
+            break
+        verdicts.append(_judge(resource, record, path, deep))
+    return verdicts
 
 
 def _judge(resource: Resource, record: ResourceRecord | None, path: Path, deep: bool) -> str:
@@ -194,9 +264,11 @@ async def _repair(ctx: SyncContext, items: list[tuple[Resource, ResourceRecord |
             report.note("repair_failed", outcome.loc)
 
 
-def _count_untracked(ctx: SyncContext, report: AuditReport) -> int:
+def _count_untracked(ctx: SyncContext, report: AuditReport, cancelled: threading.Event) -> int:
     count = 0
     for relative in ctx.sink.walk():
+        if cancelled.is_set():
+            break
         record = ctx.state.record_by_path(relative)
         if record is None or record.state == DELETED:
             count += 1

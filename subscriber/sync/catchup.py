@@ -15,11 +15,12 @@ from datetime import datetime
 
 from rsnotify.datetimes import format_datetime
 from rsnotify.lists import ListRef
-from rsnotify.notification import ResourceChange
+from rsnotify.notification import ChangeType, ResourceChange
 
 from .apply import FAILED_OUTCOME, SKIPPED_OLDER, STALE_OUTCOME, STORED, UNCHANGED
 from .context import SyncContext
 from .remote import RemoteList, SourceDocumentError
+from .state import DELETED, OK, ResourceRecord
 
 log = logging.getLogger(__name__)
 
@@ -122,6 +123,7 @@ async def _apply_list(ctx: SyncContext, remote: RemoteList, high_water: datetime
     last_datetime: datetime | None = None
     pending: list[ResourceChange] = []
     async for chunk in remote.chunks(CHUNK):
+        at_high_water: list[ResourceChange] = []
         for change in chunk:
             if not isinstance(change, ResourceChange):
                 continue
@@ -129,11 +131,35 @@ async def _apply_list(ctx: SyncContext, remote: RemoteList, high_water: datetime
                 last_datetime = change.changed_at
                 if change.changed_at < high_water:
                     continue
+                if change.changed_at == high_water:
+                    at_high_water.append(change)
+                    continue
             pending.append(change)
+        pending += _not_yet_applied(ctx, at_high_water)
         if pending:
             await _apply(ctx, pending, report)
             pending = []
     return last_datetime
+
+
+def _not_yet_applied(ctx: SyncContext, changes: list[ResourceChange]) -> list[ResourceChange]:
+    """The changes stamped exactly H that the records do not show as applied. H is the last
+    applied change's datetime (or a notification's `until`), so without this every poll
+    would apply the list's newest changes again."""
+    if not changes:
+        return []
+    records = ctx.state.records(c.loc for c in changes)
+    return [c for c in changes if not _applied(c, records.get(c.loc))]
+
+
+def _applied(change: ResourceChange, record: ResourceRecord | None) -> bool:
+    if record is None or record.changed_at is None or change.changed_at is None:
+        return False
+    if record.changed_at > change.changed_at:
+        return True
+    deleted = change.change is ChangeType.DELETED
+    return (record.changed_at == change.changed_at and record.last_change == change.change.value
+            and record.state == (DELETED if deleted else OK))
 
 
 async def _apply(ctx: SyncContext, changes: list[ResourceChange], report: CatchupReport) -> None:

@@ -25,7 +25,12 @@ import aiohttp
 
 from rsnotify.datetimes import format_datetime
 
-from ..discovery import DiscoveredTopic, discover_capabilities, source_capability_lists
+from ..discovery import (
+    DiscoveredTopic,
+    DiscoveryUnreachableError,
+    discover_capabilities,
+    find_source,
+)
 from ..errors import DiscoveryError, SubscriberError
 from ..settings import SubscriberSettings
 from . import events as ev
@@ -41,7 +46,7 @@ from .netguard import Network, make_session, source_networks
 from .push import Push
 from .remote import SourceDocumentError, SourceUnreachableError
 from .sink import FolderSink
-from .state import CONFLICT, FAILED, REFUSED, STALE, SyncState
+from .state import CONFLICT, FAILED, REFUSED, STALE, STATE_DIR, SyncState
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +56,8 @@ CATCHING_UP = "catching-up"
 LIVE = "live"
 POLLING = "polling"
 DEGRADED = "degraded"
+
+AGAIN = "again"    # a live pass that wants the next one at once
 
 EXIT_IN_SYNC = 0
 EXIT_DIFFERENCES = 1
@@ -69,7 +76,7 @@ class SyncEngine:
                  options: SyncOptions | None = None, allow_networks: Iterable[Network] = (),
                  allow_hosts: Iterable[str] = (), push_settings: SubscriberSettings | None = None,
                  status: Callable[[str], None] = lambda message: None, request_timeout: float = 30.0,
-                 poll_interval: float = 60.0, retry_base: float = 1.0) -> None:
+                 poll_interval: float = 60.0, retry_base: float = 1.0, audit_every: float | None = None) -> None:
         self.root = Path(root)
         self.source = source
         self.capability_list = capability_list
@@ -81,6 +88,7 @@ class SyncEngine:
         self.request_timeout = request_timeout
         self.poll_interval = poll_interval
         self.retry_base = retry_base
+        self.audit_every = audit_every       # seconds between audits run by the live process
         self.events = Events()
         self.state = SyncState.in_dir(self.root)
         self.ctx: SyncContext | None = None
@@ -89,17 +97,24 @@ class SyncEngine:
         self.bridge_id = 0
         self.wake = asyncio.Event()
         self.source_reachable = True
-        self._lock_file: IO[str] | None = None
+        self.read_only = False               # an audit beside a running sync: no lock, no writes
+        self._locked = False
 
     # --- opening: discovery, guard, session ---------------------------------------------------
 
-    async def open(self) -> None:
+    async def open(self, *, shared: bool = False) -> None:
         """Discover the Source's lists and channel (or reuse what the state remembers).
 
-        Raises SourceUnreachableError when the Source cannot be read and nothing is known yet.
+        `shared` (audit): when another process holds the folder, open it read-only beside it
+        (SQLite WAL lets readers in while the owner writes) instead of refusing.
+        Raises SourceUnreachableError when the Source cannot be read and nothing is known yet;
+        may be called again after that (a live start retries).
         """
-        self._lock_dir()
-        self.state.prune_inbox()
+        if not self._locked and not self.read_only:
+            self._locked = self._lock_dir(shared=shared)
+            self.read_only = not self._locked
+        if not self.read_only:
+            self.state.prune_inbox()
         start = self.capability_list or self.source or self.state.get("capability_list")
         if not start:
             raise SourceDocumentError("no Source: give --source or --capability-list")
@@ -126,30 +141,24 @@ class SyncEngine:
                                resourcelist_url=self.state.get("resourcelist_url"),
                                changelist_url=self.state.get("changelist_url"))
 
-    def _lock_dir(self) -> None:
-        """One engine per folder: a second `sync` or `audit` on it is refused, not interleaved."""
-        path = self.state.path.with_name("lock")
-        self._lock_file = path.open("a+")
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            self._lock_file.seek(0)
-            holder = self._lock_file.read().strip() or "another process"
-            self._lock_file.close()
-            self._lock_file = None
-            raise SourceDocumentError(f"{self.root} is in use by {holder}; one sync or audit per folder at a time")
-        self._lock_file.seek(0)
-        self._lock_file.truncate()
-        self._lock_file.write(f"rsnotify (pid {os.getpid()})")
-        self._lock_file.flush()
+    def _lock_dir(self, *, shared: bool = False) -> bool:
+        """One writer per folder: a second `sync` on it is refused, not interleaved. With
+        `shared`, False when another process holds it (the caller then only reads)."""
+        holder = lock_holder(self.root, take=True)
+        if holder is None:
+            return True
+        if shared:
+            return False
+        raise SourceDocumentError(f"{self.root} is in use by {holder}; one sync per folder at a time")
 
     async def _discover(self, session: aiohttp.ClientSession) -> None:
         try:
             capability_list = self.capability_list
             if capability_list is None and self.source is not None:
-                description, lists = await source_capability_lists(session, self.source)
+                found_source = await find_source(session, self.source)
+                lists = found_source.capability_lists
                 if not lists:
-                    raise DiscoveryError(f"the Source Description {description} lists no Capability List")
+                    raise SourceDocumentError(f"the Source Description {found_source.url} lists no Capability List")
                 if len(lists) > 1:
                     self.status(f"the Source has {len(lists)} Capability Lists; syncing {lists[0]} "
                                 "(give --capability-list for another, each in its own --dir)")
@@ -157,36 +166,45 @@ class SyncEngine:
             assert capability_list is not None
             found = await discover_capabilities(session, capability_list)
         except DiscoveryError as exc:
-            if self.state.get("capability_list"):
+            if isinstance(exc, DiscoveryUnreachableError) and self.state.get("capability_list"):
                 self.source_reachable = False
                 self.status(f"cannot read the Source now ({exc}); using what {self.state.path} remembers")
                 self.channels = tuple(DiscoveredTopic(**{**c, "hubs": tuple(c["hubs"])})
                                       for c in self.state.get_json("channels") or [])
                 return
-            raise SourceUnreachableError(str(exc)) from exc
+            if isinstance(exc, DiscoveryUnreachableError):
+                raise SourceUnreachableError(str(exc)) from exc
+            # a 404, or a document that is not what it should be: a wrong address, not an outage
+            raise SourceDocumentError(str(exc)) from exc
         known = self.state.get("capability_list")
         if known and known != found.capability_list:
             raise SourceDocumentError(f"{self.root} is a copy of {known}, not of {found.capability_list}; "
                                       "use another --dir")
         self.channels = found.channels
-        self.state.set(capability_list=found.capability_list, resourcelist_url=found.resourcelist,
-                       changelist_url=found.changelist,
-                       channels=[c.__dict__ for c in found.channels])
+        if not self.read_only:
+            self.state.set(capability_list=found.capability_list, resourcelist_url=found.resourcelist,
+                           changelist_url=found.changelist,
+                           channels=[c.__dict__ for c in found.channels])
         parts = [f"resourcelist {found.resourcelist or 'none'}", f"changelist {found.changelist or 'none'}"]
         parts += [f"channel {c.topic} at {', '.join(c.hubs)}" for c in found.channels] or ["no channel"]
         self.status(f"Source capability list {found.capability_list} ({'; '.join(parts)})")
 
     async def close(self, *, unsubscribe: bool = False) -> None:
-        if self.push is not None:
-            await self.push.close(unsubscribe=unsubscribe)
-            self.push = None
-        if self.ctx is not None:
-            await self.ctx.fetcher.close()
-            await self.ctx.session.close()
-        self.state.close()
-        if self._lock_file is not None:
-            self._lock_file.close()   # releases the flock
-            self._lock_file = None
+        """Stop serving and close the sessions; the state and the lock are released even when
+        this is cancelled (a second Ctrl-C) or a close step fails."""
+        try:
+            if self.push is not None:
+                push, self.push = self.push, None
+                await push.close(unsubscribe=unsubscribe)
+            if self.ctx is not None:
+                ctx, self.ctx = self.ctx, None
+                await ctx.fetcher.close()
+                await ctx.session.close()
+        finally:
+            self.state.close()
+            if self._locked:
+                release_lock(self.root)
+                self._locked = False
 
     def _set_state(self, name: str) -> None:
         self.state.set(engine_state=name)
@@ -262,12 +280,17 @@ class SyncEngine:
             result = await drain(self.ctx, bridge_id=self.bridge_id)
             if result.status != GAP:
                 return result.status if result.status != WAIT else WAIT
-            self.events.emit(ev.GAP, kind="interval",
-                             **{"from": format_datetime(result.gap_from) if result.gap_from else None,
-                                "until": format_datetime(result.gap_until) if result.gap_until else None})
-            self.status(f"gap: [{format_datetime(result.gap_from) if result.gap_from else '?'}, "
-                        f"{format_datetime(result.gap_until) if result.gap_until else '?'}) not received; catching up")
-            if not await self.recover("gap") and result.gap_until is not None:
+            if result.kind == "hub-epoch":
+                self.status("the hub's sequence restarted (a new hub epoch); catching up from the high-water mark")
+            else:
+                self.events.emit(ev.GAP, kind="interval",
+                                 **{"from": format_datetime(result.gap_from) if result.gap_from else None,
+                                    "until": format_datetime(result.gap_until) if result.gap_until else None})
+                self.status(f"gap: [{format_datetime(result.gap_from) if result.gap_from else '?'}, "
+                            f"{format_datetime(result.gap_until) if result.gap_until else '?'}) not received; "
+                            "catching up")
+            if not await self.recover(result.kind if result.kind != "interval" else "gap") \
+                    and result.gap_until is not None:
                 # Nothing can fill it: it stays reported; go on from the notification after it.
                 self.state.set_high_water(result.gap_until, force=True)
                 self._unrecoverable(result.gap_from, result.gap_until,
@@ -328,7 +351,8 @@ class SyncEngine:
                          lease_seconds=subscription.lease_seconds, callback=subscription.callback)
 
     async def run(self, stop: asyncio.Event) -> int:
-        """Live until `stop` is set: push into the inbox, apply, catch up on every gap."""
+        """Live until `stop` is set: push into the inbox, apply, catch up on every gap; serve
+        other processes' requests (audit --repair) and run the periodic audit (--audit-every)."""
         assert self.ctx is not None
         await self.start_push()
         backoff = 1.0
@@ -344,32 +368,81 @@ class SyncEngine:
         if stop.is_set():
             return EXIT_IN_SYNC
         self._go_live()
-        last_pull = last_subscribe = last_prune = time.monotonic()
-        while not stop.is_set():
-            self.wake.clear()
-            try:
-                if self._push_lost() and time.monotonic() - last_subscribe > self.poll_interval:
-                    last_subscribe = time.monotonic()
-                    if await self._resubscribe():
-                        await self.recover("resubscribed")
-                        self._go_live()
-                        continue
-                status = await self.drain_inbox()
-                polling = self.push is None or self.push.subscription is None
-                if time.monotonic() - last_pull > self.poll_interval and (polling or self._silent()):
-                    await self.recover("poll")
-                    last_pull = time.monotonic()
+        clock = _LiveClock(time.monotonic(), self.audit_every)
+        watcher = asyncio.create_task(self._watch_requests())
+        try:
+            while not stop.is_set():
+                self.wake.clear()
+                status = await self._live_pass(clock)
+                if status == AGAIN:
                     continue
-            except (SourceUnreachableError, SourceDocumentError) as exc:
-                self.status(f"the Source cannot be read ({exc}); retrying")
-                self.events.emit(ev.DEGRADED, reason=str(exc))
-                status = WAIT
-            timeout = self.options.settle if status == WAIT else self.poll_interval
-            await _wait_any(stop, self.wake, timeout)
-            if time.monotonic() - last_prune > 3600:
-                self.state.prune_inbox()   # applied deliveries are kept a day, then dropped
-                last_prune = time.monotonic()
+                timeout = self.options.settle if status == WAIT else self.poll_interval
+                if clock.next_audit is not None:
+                    timeout = max(0.0, min(timeout, clock.next_audit - time.monotonic()))
+                await _wait_any(stop, self.wake, timeout)
+                if time.monotonic() - clock.last_prune > 3600:
+                    self.state.prune_inbox()   # applied deliveries are kept a day, then dropped
+                    clock.last_prune = time.monotonic()
+        finally:
+            watcher.cancel()
         return EXIT_IN_SYNC
+
+    async def _live_pass(self, clock: _LiveClock) -> str:
+        """One pass of the live loop: re-subscribe when push was lost, drain the inbox, poll the
+        Source when push is silent, serve requests, audit when due. Returns the drain status, or
+        AGAIN to pass once more at once (after a catch-up)."""
+        status = "done"
+        try:
+            if self._push_lost() and time.monotonic() - clock.last_subscribe > self.poll_interval:
+                clock.last_subscribe = time.monotonic()
+                if await self._resubscribe():
+                    await self.recover("resubscribed")
+                    self._go_live()
+                    return AGAIN
+            status = await self.drain_inbox()
+            polling = self.push is None or self.push.subscription is None
+            if time.monotonic() - clock.last_pull > self.poll_interval and (polling or self._silent()):
+                await self.recover("poll")
+                clock.last_pull = time.monotonic()
+                return AGAIN
+            await self._serve_requests()
+            if clock.next_audit is not None and time.monotonic() >= clock.next_audit:
+                clock.audit_ran(time.monotonic())
+                await self._audit_and_report("every")
+        except (SourceUnreachableError, SourceDocumentError) as exc:
+            self.status(f"the Source cannot be read ({exc}); retrying")
+            self.events.emit(ev.DEGRADED, reason=str(exc))
+            status = WAIT
+        return status
+
+    async def _watch_requests(self) -> None:
+        """Wake the live loop when another process asks for work (audit --repair)."""
+        while True:
+            await asyncio.sleep(0.3)
+            if self.state.has_open_requests():
+                self.wake.set()
+
+    async def _serve_requests(self) -> None:
+        while (request := self.state.take_request()) is not None:
+            request_id, kind, args = request
+            if kind != "audit":
+                self.state.finish_request(request_id, {"error": f"unknown request {kind!r}"})
+                continue
+            try:
+                report = await self._audit_and_report("request", deep=bool(args.get("deep")),
+                                                      repair=bool(args.get("repair")))
+            except (SourceUnreachableError, SourceDocumentError) as exc:
+                self.state.finish_request(request_id, {"error": str(exc),
+                                                       "unreachable": isinstance(exc, SourceUnreachableError)})
+                raise
+            self.state.finish_request(request_id, {"report": report.to_json(), "in_sync": report.in_sync})
+
+    async def _audit_and_report(self, trigger: str, *, deep: bool = False, repair: bool = False) -> AuditReport:
+        self.status(f"audit ({'asked by rsnotify audit' if trigger == 'request' else 'periodic'}"
+                    f"{', deep' if deep else ''}{', repair' if repair else ''})")
+        report = await self.audit(deep=deep, repair=repair, trigger=trigger)
+        self.status(f"audit done: {audit_counts(report, deep=deep, repair=repair)}")
+        return report
 
     def _push_lost(self) -> bool:
         lost = self.push is not None and self.push.subscription is None and bool(self.channels)
@@ -404,11 +477,70 @@ class SyncEngine:
         self.events.emit(ev.LIVE, high_water=format_datetime(high_water) if high_water else None,
                          sequences=sequences, push=bool(self.push and self.push.subscription))
 
-    async def audit(self, *, deep: bool = False, repair: bool = False) -> AuditReport:
+    async def audit(self, *, deep: bool = False, repair: bool = False, trigger: str = "command") -> AuditReport:
+        """Audit against the Resource List (read-only beside a running sync: no run recorded)."""
         assert self.ctx is not None
-        report = await run_audit(self.ctx, deep=deep, repair=repair)
-        self.events.emit(ev.AUDIT_DONE, **report.to_json())
+        report = await run_audit(self.ctx, deep=deep, repair=repair, record=not self.read_only)
+        self.events.emit(ev.AUDIT_DONE, trigger=trigger, deep=deep, in_sync=report.in_sync, **report.to_json())
         return report
+
+
+class _LiveClock:
+    """When the live loop last pulled, subscribed, pruned, and when the next audit is due."""
+
+    def __init__(self, now: float, audit_every: float | None) -> None:
+        self.last_pull = self.last_subscribe = self.last_prune = now
+        self.audit_every = audit_every
+        self.next_audit = now + audit_every if audit_every else None
+
+    def audit_ran(self, now: float) -> None:
+        if self.audit_every:
+            self.next_audit = now + self.audit_every
+
+
+def audit_counts(report: AuditReport, *, deep: bool, repair: bool) -> str:
+    """The one-line summary `rsnotify audit` and the live sync print."""
+    counts = (f"same {report.same:,}, missing {report.missing:,}, changed {report.changed:,}"
+              f"{f' (corrupt {report.corrupt:,})' if deep else ''}, extra {report.extra:,}, "
+              f"untracked {report.untracked:,}, newer locally {report.newer_locally:,}, "
+              f"unverifiable {report.unverifiable:,}")
+    if repair:
+        counts += f"; repaired {report.repaired:,}, repair failed {report.repair_failed:,}"
+    return counts
+
+
+_held_locks: dict[Path, IO[str]] = {}
+
+
+def lock_holder(root: Path, *, take: bool = False) -> str | None:
+    """Who holds DIR's lock ("rsnotify (pid N)"), or None when it is free. With `take`, a free
+    lock is taken for this process (released by `release_lock`)."""
+    path = root / STATE_DIR / "lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    file = path.open("a+")
+    try:
+        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        file.seek(0)
+        holder = file.read().strip() or "another process"
+        file.close()
+        return holder
+    if not take:
+        fcntl.flock(file, fcntl.LOCK_UN)
+        file.close()
+        return None
+    file.seek(0)
+    file.truncate()
+    file.write(f"rsnotify (pid {os.getpid()})")
+    file.flush()
+    _held_locks[root.resolve()] = file
+    return None
+
+
+def release_lock(root: Path) -> None:
+    file = _held_locks.pop(root.resolve(), None)
+    if file is not None:
+        file.close()   # releases the flock
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:

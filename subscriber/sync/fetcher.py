@@ -113,7 +113,7 @@ class Fetcher:
         except asyncio.CancelledError:
             if granted.done() and not granted.cancelled():
                 self._release()     # granted just as we were cancelled: hand the slot on
-            else:
+            elif granted in self._waiters:   # _grant may have popped it already (a stop cancels many)
                 self._waiters.remove(granted)
             raise
 

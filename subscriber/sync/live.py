@@ -37,6 +37,7 @@ class DrainResult:
     gap_from: datetime | None = None  # H when the gap was met
     gap_until: datetime | None = None  # the first pending notification's `from`
     wait: float = 0.0
+    kind: str = "interval"            # interval, or hub-epoch (the hub's numbering restarted)
 
 
 async def _parse(row: InboxRow) -> ChangeNotification | str:
@@ -67,6 +68,10 @@ async def drain(ctx: SyncContext, *, bridge_id: int = 0, settle: float | None = 
         new = [row_id for row_id, _ in heads if row_id not in parsed]
         for row in ctx.state.inbox_rows(new):
             parsed[row.id] = (row, await _parse(row))
+        latest = max((n.until_time for _, n in (parsed[i] for i in new if i in parsed)
+                      if isinstance(n, ChangeNotification)), default=None)
+        if latest is not None:
+            ctx.state.note_source_latest(latest)    # what `sync status` measures the lag against
         pending = [parsed[row_id] for row_id, _ in heads if row_id in parsed]
         invalid = [(row, problem) for row, problem in pending if isinstance(problem, str)]
         if invalid:
@@ -91,6 +96,9 @@ async def drain(ctx: SyncContext, *, bridge_id: int = 0, settle: float | None = 
                     return DrainResult(WAIT, result.applied, wait=settle - age)
                 return DrainResult(GAP, result.applied, high_water, notification.from_time)
             else:
+                if _new_hub_epoch(ctx, row, last_sequences) and (ctx.changelist_url or ctx.resourcelist_url):
+                    # the hub's log restarted: what it lost is not in its numbering; catch up from H
+                    return DrainResult(GAP, result.applied, high_water, None, kind="hub-epoch")
                 _check_sequence(ctx, row, last_sequences)
                 await _apply(ctx, row, notification)
                 result.applied += 1
@@ -102,6 +110,27 @@ async def drain(ctx: SyncContext, *, bridge_id: int = 0, settle: float | None = 
 
 def _seq(row: InboxRow) -> list[tuple[str, int]]:
     return [(row.hub or "", row.sequence)] if row.sequence is not None else []
+
+
+def _new_hub_epoch(ctx: SyncContext, row: InboxRow, last_sequences: dict[str, int]) -> bool:
+    """A sequence below the last one seen, on a notification not yet covered: the hub (or its
+    log) was replaced and numbers from 1 again (a repeat of an old delivery is covered, never
+    here). The new numbering becomes the baseline; a `gap` event of kind hub-epoch says so."""
+    if row.sequence is None:
+        return False
+    hub = row.hub or ""
+    last = last_sequences.get(hub)
+    if last is None or row.sequence >= last:
+        return False
+    ctx.state.reset_sequence(hub, row.sequence - 1)
+    last_sequences[hub] = row.sequence - 1
+    epochs = ctx.state.get_json("hub_epochs") or {}
+    epochs[hub] = {"count": epochs.get(hub, {}).get("count", 0) + 1, "after": last, "restarted_at": row.sequence,
+                   "seen": time.time()}
+    ctx.state.set(hub_epochs=epochs)
+    ctx.events.emit(ev.GAP, kind="hub-epoch", hub=hub, after=last, sequence=row.sequence)
+    log.warning("the sequence at %s restarted (%d after %d): a new hub epoch", hub, row.sequence, last)
+    return True
 
 
 def _check_sequence(ctx: SyncContext, row: InboxRow, last_sequences: dict[str, int]) -> None:

@@ -3,9 +3,14 @@ and progress lines, the --json event stream on stdout, exit codes, and `sync sta
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import math
+import os
 import signal
+import sqlite3
 import sys
+import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -16,8 +21,18 @@ from rsnotify.datetimes import format_datetime
 
 from ..errors import SubscriberError
 from ..settings import SubscriberSettings
+from .audit import AuditReport
 from .context import SyncOptions
-from .engine import EXIT_DIFFERENCES, EXIT_IN_SYNC, EXIT_UNREACHABLE, SyncEngine
+from .engine import (
+    EXIT_DIFFERENCES,
+    EXIT_IN_SYNC,
+    EXIT_UNREACHABLE,
+    SyncEngine,
+    audit_counts,
+    lock_holder,
+)
+from .events import AUDIT_DONE as AUDIT_DONE_EVENT
+from .events import DEGRADED as DEGRADED_EVENT
 from .events import SyncEvent
 from .netguard import Network
 from .remote import SourceDocumentError, SourceUnreachableError
@@ -36,6 +51,7 @@ class SyncCommand:
     json_events: bool = False
     unsubscribe_on_exit: bool = False
     poll_interval: float = 60.0
+    audit_every: float | None = None            # --audit-every, in seconds
     prog: str = "rsnotify sync"
 
 
@@ -78,62 +94,153 @@ class Reporter:
                 self.status(progress.line())
 
 
-def _install_signals(stop: asyncio.Event, main: asyncio.Task[Any], reporter: Reporter) -> None:
-    loop = asyncio.get_running_loop()
-    hits = {"count": 0}
+STOP_GRACE = 1.0        # seconds the work gets to end by itself after the first Ctrl-C/SIGTERM
+CLOSE_TIMEOUT = 0.8     # closing the callback server and sessions, at most (more to unsubscribe)
 
-    def on_signal() -> None:
-        hits["count"] += 1
-        if hits["count"] == 1:
-            reporter.status("stopping (again to stop at once)")
-            stop.set()
+
+class _Stopper:
+    """First Ctrl-C/SIGTERM: set `stop`, and cancel the work if it has not ended STOP_GRACE
+    later (a baseline or an audit in full swing); the state is committed batch by batch, so a
+    cancel loses nothing the next start cannot redo cheaply. Second: cancel at once."""
+
+    def __init__(self, stop: asyncio.Event, reporter: Reporter) -> None:
+        self.stop = stop
+        self.reporter = reporter
+        self.hits = 0
+        self.task: asyncio.Task[Any] | None = None
+
+    def install(self) -> None:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(signum, self.on_signal)
+
+    def on_signal(self) -> None:
+        self.hits += 1
+        if self.hits == 1:
+            self.reporter.status("stopping (again to stop at once)")
+            self.stop.set()
+            asyncio.get_running_loop().call_later(STOP_GRACE, self._cancel, self.task)
         else:
-            main.cancel()
+            self.reporter.status("stopping at once")
+            self._cancel(self.task)
+
+    @staticmethod
+    def _cancel(task: asyncio.Task[Any] | None) -> None:
+        if task is not None and not task.done():
+            task.cancel()
+
+
+def quiet_exit_on_signals(code: int) -> None:
+    """After the event loop: a Ctrl-C while Python waits for worker threads exits at once with
+    `code`, not with a KeyboardInterrupt traceback."""
+    def exit_now(signum: int, frame: object) -> None:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        os._exit(code)
 
     for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, on_signal)
+        signal.signal(signum, exit_now)
+
+
+def disk_problem(exc: OSError | sqlite3.Error, root: Path) -> str:
+    """One line naming the path and the cause of a local write/read failure."""
+    if isinstance(exc, sqlite3.Error):
+        # SQLite's own words ("unable to open database file") rarely say why: try a write beside it.
+        folder = root / STATE_DIR
+        try:
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as probe:
+            return f"cannot write {folder}: {probe.strerror or probe} (state database: {exc})"
+        return f"cannot use the state database {folder / STATE_FILE}: {exc}"
+    path = exc.filename or root
+    cause = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        cause = f"{cause} (the disk is full)"
+    elif exc.errno == errno.EFBIG:
+        cause = f"{cause} (a file size limit)"
+    return f"cannot write {path}: {cause}"
 
 
 async def run_sync(command: SyncCommand, *, once: bool) -> int:
     reporter = Reporter(command.prog, command.json_events)
     stop = asyncio.Event()
-    main = asyncio.current_task()
-    assert main is not None
+    stopper = _Stopper(stop, reporter)
+    stopper.install()
     reporter.on_stdout_gone = stop.set
-    engine = SyncEngine(command.root, source=command.source, capability_list=command.capability_list,
-                        options=command.options, allow_networks=command.allow_networks,
-                        allow_hosts=command.allow_hosts, push_settings=None if once else command.push,
-                        status=reporter.status, poll_interval=command.poll_interval)
-    engine.events.listeners.append(reporter.event)
-    _install_signals(stop, main, reporter)
-    ticker = asyncio.create_task(reporter.tick(engine))
-    code = EXIT_IN_SYNC
     try:
-        try:
-            await engine.open()
-        except (SourceUnreachableError, SourceDocumentError) as exc:
-            return _source_failed(reporter, exc)
-        if once:
-            if stop.is_set():
-                return EXIT_DIFFERENCES
-            code = await engine.sync_once()
-            reporter.status({EXIT_IN_SYNC: "in sync", EXIT_DIFFERENCES: "differences remain (see sync status)",
-                             EXIT_UNREACHABLE: "the Source is unreachable"}.get(code, str(code)))
-        else:
-            try:
-                code = await engine.run(stop)
-            except SubscriberError as exc:   # e.g. the callback address is taken
-                reporter.status(str(exc))
-                return EXIT_DIFFERENCES
-        if reporter.stdout_gone:
-            code = EXIT_DIFFERENCES
-        return code
+        engine = SyncEngine(command.root, source=command.source, capability_list=command.capability_list,
+                            options=command.options, allow_networks=command.allow_networks,
+                            allow_hosts=command.allow_hosts, push_settings=None if once else command.push,
+                            status=reporter.status, poll_interval=command.poll_interval,
+                            audit_every=None if once else command.audit_every)
+    except (OSError, sqlite3.Error) as exc:
+        reporter.status(disk_problem(exc, command.root))
+        return EXIT_DIFFERENCES
+    engine.events.listeners.append(reporter.event)
+    ticker = asyncio.create_task(reporter.tick(engine))
+    work = asyncio.create_task(_sync_work(engine, reporter, stop, once=once))
+    stopper.task = work
+    try:
+        code = await asyncio.shield(work)
     except asyncio.CancelledError:
-        reporter.status("stopped at once")
-        return EXIT_DIFFERENCES if once else EXIT_IN_SYNC
+        # the work was cancelled by a stop (the shield keeps this task itself alive)
+        code = EXIT_DIFFERENCES if once else EXIT_IN_SYNC
+        reporter.status("stopped; the state is saved and the next start resumes")
+    except (OSError, sqlite3.Error) as exc:
+        reporter.status(disk_problem(exc, command.root))
+        code = EXIT_DIFFERENCES
     finally:
         ticker.cancel()
-        await engine.close(unsubscribe=command.unsubscribe_on_exit and not once)
+    if reporter.stdout_gone:
+        code = EXIT_DIFFERENCES
+    closing = asyncio.create_task(engine.close(unsubscribe=command.unsubscribe_on_exit and not once))
+    stopper.task = closing
+    try:
+        await asyncio.wait_for(asyncio.shield(closing), CLOSE_TIMEOUT * (6 if command.unsubscribe_on_exit else 1))
+    except (TimeoutError, asyncio.CancelledError):
+        closing.cancel()      # its finally still closes the state and frees the folder
+        await asyncio.gather(closing, return_exceptions=True)
+    except (OSError, sqlite3.Error) as exc:
+        reporter.status(disk_problem(exc, command.root))
+        code = EXIT_DIFFERENCES
+    return code
+
+
+async def _sync_work(engine: SyncEngine, reporter: Reporter, stop: asyncio.Event, *, once: bool) -> int:
+    """Open (a live start retries an unreachable Source with backoff), then --once or live."""
+    backoff = 1.0
+    while True:
+        try:
+            await engine.open()
+            break
+        except SourceUnreachableError as exc:
+            if once:
+                return _source_failed(reporter, exc)
+            reporter.status(f"the Source cannot be reached: {exc}; retrying in {backoff:.0f} s")
+            engine.events.emit(DEGRADED_EVENT, reason=str(exc))
+            try:
+                await asyncio.wait_for(stop.wait(), backoff)
+                return EXIT_IN_SYNC
+            except TimeoutError:
+                backoff = min(backoff * 2, 300.0)
+        except SourceDocumentError as exc:
+            return _source_failed(reporter, exc)
+    if once:
+        if stop.is_set():
+            return EXIT_DIFFERENCES
+        code = await engine.sync_once()
+        reporter.status({EXIT_IN_SYNC: "in sync", EXIT_DIFFERENCES: "differences remain (see sync status)",
+                         EXIT_UNREACHABLE: "the Source is unreachable"}.get(code, str(code)))
+        return code
+    try:
+        return await engine.run(stop)
+    except SubscriberError as exc:   # e.g. the callback address is taken
+        reporter.status(str(exc))
+        return EXIT_DIFFERENCES
 
 
 def _source_failed(reporter: Reporter, exc: SourceUnreachableError | SourceDocumentError) -> int:
@@ -146,32 +253,93 @@ def _source_failed(reporter: Reporter, exc: SourceUnreachableError | SourceDocum
 
 
 async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:
+    """Audit DIR. Beside a running sync it only reads; `--repair` then asks that sync to audit
+    and repair (a request row it picks up), waits for its answer, and takes the folder itself
+    only if the sync ends before taking the request."""
     reporter = Reporter("rsnotify audit", command.json_events)
-    engine = SyncEngine(command.root, source=command.source, capability_list=command.capability_list,
-                        options=command.options, allow_networks=command.allow_networks,
-                        allow_hosts=command.allow_hosts, status=reporter.status)
+    try:
+        engine = SyncEngine(command.root, source=command.source, capability_list=command.capability_list,
+                            options=command.options, allow_networks=command.allow_networks,
+                            allow_hosts=command.allow_hosts, status=reporter.status)
+    except (OSError, sqlite3.Error) as exc:
+        reporter.status(disk_problem(exc, command.root))
+        return EXIT_DIFFERENCES
     engine.events.listeners.append(reporter.event)
     ticker = asyncio.create_task(reporter.tick(engine))
     try:
+        if repair and lock_holder(command.root) is not None:
+            handed = await _hand_repair(engine, reporter, deep=deep)
+            if handed is not None:
+                return handed
         try:
-            await engine.open()
+            await engine.open(shared=not repair)
             if not engine.source_reachable:
                 return EXIT_UNREACHABLE
+            if engine.read_only:
+                reporter.status(f"{command.root} is owned by a running sync: auditing it read-only")
             report = await engine.audit(deep=deep, repair=repair)
         except (SourceUnreachableError, SourceDocumentError) as exc:
             return _source_failed(reporter, exc)
-        counts = (f"same {report.same:,}, missing {report.missing:,}, changed {report.changed:,}"
-                  f"{f' (corrupt {report.corrupt:,})' if deep else ''}, extra {report.extra:,}, "
-                  f"untracked {report.untracked:,}, newer locally {report.newer_locally:,}, "
-                  f"unverifiable {report.unverifiable:,}")
-        if repair:
-            counts += f"; repaired {report.repaired:,}, repair failed {report.repair_failed:,}"
-        reporter.status(f"{counts} (Resource List at {format_datetime(report.at) if report.at else '?'}, "
-                        f"{report.seconds:.1f} s)")
+        reporter.status(f"{audit_counts(report, deep=deep, repair=repair)} (Resource List at "
+                        f"{format_datetime(report.at) if report.at else '?'}, {report.seconds:.1f} s)")
         return EXIT_IN_SYNC if report.in_sync else EXIT_DIFFERENCES
+    except (OSError, sqlite3.Error) as exc:
+        reporter.status(disk_problem(exc, command.root))
+        return EXIT_DIFFERENCES
     finally:
         ticker.cancel()
         await engine.close()
+
+
+async def _hand_repair(engine: SyncEngine, reporter: Reporter, *, deep: bool) -> int | None:
+    """Ask the sync that holds the folder to audit and repair it; its exit code, or None when
+    the folder came free before the answer (the caller then repairs it itself). It waits while
+    the sync is busy (a baseline under way); it never answers "busy" with an exit code."""
+    holder = lock_holder(engine.root)
+    request_id = engine.state.add_request("audit", {"deep": deep, "repair": True})
+    reporter.status(f"{engine.root} is owned by a running sync ({holder}): asked it to audit and repair")
+    announced = False
+    while True:
+        taken, result = engine.state.request_result(request_id)
+        if result is not None:
+            return _handed_result(reporter, result, deep=deep)
+        if taken and not announced:
+            reporter.status("the running sync is auditing")
+            announced = True
+        if not taken and lock_holder(engine.root) is None and engine.state.withdraw_request(request_id):
+            reporter.status("the sync ended before taking the request: repairing here")
+            return None
+        if taken and lock_holder(engine.root) is None:
+            reporter.status("the sync stopped before finishing the repair: repairing here")
+            return None
+        await asyncio.sleep(0.2)
+
+
+def _handed_result(reporter: Reporter, result: dict[str, Any], *, deep: bool) -> int:
+    if "error" in result:
+        reporter.status(f"the running sync could not audit: {result['error']}")
+        return EXIT_UNREACHABLE if result.get("unreachable") else EXIT_DIFFERENCES
+    data = result["report"]
+    report = AuditReport(**{k: v for k, v in data.items() if k in _REPORT_COUNTS})
+    reporter.event(SyncEvent(AUDIT_DONE_EVENT, {"trigger": "request", "deep": deep, **data}))
+    reporter.status(f"{audit_counts(report, deep=deep, repair=True)} (by the running sync; Resource List at "
+                    f"{data.get('at') or '?'}, {data.get('seconds', 0):.1f} s)")
+    return EXIT_IN_SYNC if result.get("in_sync") else EXIT_DIFFERENCES
+
+
+_REPORT_COUNTS = ("listed", "same", "missing", "changed", "extra", "untracked", "newer_locally", "unverifiable",
+                  "corrupt", "repaired", "repair_failed", "seconds")
+
+
+def parse_duration(text: str) -> float:
+    """Seconds from "90", "90s", "15m", "2h" or "1d"; ValueError otherwise."""
+    value = text.strip().lower()
+    scale = {"s": 1, "m": 60, "h": 3600, "d": 86_400}.get(value[-1:], None)
+    number = value[:-1] if scale else value
+    seconds = float(number) * (scale or 1)
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"{text!r} is not a positive duration")
+    return seconds
 
 
 def status_of(root: Path) -> dict[str, Any] | None:
@@ -183,7 +351,10 @@ def status_of(root: Path) -> dict[str, Any] | None:
     try:
         channel = state.channel()
         high_water = state.high_water
-        lag = (datetime.now(UTC) - high_water).total_seconds() if high_water else None
+        # Lag on the Source's clock: how far the copy is behind the Source's last known change
+        # (0 when an idle Source is fully applied), never the local clock minus H.
+        latest = state.source_latest()
+        lag = max(0.0, (latest - high_water).total_seconds()) if high_water and latest else None
         return {
             "dir": str(root),
             "state": channel.get("engine_state") or "new",
@@ -191,7 +362,9 @@ def status_of(root: Path) -> dict[str, Any] | None:
             "resourcelist": channel.get("resourcelist_url"),
             "changelist": channel.get("changelist_url"),
             "high_water": format_datetime(high_water) if high_water else None,
+            "source_latest": format_datetime(latest) if latest else None,
             "lag_seconds": round(lag, 1) if lag is not None else None,
+            "hub_epochs": state.get_json("hub_epochs") or {},
             "baseline_at": channel.get("baseline_at"),
             "last_sequences": state.last_sequences(),
             "resources": state.counts_by_state(),
@@ -218,8 +391,11 @@ def format_status(info: dict[str, Any]) -> str:
         f"state: {info['state']}",
         f"capability list: {info['capability_list'] or '-'}",
         f"resource list: {info['resourcelist'] or '-'}; change list: {info['changelist'] or '-'}",
-        f"high-water: {info['high_water'] or 'none'}" + (f" (lag {_duration(lag)})" if lag is not None else ""),
-        "last sequence: " + (", ".join(f"{hub} {seq}" for hub, seq in info["last_sequences"].items()) or "-"),
+        f"high-water: {info['high_water'] or 'none'}" + (f" (lag {_duration(lag)} behind the Source's last known "
+                                                         f"change {info['source_latest']})" if lag is not None else ""),
+        "last sequence: " + (", ".join(f"{hub} {seq}" for hub, seq in info["last_sequences"].items()) or "-")
+        + "".join(f" ({hub}: numbering restarted {e['count']}x, last at {e['restarted_at']} after {e['after']})"
+                  for hub, e in info.get("hub_epochs", {}).items()),
         "resources: " + (", ".join(f"{k} {v:,}" for k, v in sorted(info["resources"].items())) or "none"),
         "inbox: " + (", ".join(f"{k} {v:,}" for k, v in sorted(info["inbox"].items())) or "empty"),
     ]

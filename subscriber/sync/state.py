@@ -3,7 +3,8 @@
 Tables: `channel` (key/value: Source URLs, engine state, the high-water mark H, gaps),
 `resources` (one record per loc), `inbox` (every delivery, written before its 2xx),
 `hubs` (last sequence per hub), `seen` (scratch: locs met in the current Resource List),
-`runs` (baselines, catch-ups, audits). Write transactions are short and never held across
+`runs` (baselines, catch-ups, audits), `requests` (work another process asks of the running
+sync, e.g. `audit --repair` on a live folder). Write transactions are short and never held across
 an await, so an inbox insert from the callback handler is never blocked by a batch.
 """
 from __future__ import annotations
@@ -73,6 +74,9 @@ CREATE TABLE IF NOT EXISTS hubs (hub TEXT PRIMARY KEY, last_sequence INTEGER);
 CREATE TABLE IF NOT EXISTS seen (loc TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY, kind TEXT, started REAL, ended REAL, counts TEXT, outcome TEXT
+);
+CREATE TABLE IF NOT EXISTS requests (
+    id INTEGER PRIMARY KEY, kind TEXT NOT NULL, args TEXT, created REAL, taken REAL, done REAL, result TEXT
 );
 """
 
@@ -175,7 +179,10 @@ class SyncState:
                         self.db.execute(sql, params)
                 self.db.execute("COMMIT")
             except BaseException:
-                self.db.execute("ROLLBACK")
+                # SQLite may have rolled back already (a full disk fails the COMMIT itself): a
+                # second ROLLBACK would hide the real error behind "cannot rollback".
+                if self.db.in_transaction:
+                    self.db.execute("ROLLBACK")
                 raise
 
     def _query(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
@@ -349,6 +356,63 @@ class SyncState:
 
     def last_sequences(self) -> dict[str, int]:
         return dict(self._query("SELECT hub, last_sequence FROM hubs"))
+
+    def reset_sequence(self, hub: str, value: int) -> None:
+        """A new hub epoch (its numbering restarted): the baseline goes down to `value`."""
+        self._write([(("INSERT INTO hubs(hub, last_sequence) VALUES (?, ?) "
+                      "ON CONFLICT(hub) DO UPDATE SET last_sequence = excluded.last_sequence"), (hub, value))])
+
+    def source_latest(self) -> datetime | None:
+        """The Source's last known change: the latest of H, of every notification's `until`
+        met (applied or waiting) and of what its lists last showed (`note_source_latest`)."""
+        known = [from_text(self.get("source_latest")), self.high_water,
+                 from_text(self.get("last_until_received"))]
+        found = [value for value in known if value is not None]
+        return max(found) if found else None
+
+    def note_source_latest(self, value: datetime) -> None:
+        """The Source is known to have changed up to `value` (never moves backwards)."""
+        self._write([(("INSERT INTO channel(key, value) VALUES ('source_latest', ?) "
+                      "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)"), (to_text(value),))])
+
+    # --- requests from other processes (audit --repair on a live folder) -----------------------
+
+    def add_request(self, kind: str, args: dict[str, Any]) -> int:
+        with self._lock:
+            cursor = self.db.execute("INSERT INTO requests(kind, args, created) VALUES (?, ?, ?)",
+                                     (kind, json.dumps(args), time.time()))
+            return int(cursor.lastrowid or 0)
+
+    def has_open_requests(self) -> bool:
+        return bool(self._query("SELECT 1 FROM requests WHERE taken IS NULL LIMIT 1"))
+
+    def take_request(self) -> tuple[int, str, dict[str, Any]] | None:
+        """The oldest request nobody took yet, now marked taken by this process."""
+        with self._lock:
+            row = self.db.execute("SELECT id, kind, args FROM requests WHERE taken IS NULL ORDER BY id LIMIT 1"
+                                  ).fetchone()
+            if row is None:
+                return None
+            taken = self.db.execute("UPDATE requests SET taken = ? WHERE id = ? AND taken IS NULL",
+                                    (time.time(), row[0])).rowcount
+            return (row[0], row[1], json.loads(row[2] or "{}")) if taken else None
+
+    def finish_request(self, request_id: int, result: dict[str, Any]) -> None:
+        self._write([("UPDATE requests SET done = ?, result = ? WHERE id = ?",
+                      (time.time(), json.dumps(result, default=str), request_id))])
+
+    def request_result(self, request_id: int) -> tuple[bool, dict[str, Any] | None]:
+        """(taken, result once done) of one request."""
+        rows = self._query("SELECT taken, result FROM requests WHERE id = ?", (request_id,))
+        if not rows:
+            return False, None
+        taken, result = rows[0]
+        return taken is not None, json.loads(result) if result else None
+
+    def withdraw_request(self, request_id: int) -> bool:
+        """Drop a request nobody took yet; False when it was taken meanwhile."""
+        with self._lock:
+            return self.db.execute("DELETE FROM requests WHERE id = ? AND taken IS NULL", (request_id,)).rowcount > 0
 
     # --- runs ------------------------------------------------------------------------------
 
