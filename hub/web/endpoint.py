@@ -49,7 +49,7 @@ from ..records import Intent
 from ..settings import HubSettings
 from .appkeys import CLOCK, FERNET, LIMITS, PUBLISHERS, QUEUE, REDIS, SETTINGS
 from .auth import Publishers, bearer_token, client_of
-from .ratelimit import token_identifier
+from .ratelimit import client_identifier, token_identifier
 
 log = logging.getLogger(__name__)
 
@@ -125,10 +125,9 @@ async def subscription_request(request: web.Request, form: MultiDictProxy[str]) 
     refusal = literal_refusal(wanted.callback, settings.allowed_networks)
     if refusal:  # nothing is stored or queued, so no verification or denial ever goes there
         raise BadRequestError(f"hub.callback cannot be reached from this hub: {refusal}")
-    client = client_of(request)
-    await app[LIMITS].check(app[LIMITS].subscribe_client, client, client.address)
-    await app[LIMITS].check(app[LIMITS].subscribe_callback_host, client,
-                            (urlsplit(wanted.callback).hostname or "").lower())
+    await app[LIMITS].check_subscribe(client_of(request), urlsplit(wanted.callback).hostname or "",
+                                      ipv6_prefix=settings.rate_ipv6_prefix,
+                                      resolve_timeout=settings.connect_timeout)
     challenge = secrets.token_urlsafe(CHALLENGE_BYTES)
     intent = make_intent(wanted, settings, app[PUBLISHERS], app[FERNET])
     if intent.mode == "subscribe":
@@ -333,7 +332,7 @@ async def check_publish_rate(request: web.Request) -> None:
     app = request.app
     client = client_of(request)
     if app[PUBLISHERS].is_open_to_loopback:
-        identifier = "client:" + client.address
+        identifier = client_identifier(client.address, app[SETTINGS].rate_ipv6_prefix)
     else:
         identifier = token_identifier(bearer_token(request))
     await app[LIMITS].check(app[LIMITS].publish, client, identifier)
