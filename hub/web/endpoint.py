@@ -130,7 +130,7 @@ async def subscription_request(request: web.Request, form: MultiDictProxy[str]) 
                                       resolve_timeout=settings.connect_timeout)
     challenge = secrets.token_urlsafe(CHALLENGE_BYTES)
     intent = make_intent(wanted, settings, app[PUBLISHERS], app[FERNET])
-    if intent.mode == "subscribe":
+    if intent.mode == "subscribe" and settings.replay_max != 0:  # --replay-max 0: the extension is off
         intent = dataclasses.replace(intent, replay_from=replay_from(form))
     if await store.queue_intent(app[REDIS], challenge, intent, settings.intent_ttl):
         await enqueue.enqueue_pending_verifications(app[QUEUE])
