@@ -133,7 +133,7 @@ def test_a_client_trickling_its_headers_is_cut_off(hub_process, redis_url, run_s
     port = free_port()
     base = f"http://127.0.0.1:{port}/"
     run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
-               "--header-timeout", "2", ready_url=base + "capabilitylist.xml")
+               "--header-timeout", "2", "--body-timeout", "1", ready_url=base + "capabilitylist.xml")
     began = time.monotonic()
     with socket.create_connection(("127.0.0.1", port), timeout=30) as slow:
         slow.sendall(b"GET /a.txt HTTP/1.1\r\nHost: 127.0.0.1\r\n")
@@ -153,6 +153,10 @@ def test_a_client_trickling_its_headers_is_cut_off(hub_process, redis_url, run_s
         assert reply == b"" or reply.startswith(b"HTTP/1.1 408"), reply
     assert cut_after < 8, f"still open after {cut_after:.1f} s (--header-timeout 2)"
     assert fetch(base + "a.txt").text == "alpha\n"   # others are served meanwhile
+    # a body announced and never sent: 408 once --body-timeout passes
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as slow:
+        slow.sendall(b"GET /a.txt HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: 100\r\n\r\n0123456789")
+        assert slow.recv(1024).startswith(b"HTTP/1.1 408"), "no 408 for a body that never came"
 
 
 def test_a_taken_port_exits_1_before_anything_is_recorded_or_published(hub_process, redis_url, tmp_path):
