@@ -9,6 +9,7 @@ HubError                      status 400 unless a subclass says otherwise
 ├── RequestTimeoutError       408  the body did not arrive within --body-timeout
 ├── PayloadTooLargeError      413  the body is larger than --max-body (a form: --max-form)
 ├── MisdirectedRequestError   421  the Host header names neither this hub nor localhost
+├── IdempotencyConflictError  422  an Idempotency-Key already used with another body (nothing stored)
 ├── TooManyRequestsError      429  a rate limit is reached; `retry_after` (seconds) goes in Retry-After
 ├── UnavailableError          503  Redis or the queue cannot be reached right now
 └── AppendUnknownError        500  a publish's append failed in a way that may have stored it
@@ -58,6 +59,10 @@ class PayloadTooLargeError(HubError):
 
 class MisdirectedRequestError(HubError):
     status = 421
+
+
+class IdempotencyConflictError(HubError):
+    status = 422
 
 
 class TooManyRequestsError(HubError):

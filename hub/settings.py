@@ -113,6 +113,13 @@ class HubSettings:
         None, "Bearer token for the admin API (/admin/) and the status page's data. Without it, "
               "only loopback clients not behind a proxy may use them.", repr=False)
     log_format: str = _opt("text", "Log line format: text, or json (one object per line, for log shippers).")
+    # -- abuse bounds of the intake (hub/web/ratelimit.py, hub/worker/verification.py)
+    rate_ipv6_prefix: int = _opt(
+        64, "IPv6 clients are rate-limited per network of this prefix length (one /64 is what one "
+            "subscriber line gets, so counting single addresses would let it rotate freely).")
+    replay_max: int = _opt(
+        -1, "Most log entries re-sent to one subscription for rsnotify.replay_from, counted over its "
+            "lifetime (-1: the whole retained log; 0: the extension is off).")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -153,8 +160,17 @@ class HubSettings:
                                 f"got a token for {prefix!r}")
         if self.public_url is not None and not self.public_url.startswith(("http://", "https://")):
             problems.append(f"public_url must be an http or https URL, got {self.public_url!r}")
+        problems += self._bound_problems()
         if problems:
             raise SettingsError(problems)
+
+    def _bound_problems(self) -> list[str]:
+        problems = []
+        if not 1 <= self.rate_ipv6_prefix <= 128:
+            problems.append(f"rate_ipv6_prefix must be 1-128, got {self.rate_ipv6_prefix}")
+        if self.replay_max < -1:
+            problems.append(f"replay_max must be -1 (the whole log), 0 (off) or more, got {self.replay_max}")
+        return problems
 
     # -- derived values
 

@@ -3,10 +3,13 @@ state (length, sha-256 and md5, type, mtime), and the changes against what the c
 last recorded.
 
 Only regular files inside the folder count: a symlink whose target leaves it is neither
-listed nor served. Paths are percent-encoded in the URLs. File reads only; no network.
+listed nor served, and neither is an excluded file (Exclusions: hidden files and folders, editor
+scratch, VCS folders and the user's globs). Paths are percent-encoded in the URLs. File reads
+only; no network.
 """
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import logging
 import mimetypes
@@ -14,7 +17,7 @@ import os
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from urllib.parse import quote, unquote
 
 from rsnotify.notification import ChangeType, ResourceChange
@@ -40,18 +43,50 @@ class FileState:
         return tuple((a, h) for a, _, h in (token.partition(":") for token in self.hash.split()))
 
 
+# Never served, whatever the options: a VCS folder holds the history, remotes and often credentials
+# of a checkout someone points `rsnotify source` at.
+VCS_FOLDERS = frozenset({".git", ".hg", ".svn", ".bzr", "CVS", "_darcs", ".jj", ".pijul", ".fossil"})
+# Editor scratch (backups, swap and autosave files): half-written copies, not resources.
+SCRATCH_GLOBS = ("*~", "*.swp", "*.swo", "#*#", ".#*")
+
+
+@dataclass(frozen=True, slots=True)
+class Exclusions:
+    """Which paths of a folder are not resources: VCS folders and editor scratch always, hidden
+    files and folders (`.*`) unless `include_hidden`, and each glob of `globs`. A glob matches
+    a file or folder by its name or by its path relative to the folder (`build/*.o`); an
+    excluded folder excludes everything below it."""
+
+    globs: tuple[str, ...] = ()
+    include_hidden: bool = False
+
+    def excludes(self, relative: PurePosixPath) -> bool:
+        """Is the file or folder at `relative` (to the root) excluded, or inside an excluded folder?"""
+        parts = relative.parts
+        for depth, name in enumerate(parts, 1):
+            if name in VCS_FOLDERS or (name.startswith(".") and not self.include_hidden):
+                return True
+            path = "/".join(parts[:depth])
+            if any(fnmatch.fnmatchcase(name, g) or fnmatch.fnmatchcase(path, g) for g in self.globs):
+                return True
+        return bool(parts) and any(fnmatch.fnmatchcase(parts[-1], g) for g in SCRATCH_GLOBS)
+
+
 class Folder:
     """The files of `root` served under `base_url` (which ends with "/").
 
     `reserved`: top-level names the Source serves itself (its lists); files with those names
-    are skipped with a warning. Remembers each file's (mtime, size) so a rescan re-hashes
-    only files that changed.
+    are skipped with a warning. `exclusions`: paths that are no resources (never listed,
+    served or published). Remembers each file's (mtime, size) so a rescan re-hashes only
+    files that changed.
     """
 
-    def __init__(self, root: str | os.PathLike[str], base_url: str, reserved: Iterable[str] = ()) -> None:
+    def __init__(self, root: str | os.PathLike[str], base_url: str, reserved: Iterable[str] = (),
+                 exclusions: Exclusions = Exclusions()) -> None:
         self.root = Path(root).resolve()
         self.base_url = base_url
         self._reserved = frozenset(reserved)
+        self.exclusions = exclusions
         self._known: dict[Path, FileState] = {}
 
     # -- URLs and paths --
@@ -68,9 +103,23 @@ class Folder:
         candidate = self.root / relative
         if not self._is_inside(candidate) or not candidate.is_file():
             return None
-        if self._is_reserved(candidate):
+        if self._is_reserved(candidate) or self.is_excluded(candidate):
             return None
         return candidate
+
+    def is_excluded(self, path: Path) -> bool:
+        """Is `path` excluded, by the name it is reached under or, for a symlink, by its target's?"""
+        try:
+            named = PurePosixPath(path.relative_to(self.root).as_posix())
+        except ValueError:
+            return True
+        if self.exclusions.excludes(named):
+            return True
+        try:
+            target = PurePosixPath(path.resolve().relative_to(self.root).as_posix())
+        except (ValueError, OSError):
+            return False  # a target outside the folder is refused as such (see _is_inside)
+        return self.exclusions.excludes(target)
 
     def _is_inside(self, path: Path) -> bool:
         try:
@@ -117,8 +166,11 @@ class Folder:
     def _walk(self, top: Path) -> Iterator[Path]:
         # Symlinked directories are not descended into (os.walk's default): their files would
         # have two URLs, or none inside the root.
+        if top != self.root and self.is_excluded(top):
+            return
         for directory, dirnames, filenames in os.walk(top, followlinks=False):
-            dirnames.sort()
+            # excluded folders are not even walked (a .git or node_modules holds many files)
+            dirnames[:] = sorted(d for d in dirnames if not self.is_excluded(Path(directory) / d))
             for name in sorted(filenames):
                 yield Path(directory) / name
 
@@ -129,6 +181,9 @@ class Folder:
                 yield state
 
     def _state(self, path: Path) -> FileState | None:
+        if self.is_excluded(path):
+            log.debug("%s is not served: it is excluded", path)
+            return None
         if self._is_reserved(path):
             log.warning("%s is not served: the Source serves its own document under that name", path)
             return None

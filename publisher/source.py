@@ -14,7 +14,7 @@ import logging
 import shutil
 import threading
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -49,6 +49,8 @@ RESERVED_NAMES = (
     "changelist.xml", "changelist-*", "changes",
 )
 _FULL_RESCAN_PATHS = 200  # a batch touching more paths than this is handled by a full rescan
+_MAX_BODY = 64 * 1024     # bytes of an (unused) request body taken in before refusing it
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +103,7 @@ class Source:
         cache_dir: Path,
         *,
         rescan_seconds: float = 60.0,
+        body_timeout: float = 60.0,
     ) -> None:
         self.folder = folder
         self.urls = urls
@@ -109,6 +112,7 @@ class Source:
         self.memory = memory
         self.cache_dir = cache_dir
         self.rescan_seconds = rescan_seconds
+        self.body_timeout = body_timeout
         self.topic = Topic.from_publisher(publisher)
         self._scan_lock = threading.Lock()
         self._render_lock = asyncio.Lock()
@@ -195,9 +199,28 @@ class Source:
     # -- HTTP ----------------------------------------------------------------------------------
 
     def app(self) -> web.Application:
-        app = web.Application()
+        app = web.Application(middlewares=[self._bounded_body])
         app.router.add_route("*", "/{tail:.*}", self.handle)
         return app
+
+    @web.middleware
+    async def _bounded_body(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Take in whatever body a request carries within `body_timeout` (408 beyond) and at most
+        _MAX_BODY bytes (413 beyond), before answering: the Source reads no bodies, and a client
+        trickling one must not hold its connection open for long."""
+        if request.body_exists:
+            size = 0
+            try:
+                async with asyncio.timeout(self.body_timeout):
+                    while chunk := await request.content.read(1 << 16):
+                        size += len(chunk)
+                        if size > _MAX_BODY:
+                            raise web.HTTPRequestEntityTooLarge(_MAX_BODY, size, text="this Source takes no "
+                                                                "request bodies", headers={"Connection": "close"})
+            except TimeoutError:
+                raise web.HTTPRequestTimeout(text=f"the request body did not arrive within {self.body_timeout:g} s",
+                                             headers={"Connection": "close"}) from None
+        return await handler(request)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
         if request.method not in ("GET", "HEAD"):

@@ -9,6 +9,7 @@ import asyncio
 import hashlib
 import logging
 import signal
+import socket
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -18,7 +19,7 @@ from aiohttp import web
 
 from .client import Publisher
 from .errors import SettingsError, StateError
-from .folder import Folder
+from .folder import Exclusions, Folder
 from .memory import ChangeMemory, ListPolicy
 from .outbox import Outbox
 from .source import RESERVED_NAMES, Source, SourceUrls
@@ -46,10 +47,23 @@ _MAX_RETRY_SECONDS = 10.0  # a hub back from downtime gets what waited within th
               help="Seconds after which the open Change List is closed at the next notification.")
 @click.option("--keep", "keep_days", type=click.FloatRange(min=0, min_open=True), envvar="RSNOTIFY_SOURCE_KEEP",
               show_envvar=True, help="Days closed Change Lists stay listed [default: all are kept].")
+@click.option("--exclude", "excludes", multiple=True, metavar="GLOB", envvar="RSNOTIFY_SOURCE_EXCLUDE",
+              show_envvar=True, help="Leave out files and folders matching GLOB by name or by path in SRC "
+                                     "(repeatable), besides hidden ones, editor scratch (*~, *.swp, #*#) and "
+                                     "VCS folders, which are always left out.")
+@click.option("--include-hidden", is_flag=True, envvar="RSNOTIFY_SOURCE_INCLUDE_HIDDEN", show_envvar=True,
+              help="Serve hidden files and folders (.*) too; VCS folders and editor scratch stay out.")
+@click.option("--header-timeout", type=click.FloatRange(min=0, min_open=True), default=15.0, show_default=True,
+              envvar="RSNOTIFY_SOURCE_HEADER_TIMEOUT", show_envvar=True,
+              help="Seconds a client has to send a request's headers, and an idle connection stays open.")
+@click.option("--body-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+              envvar="RSNOTIFY_SOURCE_BODY_TIMEOUT", show_envvar=True,
+              help="Seconds a client has to send a request's body (408 beyond).")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug details too.")
 @click.pass_context
 def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...], listen: str | None,
            token: str | None, db_path: str | None, rotate_seconds: float, keep_days: float | None,
+           excludes: tuple[str, ...], include_hidden: bool, header_timeout: float, body_timeout: float,
            verbose: bool) -> None:
     """Serve the files of SRC under URL as a ResourceSync Source, and publish every change.
 
@@ -81,20 +95,30 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
         raise click.UsageError(str(exc), ctx) from None
     problem = asyncio.run(_hub_problem(hubs))
     if problem:
+        memory.close()
         raise click.ClickException(problem)
+    # The port is bound before anything is recorded or sent: a Source that cannot serve must
+    # not publish changes (nobody could fetch them) nor announce its topic on the hub.
+    try:
+        sock = socket.create_server((host, port), family=_family(host))
+    except OSError as exc:
+        memory.close()
+        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
     outbox = Outbox(memory_path, publisher, max_retry_delay=_MAX_RETRY_SECONDS)
     try:
-        runner = Source(Folder(folder_path, base, RESERVED_NAMES), urls, publisher, outbox, memory, _cache_dir(memory_path))
+        folder = Folder(folder_path, base, RESERVED_NAMES, Exclusions(excludes, include_hidden))
+        runner = Source(folder, urls, publisher, outbox, memory, _cache_dir(memory_path), body_timeout=body_timeout)
         click.echo(f"rsnotify source: {folder_path.resolve()} as {base} (capability list {urls.capability_list}); "
                    f"change memory {memory_path}", err=True)
         count = runner.sync_folder()
         click.echo(f"rsnotify source: start scan recorded {count} change(s)", err=True)
-        asyncio.run(_serve(runner, host, port))
+        asyncio.run(_serve(runner, sock, header_timeout))
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
     except StateError as exc:
         raise click.ClickException(str(exc)) from None
     finally:
+        sock.close()
         outbox.close()
         memory.close()
 
@@ -151,16 +175,24 @@ async def _hub_problem(hubs: tuple[str, ...]) -> str | None:
     return None
 
 
-async def _serve(runner: Source, host: str, port: int) -> None:
+def _family(host: str) -> socket.AddressFamily:
+    return socket.AF_INET6 if ":" in host else socket.AF_INET
+
+
+async def _serve(runner: Source, sock: socket.socket, header_timeout: float) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-    app_runner = web.AppRunner(runner.app(), access_log=None)
+    # aiohttp closes a connection that has not sent a whole request within keepalive_timeout of
+    # connecting (or of its last answer): the header deadline against trickling clients, as the hub's
+    app_runner = web.AppRunner(runner.app(), access_log=None, keepalive_timeout=header_timeout)
     await app_runner.setup()
     try:
-        await web.TCPSite(app_runner, host, port).start()
-        click.echo(f"rsnotify source: serving on http://{host}:{port}/; watching {runner.folder.root}", err=True)
+        await web.SockSite(app_runner, sock).start()
+        host, port = sock.getsockname()[:2]
+        shown = f"[{host}]" if ":" in host else host
+        click.echo(f"rsnotify source: serving on http://{shown}:{port}/; watching {runner.folder.root}", err=True)
         watcher = asyncio.create_task(runner.watch(stop))
         await stop.wait()
         await watcher

@@ -18,7 +18,9 @@ SIGNATURE_HEADER = "X-Hub-Signature"
 SIGNATURE_ALGORITHMS = ("sha1", "sha256", "sha384", "sha512")
 MAX_SECRET_BYTES = 200  # hub.secret MUST be less than 200 bytes (WebSub §5.1)
 MODES = ("subscribe", "unsubscribe")
-MAX_LEASE_DIGITS = 10  # hub.lease_seconds: up to ~317 years, which every hub clamps anyway
+# hub.lease_seconds: a hub clamps any well-formed lease to its own bounds (a subscriber asking for "as
+# long as possible" sends a huge number); 20 digits hold every 64-bit value and keep int() cheap.
+MAX_LEASE_DIGITS = 20
 
 # Headers rsnotify's hub adds to every content distribution (documented in the README):
 NOTIFICATION_ID_HEADER = "X-RSNotify-Id"         # stable id of the notification (same on every retry)

@@ -306,7 +306,11 @@ class CallbackCore:
         challenge = request.query.get("hub.challenge")
         if not challenge:
             return CallbackResponse(400, "hub.challenge is required, got nothing")
-        if subscription.pending_mode != mode or not _same_url(topic, subscription.topic):
+        # A hub re-sends a subscribe verification whose answer it lost: for a subscription we hold
+        # as active (same topic, this callback) we still want it, so it is confirmed again.
+        wanted = subscription.pending_mode == mode or (
+            mode == "subscribe" and subscription.pending_mode is None and subscription.status == ACTIVE)
+        if not wanted or not _same_url(topic, subscription.topic):
             log.warning("refused %s verification for %s at callback %s: no such pending intent",
                         mode, topic, subscription.id)
             return CallbackResponse(404, f"no pending {mode} intent for topic {topic!r} at this callback URL")

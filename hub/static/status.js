@@ -278,6 +278,8 @@ async function renderSubscription(sid) {
     ["signed deliveries", s.has_secret ? "yes (secret set)" : "no secret"],
     ["backlog", `<span id="s-backlog">${num(s.backlog)}</span> notification(s) not confirmed yet`],
     ["delivered", `<span id="s-delivered">${num(s.delivered)}</span>`],
+    ["replayed", `<span id="s-replayed">${num(s.replayed)}</span> log entries re-sent for rsnotify.replay_from` +
+        (s.replay_max < 0 ? "" : s.replay_max === 0 ? " (replay is off)" : ` (at most ${num(s.replay_max)})`)],
     ["last attempt", s.last_attempt_at ? `${time(s.last_attempt_at)}: ${statusText(s)} ${esc(s.last_outcome)}, ` +
         `${Number(s.last_latency_ms).toFixed(1)} ms ${s.last_error ? "— " + esc(s.last_error) : ""}` : "none yet"],
     ["retrying", s.attempts ? `<span class="warn">${s.attempts} failed attempt(s); next ${time(s.next_attempt)}</span>` : "no"],

@@ -9,7 +9,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
-from ..errors import AppendUnknownError
+from ..errors import AppendUnknownError, IdempotencyConflictError
 from ..keys import (
     activity_key,
     stats_key,
@@ -29,15 +29,22 @@ from ..records import (
 )
 
 # KEYS: log, seq, topics, topic, stats, activity[, publish key] ; ARGV: body, ctype, rs, at_ms, maxlen, tid,
-# url, now_s[, publish key ttl]. seq and the stream id are assigned together, so both grow in the same
-# order. With a publish key (an Idempotency-Key) a repeat stores nothing and returns the first id
-# and seq. The counters for /metrics and the status page ride in the same call. Returns {id, seq, repeat}.
+# url, now_s[, publish key ttl, body digest]. seq and the stream id are assigned together, so both grow in
+# the same order. With a publish key (an Idempotency-Key) a repeat with the same body digest stores
+# nothing and returns the first id and seq (repeat 1); one with another body stores nothing either and
+# returns repeat 2, a conflict (a key kept by an older hub, "id seq" without a digest, counts as a
+# repeat). The counters for /metrics and the status page ride in the same call. Returns {id, seq, repeat}.
 _APPEND = Script("""
 if KEYS[7] then
   local first = redis.call('GET', KEYS[7])
   if first then
     local space = string.find(first, ' ')
-    return {string.sub(first, 1, space - 1), tonumber(string.sub(first, space + 1)), 1}
+    local second = string.find(first, ' ', space + 1)
+    local seq = tonumber(string.sub(first, space + 1, second and second - 1 or -1))
+    if second and string.sub(first, second + 1) ~= ARGV[10] then
+      return {string.sub(first, 1, space - 1), seq, 2}
+    end
+    return {string.sub(first, 1, space - 1), seq, 1}
   end
 end
 local seq = redis.call('INCR', KEYS[2])
@@ -50,7 +57,7 @@ redis.call('HINCRBY', KEYS[5], 'publishes', 1)
 redis.call('HINCRBY', KEYS[5], 'publish_bytes', string.len(ARGV[1]))
 redis.call('ZINCRBY', KEYS[6], 1, ARGV[6]); redis.call('ZINCRBY', KEYS[6], 1, '*')
 redis.call('EXPIRE', KEYS[6], 3720)
-if KEYS[7] then redis.call('SET', KEYS[7], id .. ' ' .. seq, 'EX', ARGV[9]) end
+if KEYS[7] then redis.call('SET', KEYS[7], id .. ' ' .. seq .. ' ' .. ARGV[10], 'EX', ARGV[9]) end
 return {id, seq, 0}
 """)
 
@@ -63,8 +70,10 @@ async def append_notification(
 ) -> AppendedNotification:
     """Append the exact `body` and the headers to relay to the topic's log (one script call).
 
-    With `publish_key` (an Idempotency-Key) a repeat within `key_ttl` seconds stores nothing and
-    returns the first append's id and sequence (is_repeat=True).
+    With `publish_key` (an Idempotency-Key, already scoped by the caller to its credential and
+    topic) a repeat of the same body within `key_ttl` seconds stores nothing and returns the first
+    append's id and sequence (is_repeat=True); the same key with another body stores nothing and
+    raises IdempotencyConflictError (422).
     """
     tid = topic_id(topic)
     keys = [topic_log_key(tid), topic_seq_key(tid), topics_key(), topic_key(tid), stats_key(),
@@ -72,8 +81,12 @@ async def append_notification(
     args: list[Any] = [body, content_type, resourcesync, int(now * 1000), max_len, tid, topic, int(now)]
     if publish_key is not None:
         keys.append(topic_publish_key(tid, hashlib.sha256(publish_key.encode()).hexdigest()[:32]))
-        args.append(max(1, key_ttl))
+        args += [max(1, key_ttl), hashlib.sha256(body).hexdigest()]
     entry_id, seq, repeat = await _APPEND(redis, keys, args)
+    if int(repeat) == 2:
+        raise IdempotencyConflictError(
+            f"this Idempotency-Key was used for notification {text(entry_id)} (seq {int(seq)}) of this topic with "
+            "another body; nothing was stored: send a new notification with a new key")
     return AppendedNotification(text(entry_id), tid, int(seq), bool(repeat))
 
 

@@ -30,7 +30,8 @@ from ..records import (
 )
 
 # KEYS: sub, topic subs, leases, log, topics, topic, seq, due, lock
-# ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now[, start cursor, start seq[, replay]]
+# ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now[, start cursor, start seq[, replay,
+# replayed]]: `replayed`, the entries a replay re-sends, is added to the subscription's count of them.
 # A new subscription's cursor is the log's end when its verification was sent (ARGV 9-10, see
 # log_end), else its current end, so it gets everything published after the subscriber said
 # yes; a renewal keeps its cursor and delivery state, but a retry it was backing off from is
@@ -61,6 +62,7 @@ else
   end
 end
 redis.call('HSET', KEYS[1], 'secret', ARGV[5], 'lease_seconds', ARGV[6], 'expires', ARGV[7])
+if ARGV[12] then redis.call('HINCRBY', KEYS[1], 'replayed', ARGV[12]) end
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
 if redis.call('SADD', KEYS[5], ARGV[4]) == 1 then
@@ -92,14 +94,15 @@ return 1
 
 async def activate_subscription(
     redis: Redis, topic: str, callback: str, *, secret: str, lease_seconds: int, now: float,
-    start: tuple[str, str] | None = None, replay: bool = False,
+    start: tuple[str, str] | None = None, replay: bool = False, replayed: int = 0,
 ) -> tuple[str, bool]:
     """Create or renew the verified subscription (topic, callback) in one script call.
 
     `secret` is the Fernet token of the new secret, or "" to drop it: a verified renewal
     replaces the secret. `start` is the (cursor, cursor_seq) a new subscription starts from
     (`log_end` taken before the verification GET); None means the log's end now. With
-    `replay` (and a `start` from replay_start) a renewal starts from there too.
+    `replay` (and a `start` from replay_start) a renewal starts from there too, and `replayed`
+    (the entries that re-sends) is added to the subscription's count (see replay_state).
     Returns (subscription id, is_new).
     """
     sid, tid = subscription_id(topic, callback), topic_id(topic)
@@ -108,7 +111,7 @@ async def activate_subscription(
             topic_seq_key(tid), due_key(), sub_lock_key(sid)]
     args: list[Any] = [sid, topic, callback, tid, secret, lease_seconds, expires, int(now), *(start or ())]
     if replay and start is not None:
-        args.append("1")
+        args += ["1", max(0, replayed)]
     is_new = await _ACTIVATE(redis, keys, args)
     return sid, bool(is_new)
 
@@ -121,6 +124,15 @@ async def log_end(redis: Redis, topic: str) -> tuple[str, str]:
         pipe.get(topic_seq_key(tid))
         last, seq = await pipe.execute()
     return (text(last[0][0]) if last else "0-0"), text(seq, "0")
+
+
+async def replay_state(redis: Redis, sid: str) -> tuple[int, int | None]:
+    """(entries re-sent so far for rsnotify.replay_from, cursor sequence) of a subscription;
+    (0, None) when there is none yet."""
+    replayed, cursor_seq, topic = await redis.hmget(sub_key(sid), "replayed", "cursor_seq", "topic")
+    if topic is None:
+        return 0, None
+    return to_int(replayed), to_int(cursor_seq)
 
 
 async def replay_start(redis: Redis, topic: str, first: int) -> tuple[str, str]:

@@ -19,7 +19,7 @@ from ..keys import (
     topic_subs_key,
     topics_key,
 )
-from ..records import text
+from ..records import text, to_int
 
 CHUNK = 500    # subscriptions read per pipeline
 
@@ -54,6 +54,11 @@ async def subscription_cursor(redis: Redis, sid: str) -> tuple[bool, str]:
     """(has a secret, cursor) of one subscription."""
     secret, cursor = await redis.hmget(sub_key(sid), "secret", "cursor")
     return bool(secret), text(cursor, "0-0")
+
+
+async def subscription_replayed(redis: Redis, sid: str) -> int:
+    """Log entries re-sent to one subscription for rsnotify.replay_from over its life."""
+    return to_int(await redis.hget(sub_key(sid), "replayed"))
 
 
 async def topic_row_replies(redis: Redis, tids: Sequence[str]) -> list[tuple[Any, ...]]:

@@ -216,6 +216,10 @@ async def get_subscription(request: web.Request) -> web.Response:
     detail = await reports.subscription_detail(request.app[REDIS], sid, _now(request))
     if detail is None:
         raise NotFoundError(f"no subscription {sid} on this hub")
+    # what rsnotify.replay_from may still re-send to it: --replay-max less what it already had
+    limit = request.app[SETTINGS].replay_max
+    detail["replay_max"] = limit
+    detail["replay_left"] = None if limit < 0 else max(0, limit - detail["replayed"])
     return web.json_response(detail)
 
 

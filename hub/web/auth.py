@@ -6,6 +6,7 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -90,6 +91,10 @@ class Publishers:
             raise AuthenticationError("the bearer token is not a publisher token of this hub")
         return prefixes
 
+    def knows(self, token: str) -> bool:
+        """Is `token` one of this hub's publisher tokens?"""
+        return self._prefixes(token) is not None
+
     def _prefixes(self, token: str) -> tuple[str, ...] | None:
         found = None
         for known, prefixes in self.tokens:  # compare every token in constant time
@@ -112,3 +117,24 @@ def check_admin(request: web.Request, settings: HubSettings) -> None:
         raise AuthenticationError("the admin API needs 'Authorization: Bearer <admin token>', got none")
     if not hmac.compare_digest(given.strip().encode(), token.encode()):
         raise AuthenticationError("the bearer token is not this hub's admin token")
+
+
+def bearer_token(request: web.Request) -> str:
+    """The request's `Authorization: Bearer` token ("" without one)."""
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    return token.strip() if scheme.lower() == "bearer" else ""
+
+
+def carries_accepted_credential(request: web.Request, settings: HubSettings, publishers: Publishers) -> bool:
+    """Does the request carry a credential this hub accepts for its route: the admin token on
+    /admin/, a publisher token on a POST to the hub endpoint? Only such a request cannot have
+    been forged by a page in a browser (a browser attaches no bearer token by itself); any other
+    Authorization header, say on a hub without tokens, proves nothing."""
+    token = bearer_token(request)
+    if not token:
+        return False
+    if request.path.startswith("/admin/"):
+        return bool(settings.admin_token) and hmac.compare_digest(token.encode(), str(settings.admin_token).encode())
+    if request.method == "POST" and request.path in ("/", urlsplit(settings.hub_url).path or "/"):
+        return publishers.knows(token)
+    return False

@@ -48,8 +48,8 @@ from ..netguard import literal_refusal
 from ..records import Intent
 from ..settings import HubSettings
 from .appkeys import CLOCK, FERNET, LIMITS, PUBLISHERS, QUEUE, REDIS, SETTINGS
-from .auth import Publishers, client_of
-from .ratelimit import token_identifier
+from .auth import Publishers, bearer_token, client_of
+from .ratelimit import client_identifier, token_identifier
 
 log = logging.getLogger(__name__)
 
@@ -125,13 +125,12 @@ async def subscription_request(request: web.Request, form: MultiDictProxy[str]) 
     refusal = literal_refusal(wanted.callback, settings.allowed_networks)
     if refusal:  # nothing is stored or queued, so no verification or denial ever goes there
         raise BadRequestError(f"hub.callback cannot be reached from this hub: {refusal}")
-    client = client_of(request)
-    await app[LIMITS].check(app[LIMITS].subscribe_client, client, client.address)
-    await app[LIMITS].check(app[LIMITS].subscribe_callback_host, client,
-                            (urlsplit(wanted.callback).hostname or "").lower())
+    await app[LIMITS].check_subscribe(client_of(request), urlsplit(wanted.callback).hostname or "",
+                                      ipv6_prefix=settings.rate_ipv6_prefix,
+                                      resolve_timeout=settings.connect_timeout)
     challenge = secrets.token_urlsafe(CHALLENGE_BYTES)
     intent = make_intent(wanted, settings, app[PUBLISHERS], app[FERNET])
-    if intent.mode == "subscribe":
+    if intent.mode == "subscribe" and settings.replay_max != 0:  # --replay-max 0: the extension is off
         intent = dataclasses.replace(intent, replay_from=replay_from(form))
     if await store.queue_intent(app[REDIS], challenge, intent, settings.intent_ttl):
         await enqueue.enqueue_pending_verifications(app[QUEUE])
@@ -243,11 +242,13 @@ async def submission(request: web.Request) -> web.Response:
     await validate_notification(body)
     given_key = idempotency_key(request)
     # without a key of its own the publish gets one for this request: the hub's own retries of
-    # the append (store.append_notification_once) then never store it twice either
+    # the append (store.append_notification_once) then never store it twice either. A given key
+    # is scoped to the publisher's credential (the topic scopes it in the store): another
+    # publisher's same key is another key.
     appended = await store.append_notification_once(
         app[REDIS], links.topic, body, content_type=request.headers["Content-Type"],
         resourcesync=links.resourcesync, now=app[CLOCK](), max_len=settings.log_max_len,
-        publish_key=given_key or f"hub:{secrets.token_hex(16)}",
+        publish_key=f"{publisher_scope(request)} {given_key}" if given_key else f"hub:{secrets.token_hex(16)}",
         key_ttl=settings.log_max_age if given_key else OWN_KEY_TTL)
     await enqueue.ensure_fan_out(app[QUEUE], appended.topic_id, redis=app[REDIS])
     log.info("notification %s %s for %s (seq %s, %d bytes)", appended.notification_id,
@@ -258,6 +259,14 @@ async def submission(request: web.Request) -> web.Response:
     if appended.is_repeat:
         headers[REPLAYED_HEADER] = "true"
     return web.Response(status=200, text=json.dumps(answer), content_type="application/json", headers=headers)
+
+
+def publisher_scope(request: web.Request) -> str:
+    """Whose Idempotency-Keys a submission shares: its publisher token's (a digest), or, on a hub
+    without tokens, the one scope of this machine's own clients."""
+    if request.app[PUBLISHERS].is_open_to_loopback:
+        return "loopback"
+    return token_identifier(bearer_token(request))
 
 
 def idempotency_key(request: web.Request) -> str | None:
@@ -323,7 +332,7 @@ async def check_publish_rate(request: web.Request) -> None:
     app = request.app
     client = client_of(request)
     if app[PUBLISHERS].is_open_to_loopback:
-        identifier = "client:" + client.address
+        identifier = client_identifier(client.address, app[SETTINGS].rate_ipv6_prefix)
     else:
-        identifier = token_identifier(request.headers.get("Authorization", "").partition(" ")[2].strip())
+        identifier = token_identifier(bearer_token(request))
     await app[LIMITS].check(app[LIMITS].publish, client, identifier)

@@ -2,9 +2,10 @@
 no state change from another site's page, admin actions only as non-simple requests, and
 the security headers of every response.
 
-A browser attaches no bearer token by itself, so a request with an Authorization header is
-never a forged one; the checks below guard what a page on another site could make a
-visitor's browser send to a hub on their machine or network.
+A browser attaches no bearer token by itself, so a request carrying a credential this hub
+accepts for its route (auth.carries_accepted_credential) is never a forged one; every other
+request, whatever headers it carries, goes through the checks below, which guard what a page
+on another site could make a visitor's browser send to a hub on their machine or network.
 """
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ from aiohttp import web
 
 from ..errors import ForbiddenError, MisdirectedRequestError
 from ..settings import HubSettings
-from .appkeys import SETTINGS
-from .auth import CLIENT, Handler
+from .appkeys import PUBLISHERS, SETTINGS
+from .auth import CLIENT, Handler, carries_accepted_credential
 from .clients import identify
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -71,11 +72,11 @@ def _is_ip_literal(name: str) -> bool:
     return True
 
 
-def check_host(request: web.Request, hosts: frozenset[str]) -> None:
+def check_host(request: web.Request, hosts: frozenset[str], *, is_credentialed: bool = False) -> None:
     """421 unless the Host header names this hub, localhost or an IP address: a DNS name an
     attacker rebound to this hub's address does not."""
     host = request.headers.get("Host")
-    if host is None or request.path in OPEN_PATHS or "Authorization" in request.headers:
+    if host is None or request.path in OPEN_PATHS or is_credentialed:
         return
     name = _host_name(host)
     if name not in hosts and not _is_ip_literal(name):  # an address cannot be rebound; a name can
@@ -83,9 +84,9 @@ def check_host(request: web.Request, hosts: frozenset[str]) -> None:
                                       "(set --public-url to the name clients use)")
 
 
-def check_same_site(request: web.Request) -> None:
+def check_same_site(request: web.Request, *, is_credentialed: bool = False) -> None:
     """403 for a state-changing request a page of another site made a browser send."""
-    if request.method in SAFE_METHODS or "Authorization" in request.headers:
+    if request.method in SAFE_METHODS or is_credentialed:
         return
     fetch_site = request.headers.get("Sec-Fetch-Site", "").lower()
     if fetch_site in ("cross-site", "same-site"):
@@ -100,25 +101,26 @@ def check_same_site(request: web.Request) -> None:
                              f"(Origin: {origin[:200]!r})")
 
 
-def check_admin_action(request: web.Request) -> None:
+def check_admin_action(request: web.Request, *, is_credentialed: bool = False) -> None:
     """403 for an admin action sent as a simple request (one a cross-site form could send)."""
     if request.method in SAFE_METHODS or not request.path.startswith("/admin/"):
         return
-    if "Authorization" in request.headers or request.method != "POST":
+    if is_credentialed or request.method != "POST":
         return  # DELETE and friends are preflighted by browsers
     content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
     if content_type in SIMPLE_TYPES:
-        raise ForbiddenError("admin actions must be sent with 'Content-Type: application/json' or an "
-                             f"Authorization header, got Content-Type {content_type or 'none'!r}")
+        raise ForbiddenError("admin actions must be sent with 'Content-Type: application/json' or the admin "
+                             f"token, got Content-Type {content_type or 'none'!r}")
 
 
 @web.middleware
 async def guards_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     settings = request.app[SETTINGS]
     request[CLIENT] = identify(request, settings.trusted_proxy_networks)
-    check_host(request, allowed_hosts(settings))
-    check_same_site(request)
-    check_admin_action(request)
+    credentialed = carries_accepted_credential(request, settings, request.app[PUBLISHERS])
+    check_host(request, allowed_hosts(settings), is_credentialed=credentialed)
+    check_same_site(request, is_credentialed=credentialed)
+    check_admin_action(request, is_credentialed=credentialed)
     return await handler(request)
 
 

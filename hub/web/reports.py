@@ -204,11 +204,12 @@ async def subscription_detail(redis: Redis, sid: str, now: float) -> dict[str, A
         return None
     summary = found[0]
     has_secret, cursor = await store.subscription_cursor(redis, sid)
+    replayed = await store.subscription_replayed(redis, sid)
     attempts = await store.recent_attempts(redis, sid)
     letters = await store.list_dead_letters(redis, sid)
     data = summary.to_json(now)
     data.update(
-        has_secret=has_secret, cursor=cursor,
+        has_secret=has_secret, cursor=cursor, replayed=replayed,
         attempts_recent=[{"at": a.at, "notification_id": a.notification_id, "sequence": a.sequence,
                           "status": a.status, "error": a.error, "latency_ms": a.latency_ms,
                           "outcome": a.outcome, "attempt": a.attempt} for a in attempts],

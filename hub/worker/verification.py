@@ -94,6 +94,31 @@ async def verify(ctx: OutboundContext, challenge: str, intent: Intent) -> Verifi
     return await _apply(ctx, intent, status, start, ms)
 
 
+async def bounded_replay(ctx: OutboundContext, intent: Intent,
+                         start: tuple[str, str] | None) -> tuple[tuple[str, str] | None, bool, int]:
+    """(start, is a replay, entries it re-sends) for a subscribe asking for rsnotify.replay_from.
+
+    Any client may ask, so what a replay re-sends (entries before where the subscription would
+    start anyway: the log's end for a new one, its cursor for a renewal) is held within
+    --replay-max over the subscription's life: past it the replay starts later, or not at all.
+    Asking for a sequence past that point only moves the start forward, which re-sends nothing.
+    """
+    limit = ctx.settings.replay_max
+    if limit == 0:  # the extension is off
+        return start, False, 0
+    replayed, cursor_seq = await store.replay_state(ctx.redis, keys.subscription_id(intent.topic, intent.callback))
+    baseline = cursor_seq if cursor_seq is not None else int(start[1]) if start else 0
+    first = intent.replay_from
+    if limit > 0:
+        first = max(first, baseline - max(0, limit - replayed) + 1)
+        if first > baseline and first > intent.replay_from:  # the bound leaves nothing to re-send
+            log.info("replay of %s for %s not granted: --replay-max %d reached (%d re-sent)",
+                     escape(intent.topic), redact_callback(intent.callback), limit, replayed)
+            return start, False, 0
+    moved = await store.replay_start(ctx.redis, intent.topic, first)
+    return moved, True, max(0, baseline - int(moved[1]))
+
+
 async def _get_echo(ctx: OutboundContext, intent: Intent, url: URL, challenge: str) -> tuple[int | None, str]:
     """(status, refusal reason or "") of the verification GET; redirects are never followed."""
     expected = challenge.encode("ascii")
@@ -113,11 +138,12 @@ async def _get_echo(ctx: OutboundContext, intent: Intent, url: URL, challenge: s
 async def _apply(ctx: OutboundContext, intent: Intent, status: int | None,
                  start: tuple[str, str] | None, ms: float | None = None) -> VerificationOutcome:
     if intent.mode == "subscribe":
+        replay, replayed = False, 0
         if intent.replay_from > 0:      # rsnotify.replay_from: deliver from that sequence (also on renewal)
-            start = await store.replay_start(ctx.redis, intent.topic, intent.replay_from)
+            start, replay, replayed = await bounded_replay(ctx, intent, start)
         sid, is_new = await store.activate_subscription(
             ctx.redis, intent.topic, intent.callback, secret=intent.secret,
-            lease_seconds=intent.lease_seconds, now=ctx.now(), start=start, replay=intent.replay_from > 0)
+            lease_seconds=intent.lease_seconds, now=ctx.now(), start=start, replay=replay, replayed=replayed)
         result = "activated" if is_new else "renewed"
     else:
         sid = keys.subscription_id(intent.topic, intent.callback)

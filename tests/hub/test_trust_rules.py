@@ -29,7 +29,13 @@ PROXIES = (ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("127.0.0.1/3
         ("127.0.0.1", {"X-Forwarded-For": "203.0.113.9"}, LOCAL_PROXY, "203.0.113.9", False),
         ("127.0.0.1", {"X-Forwarded-For": "127.0.0.5, 203.0.113.9"}, LOCAL_PROXY, "203.0.113.9", False),
         ("127.0.0.1", {"X-Forwarded-For": "203.0.113.9, 10.1.2.3"}, PROXIES, "203.0.113.9", False),
-        ("127.0.0.1", {"X-Forwarded-For": "127.0.0.1"}, LOCAL_PROXY, "127.0.0.1", True),
+        # "local" is the socket peer's alone: an address a header names never makes a client local
+        ("127.0.0.1", {"X-Forwarded-For": "127.0.0.1"}, LOCAL_PROXY, "127.0.0.1", False),
+        ("10.0.0.2", {"X-Forwarded-For": "127.0.0.1, 10.1.2.3"}, PROXIES, "127.0.0.1", False),
+        ("10.0.0.2", {"Forwarded": 'for=192.0.2.60;proto=http, for="[2001:db8::1]:4711"'}, PROXIES,
+         "2001:db8::1", False),
+        ("10.0.0.2", {"Forwarded": "for=203.0.113.9", "X-Forwarded-For": "198.51.100.7"}, PROXIES,
+         "198.51.100.7", False),
         ("127.0.0.1", {"X-Forwarded-For": "not-an-address"}, LOCAL_PROXY, "not-an-address", False),
         # a trusted proxy that names nobody: unknown, so remote
         ("127.0.0.1", {}, LOCAL_PROXY, "127.0.0.1", False),

@@ -43,9 +43,12 @@ async def test_verification_for_an_unknown_topic_is_refused_with_404(fake_hub, m
 async def test_verification_without_a_pending_intent_is_refused_with_404(fake_hub, make_subscriber):
     subscriber = await make_subscriber()
     subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
-    for mode in ("subscribe", "unsubscribe"):  # verified already; nothing pending
+    # verified already, nothing pending: an unsubscribe it never asked for, or a subscribe to
+    # another topic at this callback, is refused (a repeated subscribe of the same topic is
+    # confirmed: tests/subscriber/test_repeated_verification.py)
+    for mode, topic in (("unsubscribe", TOPIC), ("subscribe", "http://example.com/other/")):
         verification = await fake_hub.verify(subscription.callback, {
-            "hub.mode": mode, "hub.topic": TOPIC, "hub.challenge": "abc", "hub.lease_seconds": "600"})
+            "hub.mode": mode, "hub.topic": topic, "hub.challenge": "abc", "hub.lease_seconds": "600"})
         assert verification.status == 404
     unknown = subscriber.callback_base_url + "/" + "x" * 43
     verification = await fake_hub.verify(unknown, {"hub.mode": "subscribe", "hub.topic": TOPIC,
