@@ -44,14 +44,17 @@ class Folder:
     """The files of `root` served under `base_url` (which ends with "/").
 
     `reserved`: top-level names the Source serves itself (its lists); files with those names
-    are skipped with a warning. Remembers each file's (mtime, size) so a rescan re-hashes
+    are skipped with a warning, unless `owns_reserved` (the Source writes them into this very
+    folder, with --write). Remembers each file's (mtime, size) so a rescan re-hashes
     only files that changed.
     """
 
-    def __init__(self, root: str | os.PathLike[str], base_url: str, reserved: Iterable[str] = ()) -> None:
+    def __init__(self, root: str | os.PathLike[str], base_url: str, reserved: Iterable[str] = (), *,
+                 owns_reserved: bool = False) -> None:
         self.root = Path(root).resolve()
         self.base_url = base_url
         self._reserved = frozenset(reserved)
+        self._owns_reserved = owns_reserved
         self._known: dict[Path, FileState] = {}
 
     # -- URLs and paths --
@@ -130,6 +133,8 @@ class Folder:
 
     def _state(self, path: Path) -> FileState | None:
         if self._is_reserved(path):
+            if self._owns_reserved:
+                return None
             log.warning("%s is not served: the Source serves its own document under that name", path)
             return None
         try:
