@@ -156,6 +156,19 @@ def check_public_url(settings: HubSettings) -> None:
         "one): give --public-url (RSNOTIFY_PUBLIC_URL), e.g. --public-url https://hub.example.org/")
 
 
+def check_data_dir(settings: HubSettings) -> None:
+    """--data-dir must be a folder or creatable as one: a file there (or on the way) is a usage
+    error now, not an "[Errno 17] File exists" once Redis or the key file needs it."""
+    path = settings.data_path
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                what = "is a file" if candidate == path else f"is inside {candidate}, which is a file"
+                raise click.BadParameter(f"{settings.data_dir} {what}; expected a folder (created if missing)",
+                                         param_hint="--data-dir")
+            return
+
+
 def warn_without_workers(settings: HubSettings) -> None:
     """--workers 0 on the embedded Redis: nothing would verify or deliver, and nothing else would say so."""
     if settings.is_embedded and settings.workers == 0:
@@ -180,6 +193,7 @@ def hub(log_level: str, **values: Any) -> None:
 
     settings = build_settings(values)
     check_public_url(settings)
+    check_data_dir(settings)
     warn_without_workers(settings)
     configure_logging(log_level, settings.log_format)
     try:
@@ -214,6 +228,7 @@ def worker(burst: bool, queues: tuple[str, ...], concurrency: int | None, name: 
     if settings.redis_url is None:
         raise click.UsageError("a worker needs --redis-url (RSNOTIFY_REDIS_URL): the hub's Redis")
     check_public_url(settings)
+    check_data_dir(settings)
     configure_logging(log_level, settings.log_format)
     if parent_pid is not None:
         watch_parent(parent_pid)
