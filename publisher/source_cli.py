@@ -16,6 +16,8 @@ import aiohttp
 import click
 from aiohttp import web
 
+from rsnotify.neterrors import describe_client_error
+
 from . import static_cli
 from .client import Publisher
 from .errors import SettingsError, StateError
@@ -161,7 +163,7 @@ async def _hub_problem(hubs: tuple[str, ...]) -> str | None:
             except TimeoutError:
                 return f"cannot reach the hub {hub}: no answer within {_HUB_CHECK_SECONDS:g} s"
             except (aiohttp.ClientError, OSError) as exc:
-                return f"cannot reach the hub {hub}: {str(exc) or type(exc).__name__}"
+                return f"cannot reach the hub {hub}: {describe_client_error(exc)}"
     return None
 
 

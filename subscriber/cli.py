@@ -23,6 +23,9 @@ import aiohttp
 import click
 from aiohttp import web
 
+from rsnotify.errors import WireError
+from rsnotify.websub import check_url
+
 from .aiohttp_adapter import add_callback_routes
 from .client import Subscriber
 from .core import ACK_AFTER_HANDLER, ReceivedNotification
@@ -113,6 +116,14 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
                                f"--source; got {', '.join(starts) if starts else 'none'}")
     if hub and not topic:
         raise click.UsageError("--hub needs --topic")
+    # Before anything binds a port or opens the state: a typo costs one line, not a server start.
+    for option, value in (("--hub", hub), ("--topic", topic), ("--capability-list", capability_list),
+                          ("--source", source)):
+        if value:
+            try:
+                check_url(option, value)
+            except WireError as exc:
+                raise click.UsageError(str(exc)) from None
     try:
         host, port = parse_listen(listen)
         settings = SubscriberSettings(listen_host=host, listen_port=port, callback_url=callback_url,
@@ -253,13 +264,14 @@ async def _subscribe_all(subscriber: Subscriber, settings: SubscriberSettings, s
             subscription = await _subscribe_channel(subscriber, settings, channel)
         except SubscriberError as exc:
             problems.append(str(exc))
-            _status(f"could not subscribe to {channel.topic}: {exc}")
+            if len(channels) > 1:  # one channel's failure is the final error itself: said once
+                _status(f"could not subscribe to {channel.topic}: {exc}")
             continue
         subscribed.append(subscription)
         _status(f"subscribed to {subscription.topic} at {subscription.hub} (lease {subscription.lease_seconds} s, "
                 f"{'signed' if subscription.has_secret else 'unsigned'}); callback {subscription.callback}")
     if not subscribed:
-        raise SubscriberError("no subscription could be made: " + "; ".join(problems))
+        raise SubscriberError(problems[0] if len(problems) == 1 else "no subscription could be made: " + "; ".join(problems))
 
 
 async def _discover(session: aiohttp.ClientSession, hub: str | None, topic: str | None,
