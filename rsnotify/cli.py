@@ -1,7 +1,8 @@
 """The root `rsnotify` command group; each role's commands are loaded lazily.
 
 `rsnotify validate` lives in `rsnotify.validate_cli`; `hub`/`worker` in `hub.cli`;
-`publish`/`capability-list` in `publisher.cli`; `subscribe` in `subscriber.cli`.
+`publish`/`capability-list` in `publisher.cli`; `subscribe` in `subscriber.cli`; `inspect` in
+`subscriber.inspect_cli`.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ LAZY_COMMANDS = {
     "subscribe": "rsnotify.subscriber.cli:subscribe",
     "sync": "rsnotify.subscriber.cli:sync",
     "audit": "rsnotify.subscriber.cli:audit",
+    "inspect": "rsnotify.subscriber.inspect_cli:inspect",
     "source": "rsnotify.publisher.source_cli:source",
 }
 
