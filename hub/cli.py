@@ -31,7 +31,7 @@ WORKER_SKIPS = frozenset({"workers"})  # meaningless for a worker process
 # child workers through RSNOTIFY_* variables; host and port make the default hub URL) but its
 # --help does not show them.
 WEB_ONLY = frozenset({"host", "port", "lease_default", "lease_min", "lease_max", "intent_ttl", "max_body",
-                      "publish_tokens", "tokens_file", "admin_token", "trusted_proxies"})
+                      "publish_tokens", "tokens_file", "admin_token", "trusted_proxies", "dormant_after"})
 # --help shows these first, then everything else under "Tuning options"
 ESSENTIAL = {
     "hub": frozenset({"host", "port", "public_url", "redis_url", "data_dir", "workers", "secret_key",

@@ -113,6 +113,8 @@ class HubSettings:
         None, "Bearer token for the admin API (/admin/) and the status page's data. Without it, "
               "only loopback clients not behind a proxy may use them.", repr=False)
     log_format: str = _opt("text", "Log line format: text, or json (one object per line, for log shippers).")
+    dormant_after: float = _opt(86_400.0, "A subscription whose callback has refused every delivery for this long "
+                                          "shows on the status page as dormant, apart from live trouble (seconds).")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -140,7 +142,7 @@ class HubSettings:
                     ipaddress.ip_network(cidr, strict=False)
                 except ValueError:
                     problems.append(f"{name} must hold CIDRs like 10.0.0.0/8, got {cidr!r}")
-        for name in ("max_form", "header_timeout", "body_timeout"):
+        for name in ("max_form", "header_timeout", "body_timeout", "dormant_after"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be a positive number, got {getattr(self, name)}")
         for name in ("rate_subscribe_client", "rate_subscribe_callback_host", "rate_publish_token"):
