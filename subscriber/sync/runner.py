@@ -19,6 +19,7 @@ from ..settings import SubscriberSettings
 from .context import SyncOptions
 from .engine import EXIT_DIFFERENCES, EXIT_IN_SYNC, EXIT_UNREACHABLE, SyncEngine
 from .events import SyncEvent
+from .headers import Header, source_header_middleware
 from .netguard import Network
 from .remote import SourceDocumentError, SourceUnreachableError
 from .state import STATE_DIR, STATE_FILE, SyncState
@@ -37,6 +38,15 @@ class SyncCommand:
     unsubscribe_on_exit: bool = False
     poll_interval: float = 60.0
     prog: str = "rsnotify sync"
+    headers: tuple[Header, ...] = field(default=(), repr=False)   # to the Source's origin only; may hold tokens
+    timeout: float = 30.0          # seconds a request may wait to connect, or between two reads
+    tries: int = 5                 # attempts per resource GET
+
+    def engine_options(self) -> dict[str, Any]:
+        """The request options SyncEngine takes: timeout, tries, the Source's headers."""
+        source = self.source or self.capability_list
+        middlewares = (source_header_middleware(source, self.headers),) if self.headers and source else ()
+        return {"request_timeout": self.timeout, "tries": self.tries, "middlewares": middlewares}
 
 
 class Reporter:
@@ -103,7 +113,7 @@ async def run_sync(command: SyncCommand, *, once: bool) -> int:
     engine = SyncEngine(command.root, source=command.source, capability_list=command.capability_list,
                         options=command.options, allow_networks=command.allow_networks,
                         allow_hosts=command.allow_hosts, push_settings=None if once else command.push,
-                        status=reporter.status, poll_interval=command.poll_interval)
+                        status=reporter.status, poll_interval=command.poll_interval, **command.engine_options())
     engine.events.listeners.append(reporter.event)
     _install_signals(stop, main, reporter)
     ticker = asyncio.create_task(reporter.tick(engine))
@@ -149,7 +159,7 @@ async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:
     reporter = Reporter("rsnotify audit", command.json_events)
     engine = SyncEngine(command.root, source=command.source, capability_list=command.capability_list,
                         options=command.options, allow_networks=command.allow_networks,
-                        allow_hosts=command.allow_hosts, status=reporter.status)
+                        allow_hosts=command.allow_hosts, status=reporter.status, **command.engine_options())
     engine.events.listeners.append(reporter.event)
     ticker = asyncio.create_task(reporter.tick(engine))
     try:
