@@ -380,6 +380,22 @@ def _default_callback(runner: web.AppRunner, settings: SubscriberSettings) -> st
 
 # --- rsnotify sync / rsnotify sync status / rsnotify audit ------------------------------------
 
+class HeaderLine(click.ParamType):
+    """`Name: value` (sync/headers.py checks it); in RSNOTIFY_SYNC_HEADER, one per line."""
+
+    name = "header"
+    envvar_list_splitter = "\n"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        from .sync.headers import parse_header
+        try:
+            return parse_header(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
     command = click.option("--dir", "directory", metavar="DIR", envvar="RSNOTIFY_SYNC_DIR",
                            show_envvar=True, type=click.Path(file_okay=False, path_type=Path),
@@ -400,12 +416,24 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
                            help="Resource GETs in flight at most.")(command)
     command = click.option("--json", "json_events", is_flag=True,
                            help="One JSON object per event on stdout (with an \"event\" key).")(command)
+    command = click.option("--header", "headers", metavar="'NAME: VALUE'", multiple=True, type=HeaderLine(),
+                           envvar="RSNOTIFY_SYNC_HEADER", show_envvar=True,
+                           help="Send this header to the Source's own origin (scheme, host, port of --source or "
+                                "--capability-list), never to another host or after a redirect to one: e.g. an "
+                                "access token. Repeatable; in the variable one per line, out of `ps`.")(command)
+    command = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+                           envvar="RSNOTIFY_SYNC_TIMEOUT", show_envvar=True,
+                           help="Seconds a request may take to connect, and between two reads of its answer.")(command)
+    command = click.option("--tries", type=click.IntRange(min=1), default=5, show_default=True,
+                           envvar="RSNOTIFY_SYNC_TRIES", show_envvar=True,
+                           help="Attempts per resource before it counts as failed (transient errors only).")(command)
     command = click.option("-v", "--verbose", is_flag=True, help="Log details on stderr.")(command)
     return command
 
 
 def _sync_command(directory: Path, source: str | None, capability_list: str | None, allow_network: tuple[str, ...],
                   allow_host: tuple[str, ...], concurrency: int, json_events: bool, verbose: bool,
+                  headers: tuple[tuple[str, str], ...] = (), timeout: float = 30.0, tries: int = 5,
                   **extra: Any) -> SyncCommand:
     from .sync.netguard import parse_networks
     if directory is None:
@@ -418,6 +446,8 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
     for name, url in (("--source", source), ("--capability-list", capability_list)):
         if url and urlsplit(url).scheme not in ("http", "https"):
             raise click.BadParameter(f"must be an http(s) URL, got {url!r}", param_hint=name)
+    if headers and not (source or capability_list):
+        raise click.UsageError("--header needs --source or --capability-list: the origin its headers go to")
     try:
         networks = parse_networks(allow_network)
     except ValueError as exc:
@@ -428,7 +458,7 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
     options = SyncOptions(concurrency=concurrency, keep_deleted=extra.get("keep_deleted", False),
                           dry_run=extra.get("dry_run", False))
     return _SyncCommand(directory, source, capability_list, options, networks, tuple(allow_host),
-                        json_events=json_events)
+                        json_events=json_events, headers=tuple(headers), timeout=timeout, tries=tries)
 
 
 @click.group(invoke_without_command=True)
