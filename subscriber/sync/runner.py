@@ -12,6 +12,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from aiohttp import ClientMiddlewareType
+
 from rsnotify.datetimes import format_datetime
 
 from ..errors import SubscriberError
@@ -20,6 +22,7 @@ from .context import SyncOptions
 from .engine import EXIT_DIFFERENCES, EXIT_IN_SYNC, EXIT_UNREACHABLE, SyncEngine
 from .events import SyncEvent
 from .headers import Header, source_header_middleware
+from .politeness import rate_limit_middleware
 from .netguard import Network
 from .remote import SourceDocumentError, SourceUnreachableError
 from .state import STATE_DIR, STATE_FILE, SyncState
@@ -41,12 +44,17 @@ class SyncCommand:
     headers: tuple[Header, ...] = field(default=(), repr=False)   # to the Source's origin only; may hold tokens
     timeout: float = 30.0          # seconds a request may wait to connect, or between two reads
     tries: int = 5                 # attempts per resource GET
+    rate: float | None = None      # requests a second to one host at most (None: no limit)
 
     def engine_options(self) -> dict[str, Any]:
-        """The request options SyncEngine takes: timeout, tries, the Source's headers."""
+        """The request options SyncEngine takes: timeout, tries, the Source's headers, the rate."""
         source = self.source or self.capability_list
-        middlewares = (source_header_middleware(source, self.headers),) if self.headers and source else ()
-        return {"request_timeout": self.timeout, "tries": self.tries, "middlewares": middlewares}
+        middlewares: list[ClientMiddlewareType] = []
+        if self.rate is not None:   # first: a throttled request waits before anything is added to it
+            middlewares.append(rate_limit_middleware(self.rate))
+        if self.headers and source:
+            middlewares.append(source_header_middleware(source, self.headers))
+        return {"request_timeout": self.timeout, "tries": self.tries, "middlewares": tuple(middlewares)}
 
 
 class Reporter:
