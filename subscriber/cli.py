@@ -424,6 +424,9 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
     command = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
                            envvar="RSNOTIFY_SYNC_TIMEOUT", show_envvar=True,
                            help="Seconds a request may take to connect, and between two reads of its answer.")(command)
+    command = click.option("--rate", type=click.FloatRange(min=0, min_open=True), metavar="N",
+                           envvar="RSNOTIFY_SYNC_RATE", show_envvar=True,
+                           help="At most N requests a second to any one host (politeness) [default: no limit].")(command)
     command = click.option("--tries", type=click.IntRange(min=1), default=5, show_default=True,
                            envvar="RSNOTIFY_SYNC_TRIES", show_envvar=True,
                            help="Attempts per resource before it counts as failed (transient errors only).")(command)
@@ -434,7 +437,7 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def _sync_command(directory: Path, source: str | None, capability_list: str | None, allow_network: tuple[str, ...],
                   allow_host: tuple[str, ...], concurrency: int, json_events: bool, verbose: bool,
                   headers: tuple[tuple[str, str], ...] = (), timeout: float = 30.0, tries: int = 5,
-                  **extra: Any) -> SyncCommand:
+                  rate: float | None = None, **extra: Any) -> SyncCommand:
     from .sync.netguard import parse_networks
     if directory is None:
         raise click.UsageError("--dir DIR is required")
@@ -458,7 +461,7 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
     options = SyncOptions(concurrency=concurrency, keep_deleted=extra.get("keep_deleted", False),
                           dry_run=extra.get("dry_run", False))
     return _SyncCommand(directory, source, capability_list, options, networks, tuple(allow_host),
-                        json_events=json_events, headers=tuple(headers), timeout=timeout, tries=tries)
+                        json_events=json_events, headers=tuple(headers), timeout=timeout, tries=tries, rate=rate)
 
 
 @click.group(invoke_without_command=True)

@@ -190,3 +190,44 @@ def test_timeout_and_tries_reach_the_requests(tmp_path):
         assert gets["/flaky.txt"] == 3
     finally:
         server.stop()
+
+
+def test_rate_spaces_the_requests_to_one_host(tmp_path):
+    """--rate 5: requests to the Source start at least 0.2 s apart, as the Source saw them."""
+    arrivals: list[float] = []
+    files = {f"/r{i}.txt": f"resource {i}\n".encode() for i in range(8)}
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        arrivals.append(time.monotonic())
+        if request.path == "/capabilitylist.xml":
+            capabilities = CapabilityList((CapabilityEntry(server.base + "/resourcelist.xml", "resourcelist"),),
+                                          up=server.base + "/.well-known/resourcesync")
+            return web.Response(body=capability_list_to_xml(capabilities), content_type="application/xml")
+        if request.path == "/resourcelist.xml":
+            out = io.BytesIO()
+            with ListWriter(out, ListInfo("resourcelist", at=_AT)) as writer:
+                for path, body in sorted(files.items()):
+                    writer.write(Resource(server.base + path, length=len(body)))
+            return web.Response(body=out.getvalue(), content_type="application/xml")
+        if request.path in files:
+            return web.Response(body=files[request.path])
+        raise web.HTTPNotFound()
+
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", handle)
+    server = ThreadedServer(app, port=free_port()).start()
+    try:
+        result = cli.run("sync", "--dir", str(tmp_path / "polite"), "--capability-list",
+                         server.base + "/capabilitylist.xml", "--once", "--rate", "5", "--concurrency", "8")
+        assert result.returncode == 0, result.stderr
+        assert len(arrivals) == 2 + len(files)
+        gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
+        # lists and resources share one limit per host: every start 0.2 s after the one before
+        # (a little less after the scheduler), whatever --concurrency allows
+        assert min(gaps) >= 0.15, gaps
+        assert arrivals[-1] - arrivals[0] >= 0.2 * (len(arrivals) - 1) * 0.9
+        bad = cli.run("sync", "--dir", str(tmp_path / "x"), "--capability-list", server.base + "/capabilitylist.xml",
+                      "--once", "--rate", "0")
+        assert bad.returncode == 2 and "--rate" in bad.stderr
+    finally:
+        server.stop()
