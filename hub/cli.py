@@ -31,7 +31,7 @@ WORKER_SKIPS = frozenset({"workers"})  # meaningless for a worker process
 # child workers through RSNOTIFY_* variables; host and port make the default hub URL) but its
 # --help does not show them.
 WEB_ONLY = frozenset({"host", "port", "lease_default", "lease_min", "lease_max", "intent_ttl", "max_body",
-                      "publish_tokens", "tokens_file", "admin_token", "trusted_proxies"})
+                      "publish_tokens", "tokens_file", "admin_token", "trusted_proxies", "dormant_after"})
 # --help shows these first, then everything else under "Tuning options"
 ESSENTIAL = {
     "hub": frozenset({"host", "port", "public_url", "redis_url", "data_dir", "workers", "secret_key",
@@ -156,6 +156,19 @@ def check_public_url(settings: HubSettings) -> None:
         "one): give --public-url (RSNOTIFY_PUBLIC_URL), e.g. --public-url https://hub.example.org/")
 
 
+def check_data_dir(settings: HubSettings) -> None:
+    """--data-dir must be a folder or creatable as one: a file there (or on the way) is a usage
+    error now, not an "[Errno 17] File exists" once Redis or the key file needs it."""
+    path = settings.data_path
+    for candidate in (path, *path.parents):
+        if candidate.exists():
+            if not candidate.is_dir():
+                what = "is a file" if candidate == path else f"is inside {candidate}, which is a file"
+                raise click.BadParameter(f"{settings.data_dir} {what}; expected a folder (created if missing)",
+                                         param_hint="--data-dir")
+            return
+
+
 def warn_without_workers(settings: HubSettings) -> None:
     """--workers 0 on the embedded Redis: nothing would verify or deliver, and nothing else would say so."""
     if settings.is_embedded and settings.workers == 0:
@@ -180,6 +193,7 @@ def hub(log_level: str, **values: Any) -> None:
 
     settings = build_settings(values)
     check_public_url(settings)
+    check_data_dir(settings)
     warn_without_workers(settings)
     configure_logging(log_level, settings.log_format)
     try:
@@ -214,6 +228,7 @@ def worker(burst: bool, queues: tuple[str, ...], concurrency: int | None, name: 
     if settings.redis_url is None:
         raise click.UsageError("a worker needs --redis-url (RSNOTIFY_REDIS_URL): the hub's Redis")
     check_public_url(settings)
+    check_data_dir(settings)
     configure_logging(log_level, settings.log_format)
     if parent_pid is not None:
         watch_parent(parent_pid)

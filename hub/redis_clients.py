@@ -15,7 +15,10 @@ def async_client(url: str, max_connections: int) -> redis_async.Redis:
     return redis_async.Redis.from_pool(pool)
 
 
-def sync_client(url: str, max_connections: int) -> redis_sync.Redis:
-    """A synchronous client (bytes replies) owning a waiting pool of at most `max_connections`."""
-    pool = redis_sync.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=POOL_WAIT)
+def sync_client(url: str, max_connections: int, *, connect_timeout: float | None = None) -> redis_sync.Redis:
+    """A synchronous client (bytes replies) owning a waiting pool of at most `max_connections`;
+    `connect_timeout`: seconds a new connection may take (None: the OS's own, minutes for a
+    black-holed address)."""
+    pool = redis_sync.BlockingConnectionPool.from_url(url, max_connections=max_connections, timeout=POOL_WAIT,
+                                                      socket_connect_timeout=connect_timeout)
     return redis_sync.Redis.from_pool(pool)

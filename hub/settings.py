@@ -120,6 +120,8 @@ class HubSettings:
     replay_max: int = _opt(
         -1, "Most log entries re-sent to one subscription for rsnotify.replay_from, counted over its "
             "lifetime (-1: the whole retained log; 0: the extension is off).")
+    dormant_after: float = _opt(86_400.0, "A subscription whose callback has refused every delivery for this long "
+                                          "shows on the status page as dormant, apart from live trouble (seconds).")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -147,7 +149,7 @@ class HubSettings:
                     ipaddress.ip_network(cidr, strict=False)
                 except ValueError:
                     problems.append(f"{name} must hold CIDRs like 10.0.0.0/8, got {cidr!r}")
-        for name in ("max_form", "header_timeout", "body_timeout"):
+        for name in ("max_form", "header_timeout", "body_timeout", "dormant_after"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be a positive number, got {getattr(self, name)}")
         for name in ("rate_subscribe_client", "rate_subscribe_callback_host", "rate_publish_token"):

@@ -167,7 +167,21 @@ def parse_change_option(change: ChangeType, text: str, now: datetime) -> Resourc
         except NotificationError as exc:
             raise ChangeInputError(f"--{change.value} {text}: {exc}") from None
         return _build(loc=uri, change=change, changed_at=when, now=now)
+    if at and len(uri) >= _authority_end(text):
+        # An @ past the host is meant as URI@DATETIME far more often than as part of a path:
+        # publishing a loc ending in "@yesterday" would be silent and wrong.
+        raise ChangeInputError(f"--{change.value} {text}: {tail!r} after the last @ is not a W3C datetime "
+                               "(e.g. 2024-05-01T10:00:00Z); write an @ that belongs to the URI as %40")
     return _build(loc=text, change=change, now=now)
+
+
+def _authority_end(url: str) -> int:
+    """Where `url`'s scheme://host[:port] part ends (0 when it has none)."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return 0
+    end = min((i for i in (rest.find(c) for c in "/?#") if i >= 0), default=len(rest))
+    return len(scheme) + len(sep) + end
 
 
 def parse_json_lines(lines: Iterable[str], now: datetime, source: str = "input") -> list[ResourceChange]:

@@ -26,6 +26,7 @@ from rsnotify.errors import (
     ValidationError,
     WireError,
 )
+from rsnotify.neterrors import describe_client_error
 from rsnotify.notification import ChangeNotification, ResourceChange
 from rsnotify.splitter import split_changes
 from rsnotify.websub import (
@@ -447,7 +448,7 @@ def _retry_after(response: aiohttp.ClientResponse) -> float | None:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, asyncio.TimeoutError):
         return "timed out waiting for the hub"
-    return str(exc) or type(exc).__name__
+    return describe_client_error(exc)  # the message names the hub already
 
 
 def _receipt(

@@ -76,17 +76,18 @@ class Folder:
     """The files of `root` served under `base_url` (which ends with "/").
 
     `reserved`: top-level names the Source serves itself (its lists); files with those names
-    are skipped with a warning. `exclusions`: paths that are no resources (never listed,
-    served or published). Remembers each file's (mtime, size) so a rescan re-hashes only
-    files that changed.
+    are skipped with a warning, unless `owns_reserved` (the Source writes them into this very
+    folder, with --write). `exclusions`: paths that are no resources (never listed, served or
+    published). Remembers each file's (mtime, size) so a rescan re-hashes only files that changed.
     """
 
     def __init__(self, root: str | os.PathLike[str], base_url: str, reserved: Iterable[str] = (),
-                 exclusions: Exclusions = Exclusions()) -> None:
+                 exclusions: Exclusions = Exclusions(), *, owns_reserved: bool = False) -> None:
         self.root = Path(root).resolve()
         self.base_url = base_url
         self._reserved = frozenset(reserved)
         self.exclusions = exclusions
+        self._owns_reserved = owns_reserved
         self._known: dict[Path, FileState] = {}
 
     # -- URLs and paths --
@@ -185,6 +186,8 @@ class Folder:
             log.debug("%s is not served: it is excluded", path)
             return None
         if self._is_reserved(path):
+            if self._owns_reserved:
+                return None
             log.warning("%s is not served: the Source serves its own document under that name", path)
             return None
         try:

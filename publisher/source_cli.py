@@ -17,6 +17,9 @@ import aiohttp
 import click
 from aiohttp import web
 
+from rsnotify.neterrors import describe_client_error
+
+from . import static_cli
 from .client import Publisher
 from .errors import SettingsError, StateError
 from .folder import Exclusions, Folder
@@ -59,12 +62,15 @@ _MAX_RETRY_SECONDS = 10.0  # a hub back from downtime gets what waited within th
 @click.option("--body-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
               envvar="RSNOTIFY_SOURCE_BODY_TIMEOUT", show_envvar=True,
               help="Seconds a client has to send a request's body (408 beyond).")
+@click.option("--write", "write_dir", metavar="OUT", is_flag=False, flag_value="", envvar="RSNOTIFY_SOURCE_WRITE",
+              show_envvar=True, help="Write the documents into OUT [default: SRC] for a web server to serve; serve nothing.")
+@click.option("--once", is_flag=True, help="With --write: scan, write, publish, then exit (cron, post-commit hook).")
 @click.option("-v", "--verbose", is_flag=True, help="Log debug details too.")
 @click.pass_context
 def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...], listen: str | None,
            token: str | None, db_path: str | None, rotate_seconds: float, keep_days: float | None,
            excludes: tuple[str, ...], include_hidden: bool, header_timeout: float, body_timeout: float,
-           verbose: bool) -> None:
+           write_dir: str | None, once: bool, verbose: bool) -> None:
     """Serve the files of SRC under URL as a ResourceSync Source, and publish every change.
 
     Serves the files, the Source Description, the Capability List, the Resource List, the
@@ -74,6 +80,10 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
 
     \b
     rsnotify source --dir ./data --base-url http://127.0.0.1:8000/dataset1/ --hub http://127.0.0.1:8080/
+
+    With --write the documents are written as files for the web server that already serves
+    SRC under URL (see the README for nginx and Apache); with --once as well, the command
+    exits after one scan: 0 published, 1 a notification still waits in the outbox.
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("watchfiles").setLevel(logging.DEBUG if verbose else logging.WARNING)  # one line per event otherwise
@@ -87,6 +97,9 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
     memory_path = Path(db_path) if db_path else _default_db(folder_path)
     if _is_inside(memory_path, folder_path):
         raise click.BadParameter(f"{memory_path} is inside SRC; the change memory must live elsewhere", ctx, param_hint="--db")
+    if once and write_dir is None:
+        raise click.UsageError("--once needs --write: a served Source runs until stopped", ctx)
+    out = static_cli.check_out(ctx, write_dir, folder_path, memory_path) if write_dir is not None else None
     policy = ListPolicy(rotate_seconds=rotate_seconds, keep_seconds=keep_days * 86_400 if keep_days else None)
     try:
         memory = ChangeMemory(memory_path, policy)
@@ -97,6 +110,18 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
     if problem:
         memory.close()
         raise click.ClickException(problem)
+    exclusions = Exclusions(excludes, include_hidden)
+    if out is not None:
+        outbox = Outbox(memory_path, publisher, max_retry_delay=_MAX_RETRY_SECONDS, autostart=not once)
+        try:
+            static_cli.run(folder_path, urls, publisher, outbox, memory, _cache_dir(memory_path), out,
+                           exclusions, once=once)
+        except StateError as exc:
+            raise click.ClickException(str(exc)) from None
+        finally:
+            outbox.close()
+            memory.close()
+        return
     # The port is bound before anything is recorded or sent: a Source that cannot serve must
     # not publish changes (nobody could fetch them) nor announce its topic on the hub.
     try:
@@ -106,7 +131,7 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
         raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
     outbox = Outbox(memory_path, publisher, max_retry_delay=_MAX_RETRY_SECONDS)
     try:
-        folder = Folder(folder_path, base, RESERVED_NAMES, Exclusions(excludes, include_hidden))
+        folder = Folder(folder_path, base, RESERVED_NAMES, exclusions)
         runner = Source(folder, urls, publisher, outbox, memory, _cache_dir(memory_path), body_timeout=body_timeout)
         click.echo(f"rsnotify source: {folder_path.resolve()} as {base} (capability list {urls.capability_list}); "
                    f"change memory {memory_path}", err=True)
@@ -171,7 +196,7 @@ async def _hub_problem(hubs: tuple[str, ...]) -> str | None:
             except TimeoutError:
                 return f"cannot reach the hub {hub}: no answer within {_HUB_CHECK_SECONDS:g} s"
             except (aiohttp.ClientError, OSError) as exc:
-                return f"cannot reach the hub {hub}: {str(exc) or type(exc).__name__}"
+                return f"cannot reach the hub {hub}: {describe_client_error(exc)}"
     return None
 
 

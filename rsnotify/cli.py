@@ -1,7 +1,8 @@
 """The root `rsnotify` command group; each role's commands are loaded lazily.
 
 `rsnotify validate` lives in `rsnotify.validate_cli`; `hub`/`worker` in `hub.cli`;
-`publish`/`capability-list` in `publisher.cli`; `subscribe` in `subscriber.cli`.
+`publish`/`capability-list` in `publisher.cli`; `subscribe` in `subscriber.cli`; `inspect` in
+`subscriber.inspect_cli`.
 """
 from __future__ import annotations
 
@@ -23,8 +24,36 @@ LAZY_COMMANDS = {
     "subscribe": "rsnotify.subscriber.cli:subscribe",
     "sync": "rsnotify.subscriber.cli:sync",
     "audit": "rsnotify.subscriber.cli:audit",
+    "inspect": "rsnotify.subscriber.inspect_cli:inspect",
     "source": "rsnotify.publisher.source_cli:source",
 }
+
+# commands that need an optional extra -> the extra; and the modules each extra must bring (the
+# commands import them only when they run, so a plain `pip install .` would fail half-way)
+NEEDS_EXTRA = {"hub": "hub", "worker": "hub"}
+EXTRA_MODULES = {"hub": ("redis", "rq", "cryptography", "prometheus_client", "limits")}
+
+
+def is_extra_missing(extra: str) -> bool:
+    """Is any module of `extra` not installed? (Looked up, not imported: `--help` stays fast.)"""
+    for module in EXTRA_MODULES[extra]:
+        try:
+            if importlib.util.find_spec(module) is None:
+                return True
+        except (ImportError, ValueError):   # a broken or blocked installation counts as missing
+            return True
+    return False
+
+
+def missing_extra_command(name: str, extra: str) -> click.Command:
+    """A stand-in for a command whose extra is not installed: one line, exit 2, whatever the arguments."""
+
+    def explain() -> None:
+        click.echo(f"rsnotify {name} needs the {extra} extra: pip install 'rsnotify[{extra}]'", err=True)
+        raise SystemExit(2)
+
+    return click.Command(name, callback=explain, add_help_option=False, help=f"(needs: pip install 'rsnotify[{extra}]')",
+                         context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
 
 
 class LazyGroup(click.Group):
@@ -39,6 +68,9 @@ class LazyGroup(click.Group):
         target = LAZY_COMMANDS.get(name)
         if target is None:
             return None
+        extra = NEEDS_EXTRA.get(name)
+        if extra is not None and is_extra_missing(extra):
+            return missing_extra_command(name, extra)
         module_name, attribute = target.split(":")
         try:
             module = importlib.import_module(module_name)

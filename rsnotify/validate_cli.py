@@ -1,28 +1,43 @@
-"""`rsnotify validate FILE...`: say what each ResourceSync document is and whether it is valid.
+"""`rsnotify validate FILE|URL...`: say what each ResourceSync document is and whether it is valid.
 
 Exit status: 0 all valid, 1 any invalid (or not XML), 2 usage error (missing or unreadable
-file). Bad input never produces a traceback.
+file, a URL that cannot be fetched). Bad input never produces a traceback.
 """
 from __future__ import annotations
 
+import asyncio
 import sys
+from typing import Any
 
+import aiohttp
 import click
 
 from .documents import ParsedDocument, parse_document
 from .errors import RsnotifyError
+from .neterrors import describe_client_error
+
+MAX_DOCUMENT_BYTES = 52_428_800   # a Sitemap document is at most 50 MiB
+FETCH_SECONDS = 60.0
+_FILES = click.Path(exists=True, dir_okay=False, readable=True, allow_dash=True)
+
+
+class FileOrUrl(click.ParamType):
+    """An http(s) URL as given, else an existing readable file (or `-`), as click.Path checks it."""
+
+    name = "FILE|URL"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, str) and _is_url(value):
+            return value
+        return _FILES.convert(value, param, ctx)
 
 
 @click.command("validate")
-@click.argument(
-    "files",
-    nargs=-1,
-    required=True,
-    type=click.Path(exists=True, dir_okay=False, readable=True, allow_dash=True),
-)
+@click.argument("files", nargs=-1, required=True, type=FileOrUrl(), metavar="FILE|URL...")
 def validate(files: tuple[str, ...]) -> None:
     """Check ResourceSync documents (change notifications, Capability Lists, Source
-    Descriptions, Resource/Change Lists, Dumps, indexes); `-` reads standard input.
+    Descriptions, Resource/Change Lists, Dumps, indexes); `-` reads standard input, an
+    http(s) URL is fetched.
 
     Prints `FILE: ok (<what>, N entries)` or the file's problems, one per line.
     """
@@ -36,7 +51,13 @@ def validate(files: tuple[str, ...]) -> None:
     raise SystemExit(0 if all_valid else 1)
 
 
+def _is_url(value: str) -> bool:
+    return value[:8].lower().startswith(("http://", "https://"))
+
+
 def _read(path: str) -> bytes:
+    if _is_url(path):
+        return asyncio.run(_fetch(path))
     try:
         if path == "-":
             return sys.stdin.buffer.read()
@@ -44,6 +65,24 @@ def _read(path: str) -> bytes:
             return file.read()
     except OSError as exc:  # raced away or unreadable after click's checks: still a usage error
         raise click.UsageError(f"cannot read {path}: {exc.strerror or exc}") from exc
+
+
+async def _fetch(url: str) -> bytes:
+    """The document at `url` (redirects followed, at most MAX_DOCUMENT_BYTES); UsageError otherwise."""
+    timeout = aiohttp.ClientTimeout(total=FETCH_SECONDS)
+    try:
+        async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
+            if response.status != 200:
+                raise click.UsageError(f"{url} answered {response.status}; expected 200")
+            chunks, size = [], 0
+            async for chunk in response.content.iter_chunked(256 * 1024):
+                size += len(chunk)
+                if size > MAX_DOCUMENT_BYTES:
+                    raise click.UsageError(f"{url} is larger than {MAX_DOCUMENT_BYTES} bytes, the Sitemap limit")
+                chunks.append(chunk)
+            return b"".join(chunks)
+    except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+        raise click.UsageError(f"cannot fetch {url}: {describe_client_error(exc)}") from None
 
 
 def report(name: str, data: bytes) -> tuple[list[str], bool]:

@@ -23,6 +23,9 @@ import aiohttp
 import click
 from aiohttp import web
 
+from rsnotify.errors import WireError
+from rsnotify.websub import check_url
+
 from .aiohttp_adapter import add_callback_routes
 from .client import Subscriber
 from .core import ACK_AFTER_HANDLER, ReceivedNotification
@@ -113,6 +116,14 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
                                f"--source; got {', '.join(starts) if starts else 'none'}")
     if hub and not topic:
         raise click.UsageError("--hub needs --topic")
+    # Before anything binds a port or opens the state: a typo costs one line, not a server start.
+    for option, value in (("--hub", hub), ("--topic", topic), ("--capability-list", capability_list),
+                          ("--source", source)):
+        if value:
+            try:
+                check_url(option, value)
+            except WireError as exc:
+                raise click.UsageError(str(exc)) from None
     try:
         host, port = parse_listen(listen)
         settings = SubscriberSettings(listen_host=host, listen_port=port, callback_url=callback_url,
@@ -253,13 +264,14 @@ async def _subscribe_all(subscriber: Subscriber, settings: SubscriberSettings, s
             subscription = await _subscribe_channel(subscriber, settings, channel)
         except SubscriberError as exc:
             problems.append(str(exc))
-            _status(f"could not subscribe to {channel.topic}: {exc}")
+            if len(channels) > 1:  # one channel's failure is the final error itself: said once
+                _status(f"could not subscribe to {channel.topic}: {exc}")
             continue
         subscribed.append(subscription)
         _status(f"subscribed to {subscription.topic} at {subscription.hub} (lease {subscription.lease_seconds} s, "
                 f"{'signed' if subscription.has_secret else 'unsigned'}); callback {subscription.callback}")
     if not subscribed:
-        raise SubscriberError("no subscription could be made: " + "; ".join(problems))
+        raise SubscriberError(problems[0] if len(problems) == 1 else "no subscription could be made: " + "; ".join(problems))
 
 
 async def _discover(session: aiohttp.ClientSession, hub: str | None, topic: str | None,
@@ -368,6 +380,22 @@ def _default_callback(runner: web.AppRunner, settings: SubscriberSettings) -> st
 
 # --- rsnotify sync / rsnotify sync status / rsnotify audit ------------------------------------
 
+class HeaderLine(click.ParamType):
+    """`Name: value` (sync/headers.py checks it); in RSNOTIFY_SYNC_HEADER, one per line."""
+
+    name = "header"
+    envvar_list_splitter = "\n"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, tuple):
+            return value
+        from .sync.headers import parse_header
+        try:
+            return parse_header(str(value))
+        except ValueError as exc:
+            self.fail(str(exc), param, ctx)
+
+
 def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
     command = click.option("--dir", "directory", metavar="DIR", envvar="RSNOTIFY_SYNC_DIR",
                            show_envvar=True, type=click.Path(file_okay=False, path_type=Path),
@@ -388,13 +416,28 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
                            help="Resource GETs in flight at most.")(command)
     command = click.option("--json", "json_events", is_flag=True,
                            help="One JSON object per event on stdout (with an \"event\" key).")(command)
+    command = click.option("--header", "headers", metavar="'NAME: VALUE'", multiple=True, type=HeaderLine(),
+                           envvar="RSNOTIFY_SYNC_HEADER", show_envvar=True,
+                           help="Send this header to the Source's own origin (scheme, host, port of --source or "
+                                "--capability-list), never to another host or after a redirect to one: e.g. an "
+                                "access token. Repeatable; in the variable one per line, out of `ps`.")(command)
+    command = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+                           envvar="RSNOTIFY_SYNC_TIMEOUT", show_envvar=True,
+                           help="Seconds a request may take to connect, and between two reads of its answer.")(command)
+    command = click.option("--rate", type=click.FloatRange(min=0, min_open=True), metavar="N",
+                           envvar="RSNOTIFY_SYNC_RATE", show_envvar=True,
+                           help="At most N requests a second to any one host (politeness) [default: no limit].")(command)
+    command = click.option("--tries", type=click.IntRange(min=1), default=5, show_default=True,
+                           envvar="RSNOTIFY_SYNC_TRIES", show_envvar=True,
+                           help="Attempts per resource before it counts as failed (transient errors only).")(command)
     command = click.option("-v", "--verbose", is_flag=True, help="Log details on stderr.")(command)
     return command
 
 
 def _sync_command(directory: Path, source: str | None, capability_list: str | None, allow_network: tuple[str, ...],
                   allow_host: tuple[str, ...], concurrency: int, json_events: bool, verbose: bool,
-                  **extra: Any) -> SyncCommand:
+                  headers: tuple[tuple[str, str], ...] = (), timeout: float = 30.0, tries: int = 5,
+                  rate: float | None = None, **extra: Any) -> SyncCommand:
     from .sync.netguard import parse_networks
     if directory is None:
         raise click.UsageError("--dir DIR is required")
@@ -406,6 +449,8 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
     for name, url in (("--source", source), ("--capability-list", capability_list)):
         if url and urlsplit(url).scheme not in ("http", "https"):
             raise click.BadParameter(f"must be an http(s) URL, got {url!r}", param_hint=name)
+    if headers and not (source or capability_list):
+        raise click.UsageError("--header needs --source or --capability-list: the origin its headers go to")
     try:
         networks = parse_networks(allow_network)
     except ValueError as exc:
@@ -416,7 +461,7 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
     options = SyncOptions(concurrency=concurrency, keep_deleted=extra.get("keep_deleted", False),
                           dry_run=extra.get("dry_run", False))
     return _SyncCommand(directory, source, capability_list, options, networks, tuple(allow_host),
-                        json_events=json_events)
+                        json_events=json_events, headers=tuple(headers), timeout=timeout, tries=tries, rate=rate)
 
 
 @click.group(invoke_without_command=True)

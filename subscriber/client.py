@@ -25,6 +25,7 @@ import aiohttp
 
 from rsnotify import __version__
 from rsnotify.errors import WireError
+from rsnotify.neterrors import describe_client_error
 from rsnotify.websub import (
     SubscriptionRequest,
     check_lease_seconds,
@@ -559,7 +560,7 @@ class Subscriber:
                     status = response.status
             except (TimeoutError, aiohttp.ClientError) as exc:
                 raise SubscriptionError(f"cannot reach hub {hub} to {mode} {subscription.topic}: "
-                                        f"{exc or type(exc).__name__}") from exc
+                                        f"{describe_client_error(exc)}") from exc
             if status in (307, 308) and location:
                 hub = urljoin(hub, location)
                 log.info("hub moved (%s) to %s", status, hub)

@@ -24,6 +24,7 @@ import aiohttp
 from lxml import etree
 
 from rsnotify.errors import DocumentParseError, ValidationError, WireError
+from rsnotify.neterrors import describe_client_error
 from rsnotify.notification import (
     CAPABILITY_LIST,
     CHANGE_NOTIFICATION,
@@ -98,7 +99,7 @@ async def _fetch(session: aiohttp.ClientSession, url: str, what: str) -> _Fetche
     except aiohttp.TooManyRedirects as exc:
         raise DiscoveryError(f"{what} at {url} redirected more than {MAX_REDIRECTS} times") from exc
     except (TimeoutError, aiohttp.ClientError) as exc:
-        raise DiscoveryUnreachableError(f"cannot fetch {what} at {url}: {exc or type(exc).__name__}") from exc
+        raise DiscoveryUnreachableError(f"cannot fetch {what} at {url}: {describe_client_error(exc)}") from exc
     if fetched.status in (404, 410):
         raise DiscoveryNotFoundError(f"{what} not found at {fetched.url} (answered {fetched.status}; expected 200)")
     if fetched.status >= 500 or fetched.status == 429:

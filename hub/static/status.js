@@ -8,6 +8,7 @@ const HISTORY_MS = 20000;          // the per-minute history changes once a minu
 const main = document.getElementById("main");
 let timer = null;
 let history = {rows: null, at: 0};
+let chartSpan = "data";           // the history chart's span: "data" (zoomed to it), "60" or "360" minutes
 
 // --- small helpers ---------------------------------------------------------------------------
 
@@ -34,13 +35,17 @@ function card(id, label, value, cls) {
 function table(headers, rows, id) {
   const head = headers.map((h) => `<th class="${h.startsWith("#") ? "num" : ""}">${esc(h.replace(/^#/, ""))}</th>`).join("");
   const body = rows.length ? rows.join("") : `<tr><td colspan="${headers.length}" class="muted">none</td></tr>`;
-  return `<table id="${id}"><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table>`;
+  return `<div class="scroll"><table id="${id}"><thead><tr>${head}</tr></thead><tbody>${body}</tbody></table></div>`;
+}
+// One short text for an attempt's result; the raw error, when it says more, behind a disclosure.
+function errorText(short, raw, cls) {
+  const shown = `<span class="${cls || ""}">${esc(short || "—")}</span>`;
+  if (!raw || raw === short) return shown;
+  return `<details class="raw"><summary>${shown}</summary><code>${esc(raw)}</code></details>`;
 }
 function statusText(sub) {
   if (sub.last_outcome === "") return '<span class="muted">no attempt yet</span>';
-  const status = sub.last_status ? "HTTP " + sub.last_status : (sub.last_error || "no answer");
-  const cls = sub.last_outcome === "delivered" ? "ok" : "bad";
-  return `<span class="${cls}">${esc(status)}</span>`;
+  return `<span class="${sub.last_outcome === "delivered" ? "ok" : "bad"}">${esc(sub.last_error_short)}</span>`;
 }
 
 // --- the admin API -----------------------------------------------------------------------------
@@ -111,8 +116,11 @@ function showError(error) {
 }
 
 async function refresh(render) {
+  // a raw error the reader opened stays open across the re-render
+  const open = new Set([...main.querySelectorAll("details")].flatMap((d, i) => (d.open ? [i] : [])));
   try {
     await render();
+    main.querySelectorAll("details").forEach((d, i) => { if (open.has(i)) d.open = true; });
     showError(null);
     document.getElementById("search-form").hidden = false;
     document.getElementById("updated").textContent = "updated " + new Date().toISOString().slice(11, 19) + " UTC";
@@ -138,6 +146,11 @@ async function renderOverview() {
     `<tr><td class="url"><a href="/subscriptions/${esc(s.sid)}">${esc(s.callback)}</a><div class="muted">${esc(s.topic)}</div></td>` +
     `<td class="problem ${s.attempts || s.dead_letters ? "bad" : "warn"}">${esc(s.problem)}</td>` +
     `<td class="num">${num(s.backlog)}</td><td class="num">${num(s.dead_letters)}</td></tr>`);
+  const dormant = o.dormant.map((s) =>
+    `<tr><td class="url"><a href="/subscriptions/${esc(s.sid)}">${esc(s.callback)}</a><div class="muted">${esc(s.topic)}</div></td>` +
+    `<td>${s.refusing_since ? duration(o.now - s.refusing_since) : "—"}</td><td class="bad">${esc(s.last_error_short)}</td>` +
+    `<td class="num">${num(s.backlog)}</td>` +
+    `<td><button data-end="${esc(s.sid)}" title="remove it; the subscriber is told (hub.mode=denied)">End</button></td></tr>`);
   const now = o.now;
   const workers = o.workers.map((w) =>
     `<tr><td>${esc(w.name)}</td><td>${esc(w.host)} <span class="muted">pid ${esc(w.pid)}</span></td>` +
@@ -145,7 +158,7 @@ async function renderOverview() {
     `<td class="num">${w.claims == null ? "—" : num(w.claims)}</td>` +
     `<td>${w.slots == null ? esc(w.state) : `${num(w.slots)} delivery slots · following ${num(w.following)} topic(s)`}</td></tr>`);
   const lat = o.publish_to_delivery_seconds, post = o.delivery_seconds;
-  const hours = Math.round(history.rows.length / 60);
+  const shown = chartRows(history.rows);
   main.innerHTML = `
     <div class="cards">
       ${card("m-topics", "topics", o.topics)}
@@ -159,11 +172,14 @@ async function renderOverview() {
       ${card("m-gone", "ended by 410 Gone", d.gone || 0)}
       ${card("m-backlog", "backlog", o.backlog, o.backlog ? "warn" : "")}
       ${card("m-trouble", "subscriptions in trouble", o.trouble_count, o.trouble_count ? "bad" : "ok")}
+      ${card("m-dormant", "dormant subscriptions", o.dormant_count, o.dormant_count ? "warn" : "")}
       ${card("m-workers", "workers", q.workers, q.workers ? "" : "bad")}
       ${card("m-queued", "jobs queued", q.queued)}
       ${card("m-retries-waiting", "retries waiting", q.waiting_retries)}
     </div>
-    <h2>Deliveries per minute and publish→delivery latency, last ${hours} hours</h2>
+    <h2>Deliveries per minute and publish→delivery latency, ${esc(shown.title)}</h2>
+    <div class="span-choice" id="span-choice">${[["data", "the data's span"], ["60", "1 h"], ["360", "6 h"]].map(([value, label]) =>
+      `<button type="button" data-span="${value}" aria-pressed="${chartSpan === value}">${label}</button>`).join("")}</div>
     <div class="charts">
       <div><canvas id="history" width="800" height="200"></canvas>
         <div class="legend muted"><span class="ok">■ delivered</span><span class="bad">■ failed</span>
@@ -176,19 +192,62 @@ async function renderOverview() {
       · verifications: ${Object.entries(o.verifications).map(([k, v]) => esc(k) + " " + num(v)).join(", ") || "none"}</p>
     <h2>Subscriptions in trouble (${num(o.trouble_count)})</h2>
     ${table(["subscriber (callback / topic)", "problem", "#backlog", "#dead letters"], trouble, "trouble")}
+    <h2>Dormant subscriptions (${num(o.dormant_count)})</h2>
+    <p class="muted">Their callbacks have refused every delivery for more than ${duration(o.dormant_after)}
+      (<code>--dormant-after</code>): a Destination that stopped for good, or one resting; End removes the subscription.</p>
+    ${table(["subscriber (callback / topic)", "refusing for", "last answer", "#backlog", ""], dormant, "dormant")}
     ${o.subscriptions_scanned < o.subscriptions ? `<p class="muted">Trouble is looked for among the
       ${num(o.subscriptions_scanned)} subscriptions whose leases end first (of ${num(o.subscriptions)}).</p>` : ""}
     <h2>Busiest topics (last hour)</h2>
     ${table(["topic", "#last hour", "#published", "#subscriptions"], busiest, "busiest")}
     <h2>Workers (${num(o.workers.length)})</h2>
     ${table(["worker", "host", "last seen", "#claims", "lanes"], workers, "workers")}`;
-  drawHistory(document.getElementById("history"), history.rows);
+  drawHistory(document.getElementById("history"), shown.rows);
   drawBars(document.getElementById("minutes"), o.published_per_minute);
+  main.querySelectorAll("#span-choice button").forEach((button) => {
+    button.onclick = () => { chartSpan = button.dataset.span; refresh(renderOverview); };
+  });
+  main.querySelectorAll("#dormant button[data-end]").forEach((button) => {
+    button.onclick = () => endSubscription(button.dataset.end, () => renderOverview());
+  });
+}
+
+// The rows the chart shows: the last hour or six, or from the minute before the first one with any
+// activity (at least 3 minutes), so a young hub's data is not squeezed into the axis's end.
+function chartRows(rows) {
+  if (chartSpan !== "data") {
+    const minutes = Number(chartSpan);
+    return {rows: rows.slice(-minutes), title: minutes === 60 ? "last hour" : "last 6 hours"};
+  }
+  const first = rows.findIndex((r) => r.delivered || r.failed || r.latency_ms != null);
+  if (first < 0) return {rows: rows.slice(-60), title: "last hour (nothing yet)"};
+  const start = Math.max(0, Math.min(first - 1, rows.length - 3));
+  const from = new Date(rows[start].minute * 1000).toISOString().slice(11, 16);
+  return {rows: rows.slice(start), title: `since ${from} UTC (the data's span)`};
+}
+
+// DELETE through the admin API (JSON, the admin token): the hub tells the subscriber.
+function endSubscription(sid, then) {
+  const reason = prompt("End this subscription? The subscriber gets hub.mode=denied with this reason:",
+                        "the hub's operator ended this subscription: its callback refused every delivery");
+  if (reason === null) return;
+  refresh(async () => {
+    await api("/admin/subscriptions/" + encodeURIComponent(sid) + "?reason=" + encodeURIComponent(reason), {method: "DELETE"});
+    await then();
+  });
 }
 
 // The server keeps one row per minute (store/history.py), so the chart is full as soon as it opens.
+function fitCanvas(canvas) {      // draw at the element's own size, so labels keep their size on a phone
+  const ratio = window.devicePixelRatio || 1, w = canvas.clientWidth || canvas.width, h = canvas.clientHeight || canvas.height;
+  canvas.width = Math.round(w * ratio); canvas.height = Math.round(h * ratio);
+  const ctx = canvas.getContext("2d");
+  ctx.setTransform(ratio, 0, 0, ratio, 0, 0);
+  return [ctx, w, h];
+}
+
 function drawHistory(canvas, rows) {
-  const ctx = canvas.getContext("2d"), w = canvas.width, h = canvas.height, pad = 34;
+  const [ctx, w, h] = fitCanvas(canvas), pad = 34;
   ctx.clearRect(0, 0, w, h);
   const top = Math.max(1, ...rows.map((r) => r.delivered + r.failed));
   const latTop = Math.max(1, ...rows.map((r) => r.latency_ms || 0));
@@ -215,17 +274,24 @@ function drawHistory(canvas, rows) {
   ctx.fillText(num(top) + "/min", 2, pad - 8);
   ctx.fillText(latTop.toFixed(0) + " ms", w - pad - 10, pad - 8);
   ctx.strokeStyle = "#e5e7eb"; ctx.beginPath(); ctx.moveTo(pad, h - pad); ctx.lineTo(w - pad, h - pad); ctx.stroke();
-  rows.forEach((r, i) => {      // a tick and its UTC time at each full hour
-    if (r.minute % 3600 !== 0) return;
+  // a tick and its UTC time every `step` minutes, the smallest step that keeps labels 44 px apart
+  const step = [5, 10, 15, 30, 60, 120, 180].find((m) => m * bw >= 44) || 360;
+  const label = (r, i) => {
     const x = pad + i * bw;
     ctx.fillStyle = "#6b7280"; ctx.fillRect(x, h - pad, 1, 4);
     ctx.fillText(new Date(r.minute * 1000).toISOString().slice(11, 16), x - 14, h - pad + 16);
-  });
+  };
+  const ticks = rows.filter((r) => r.minute % (step * 60) === 0);
+  rows.forEach((r, i) => { if (r.minute % (step * 60) === 0) label(r, i); });
+  if (!ticks.length && rows.length) {   // a span shorter than one step: its first and last minute
+    label(rows[0], 0);
+    if (rows.length > 1) label(rows[rows.length - 1], rows.length - 1);
+  }
   if (!rows.some((r) => r.delivered || r.failed)) ctx.fillText("no deliveries in this time", pad + 8, h / 2);
 }
 
 function drawBars(canvas, values) {
-  const ctx = canvas.getContext("2d"), w = canvas.width, h = canvas.height, pad = 20;
+  const [ctx, w, h] = fitCanvas(canvas), pad = 20;
   ctx.clearRect(0, 0, w, h);
   const top = Math.max(1, ...values), bw = (w - 2 * pad) / values.length;
   ctx.fillStyle = "#1d4ed8";
@@ -246,11 +312,13 @@ async function renderTopic(tid) {
   const subs = t.subscriptions_list.map((s) =>
     `<tr><td class="url"><a href="/subscriptions/${esc(s.sid)}">${esc(s.callback)}</a></td><td>${esc(s.state)}</td>` +
     `<td class="num">${num(s.backlog)}</td><td class="num">${num(s.delivered)}</td><td>${statusText(s)}</td>` +
-    `<td class="warn">${esc(s.problem)}</td></tr>`);
+    `<td class="${s.dormant ? "bad" : "warn"}">${esc(s.problem)}</td></tr>`);
   const recent = t.recent_notifications.map((n) =>
     `<tr><td class="num">${num(n.sequence)}</td><td>${bodyLink("/admin/topics/" + t.tid + "/notifications/" + n.notification_id,
        n.notification_id)}</td><td>${time(n.published_ms / 1000)}</td>` +
-    `<td>${esc(n.content_type)}</td><td class="num">${num(n.bytes)}</td></tr>`);
+    `<td class="num">${n.changes == null ? "—" : num(n.changes)}</td>` +
+    `<td class="when">${esc(n.from ?? "—")}</td><td class="when">${esc(n.until ?? "—")}</td>` +
+    `<td class="num">${num(n.bytes)}</td></tr>`);
   main.innerHTML = `
     <h1>${esc(t.url)}</h1>
     <div class="cards">
@@ -263,7 +331,7 @@ async function renderTopic(tid) {
     <h2>Subscriptions</h2>
     ${table(["callback", "state", "#backlog", "#delivered", "last status", "trouble"], subs, "subscriptions")}
     <h2>Recent notifications</h2>
-    ${table(["#seq", "notification id", "published", "content type", "#bytes"], recent, "recent")}`;
+    ${table(["#seq", "notification id", "published", "#changes", "from", "until", "#bytes"], recent, "recent")}`;
 }
 
 // --- one subscription: /subscriptions/{sid} -----------------------------------------------------
@@ -280,23 +348,25 @@ async function renderSubscription(sid) {
     ["delivered", `<span id="s-delivered">${num(s.delivered)}</span>`],
     ["replayed", `<span id="s-replayed">${num(s.replayed)}</span> log entries re-sent for rsnotify.replay_from` +
         (s.replay_max < 0 ? "" : s.replay_max === 0 ? " (replay is off)" : ` (at most ${num(s.replay_max)})`)],
-    ["last attempt", s.last_attempt_at ? `${time(s.last_attempt_at)}: ${statusText(s)} ${esc(s.last_outcome)}, ` +
-        `${Number(s.last_latency_ms).toFixed(1)} ms ${s.last_error ? "— " + esc(s.last_error) : ""}` : "none yet"],
+    ["last attempt", s.last_attempt_at ? `${time(s.last_attempt_at)} · ${esc(s.last_outcome)} · ` +
+        `${Number(s.last_latency_ms).toFixed(1)} ms · ` +
+        errorText(s.last_error_short, s.last_error, s.last_outcome === "delivered" ? "ok" : "bad") : "none yet"],
     ["retrying", s.attempts ? `<span class="warn">${s.attempts} failed attempt(s); next ${time(s.next_attempt)}</span>` : "no"],
     ["missed (left the log)", s.gaps ? `<span class="bad">${num(s.gaps)} (last ${esc(s.last_gap)})</span>` : "none"],
-    ["trouble", s.trouble.length ? s.trouble.map((r) => `<div class="warn">${esc(r)}</div>`).join("") : '<span class="ok">none</span>'],
+    ["trouble", (s.dormant ? `<div class="bad" id="s-dormant">${esc(s.problem)}</div>` : "") +
+        (s.trouble.length ? s.trouble.map((r) => `<div class="warn">${esc(r)}</div>`).join("") : '<span class="ok">none</span>')],
   ].map(([k, v]) => `<tr><th>${esc(k)}</th><td>${v}</td></tr>`);
   const attempts = s.attempts_recent.map((a) =>
     `<tr><td>${time(a.at)}</td><td class="num">${num(a.sequence)}</td>` +
     `<td>${bodyLink("/admin/topics/" + s.tid + "/notifications/" + a.notification_id, a.notification_id)}</td>` +
     `<td class="${a.outcome === "delivered" ? "ok" : "bad"}">${esc(a.outcome)}</td>` +
-    `<td>${a.status == null ? "—" : esc(a.status)}</td><td class="num">${Number(a.latency_ms).toFixed(1)} ms</td>` +
-    `<td>${esc(a.error)}</td></tr>`);
+    `<td class="num">${Number(a.latency_ms).toFixed(1)} ms</td>` +
+    `<td>${a.outcome === "delivered" ? '<span class="ok">—</span>' : errorText(a.error_short, a.error, "bad")}</td></tr>`);
   const dead = s.dead_letters_list.map((d) =>
     `<tr><td class="num">${num(d.sequence)}</td>` +
     `<td>${bodyLink("/admin/subscriptions/" + s.sid + "/dead-letters/" + d.notification_id, d.notification_id)}</td>` +
     `<td>${num(d.attempts)}</td>` +
-    `<td>${d.status == null ? esc(d.error) : "HTTP " + esc(d.status)}</td><td>${time(d.dead_at)}</td>` +
+    `<td>${errorText(d.error_short, d.error, "bad")}</td><td>${time(d.dead_at)}</td>` +
     `<td>${d.resend ? "queued" : `<button data-resend="${esc(d.notification_id)}">Re-send</button>`}</td></tr>`);
   main.innerHTML = `
     <h1>${esc(s.callback)}</h1>
@@ -309,7 +379,7 @@ async function renderSubscription(sid) {
     <h2>Subscription ${esc(s.sid)}</h2>
     <table class="kv">${kv.join("")}</table>
     <h2>Last delivery attempts</h2>
-    ${table(["time", "#seq", "notification id", "outcome", "status", "#latency", "error"], attempts, "attempts")}
+    ${table(["time", "#seq", "notification id", "outcome", "#latency", "answer"], attempts, "attempts")}
     <h2>Dead letters (${num(s.dead_letters)})</h2>
     ${table(["#seq", "notification id", "attempts", "last answer", "dead since", ""], dead, "dead-letters")}`;
   const act = (method, path) => refresh(async () => { await api(path, {method}); await renderSubscription(sid); });

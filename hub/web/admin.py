@@ -159,7 +159,8 @@ async def list_topics(request: web.Request) -> web.Response:
 async def get_topic(request: web.Request) -> web.Response:
     """GET /admin/topics/{tid}: the topic, its subscriptions and recent notifications."""
     tid = _id(request, "tid")
-    detail = await reports.topic_detail(request.app[REDIS], tid, _now(request))
+    app = request.app
+    detail = await reports.topic_detail(app[REDIS], tid, _now(request), app[SETTINGS].dormant_after, app[SCAN].facts)
     if detail is None:
         raise NotFoundError(f"no topic {tid} on this hub")
     return web.json_response(detail)
@@ -213,7 +214,7 @@ async def list_subscriptions(request: web.Request) -> web.Response:
 async def get_subscription(request: web.Request) -> web.Response:
     """GET /admin/subscriptions/{sid}: everything about it (never its secret)."""
     sid = _id(request, "sid")
-    detail = await reports.subscription_detail(request.app[REDIS], sid, _now(request))
+    detail = await reports.subscription_detail(request.app[REDIS], sid, _now(request), request.app[SETTINGS].dormant_after)
     if detail is None:
         raise NotFoundError(f"no subscription {sid} on this hub")
     # what rsnotify.replay_from may still re-send to it: --replay-max less what it already had

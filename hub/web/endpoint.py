@@ -79,7 +79,8 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
             return await subscription_request(request, form)
         if mode == "publish":
             return await thin_ping(request, form)
-        raise BadRequestError(f"hub.mode must be subscribe, unsubscribe or publish, got {mode!r}")
+        got = repr(mode) if mode is not None else "no hub.mode field"
+        raise BadRequestError(f"hub.mode must be subscribe, unsubscribe or publish, got {got}")
     if content_type == XML_TYPE:
         return await submission(request)
     raise UnsupportedMediaError(

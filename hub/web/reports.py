@@ -6,12 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from redis.asyncio import Redis
+
+from rsnotify.datetimes import format_datetime
+from rsnotify.errors import RsnotifyError
+from rsnotify.xml import parse_notification
 
 from .. import store
 from ..records import LATENCY_BUCKETS, text, to_float, to_int
@@ -29,7 +34,7 @@ RECENT_NOTIFICATIONS = 20
 
 SUMMARY_FIELDS = ("topic", "callback", "tid", "state", "expires", "lease_seconds", "created", "cursor",
                   "cursor_seq", "attempts", "next_attempt", "last_status", "last_error", "last_attempt_at",
-                  "last_latency_ms", "last_outcome", "delivered", "gaps", "last_gap", "resend")
+                  "last_latency_ms", "last_outcome", "delivered", "gaps", "last_gap", "resend", "last_delivered_at")
 
 @dataclass(frozen=True, slots=True)
 class SubscriptionSummary:
@@ -56,6 +61,22 @@ class SubscriptionSummary:
     resend: int               # dead letters queued for re-sending
     backlog: int              # notifications published but not confirmed yet
     dead_letters: int
+    last_delivered_at: int = 0  # epoch s of the last 2xx (0: none since the hub began keeping it)
+
+    def refusing_since(self) -> int | None:
+        """Since when the callback has refused every delivery (epoch s), or None: its last attempt
+        succeeded, it has had none, or a success before the hub kept their times hides when."""
+        if self.last_outcome not in ("retry", "dead") or not (self.attempts or self.dead_letters):
+            return None
+        if self.last_delivered_at:
+            return self.last_delivered_at
+        return self.created if self.delivered == 0 else None
+
+    def is_dormant(self, now: float, dormant_after: float) -> bool:
+        """Has the callback refused everything for longer than `dormant_after` seconds? (An
+        active subscription: a paused or ended one is the operator's or the lease's business.)"""
+        since = self.refusing_since()
+        return since is not None and self.state == "active" and self.expires >= now and now - since > dormant_after
 
     def trouble(self, now: float) -> list[str]:
         """Why this subscription needs a look, one reason each (empty: it is fine)."""
@@ -93,11 +114,23 @@ class SubscriptionSummary:
         reasons = self.trouble(now)
         return reasons[0] if reasons else ""
 
-    def to_json(self, now: float) -> dict[str, Any]:
+    def dormant_problem(self, now: float) -> str:
+        """`dormant: refused every delivery for 3 d · last connection refused`."""
+        since = self.refusing_since() or self.created
+        return (f"dormant: refused every delivery for {_duration(now - since)} · last "
+                f"{short_error(self.last_status, self.last_error)}")
+
+    def to_json(self, now: float, dormant_after: float | None = None) -> dict[str, Any]:
         data = asdict(self)
         data["expires_in"] = int(self.expires - now)
         data["trouble"] = self.trouble(now)
         data["problem"] = self.problem(now)
+        data["last_error_short"] = short_error(self.last_status, self.last_error) if self.last_outcome else ""
+        data["refusing_since"] = self.refusing_since()
+        if dormant_after is not None:
+            data["dormant"] = self.is_dormant(now, dormant_after)
+            if data["dormant"]:
+                data["problem"] = self.dormant_problem(now)
         return data
 
     def matches(self, search: str) -> bool:
@@ -166,8 +199,45 @@ async def summarize(redis: Redis, sids: Iterable[str]) -> list[SubscriptionSumma
             last_status=text(v["last_status"]), last_error=text(v["last_error"]),
             last_attempt_at=to_int(v["last_attempt_at"]), last_latency_ms=to_float(v["last_latency_ms"]),
             last_outcome=text(v["last_outcome"]), delivered=to_int(v["delivered"]), gaps=to_int(v["gaps"]),
-            last_gap=text(v["last_gap"]), resend=to_int(v["resend"]), backlog=backlog, dead_letters=dead))
+            last_gap=text(v["last_gap"]), resend=to_int(v["resend"]), backlog=backlog, dead_letters=dead,
+            last_delivered_at=to_int(v["last_delivered_at"])))
     return summaries
+
+
+class NotificationFacts:
+    """Change count and from/until of the notifications a topic page showed, by notification id:
+    a stored notification never changes, so each is parsed once per web process (the last
+    `size` are kept)."""
+
+    def __init__(self, size: int = 1_000) -> None:
+        self.size = size
+        self._facts: OrderedDict[str, dict[str, Any]] = OrderedDict()
+
+    async def of(self, entries: list[tuple[str, bytes]]) -> list[dict[str, Any]]:
+        """The facts of each (notification id, body), in the order given."""
+        new = [(nid, body) for nid, body in entries if nid not in self._facts]
+        if new:
+            for nid, facts in zip([nid for nid, _ in new], await asyncio.to_thread(_read_facts, [b for _, b in new])):
+                self._facts[nid] = facts
+            while len(self._facts) > self.size:
+                self._facts.popitem(last=False)
+        return [self._facts.get(nid, _NO_FACTS) for nid, _ in entries]
+
+
+_NO_FACTS: dict[str, Any] = {"changes": None, "from": None, "until": None}
+
+
+def _read_facts(bodies: list[bytes]) -> list[dict[str, Any]]:
+    facts = []
+    for body in bodies:
+        try:
+            notification = parse_notification(body)
+        except RsnotifyError:   # stored by an older hub, or not a notification: no facts to show
+            facts.append(_NO_FACTS)
+            continue
+        facts.append({"changes": len(notification.changes), "from": format_datetime(notification.from_time),
+                      "until": format_datetime(notification.until_time)})
+    return facts
 
 
 class ScanCache:
@@ -176,6 +246,7 @@ class ScanCache:
 
     def __init__(self, max_age: float = SCAN_CACHE_SECONDS) -> None:
         self.max_age = max_age
+        self.facts = NotificationFacts()   # the topic pages' read cache, beside the scan they share
         self._at = 0.0
         self._summaries: list[SubscriptionSummary] | None = None
         self._lock = asyncio.Lock()
@@ -197,8 +268,10 @@ async def scan_subscriptions(redis: Redis, *, limit: int = SCAN_LIMIT) -> list[S
     return await summarize(redis, await store.subscription_ids_by_lease(redis, 0, limit))
 
 
-async def subscription_detail(redis: Redis, sid: str, now: float) -> dict[str, Any] | None:
-    """Everything about one subscription, for its page: summary, lease, cursor, attempts, dead letters."""
+async def subscription_detail(redis: Redis, sid: str, now: float, dormant_after: float | None = None,
+                              ) -> dict[str, Any] | None:
+    """Everything about one subscription, for its page: summary, lease, cursor, attempts, dead letters.
+    Each attempt and dead letter carries `error_short` beside the raw `error`."""
     found = await summarize(redis, [sid])
     if not found:
         return None
@@ -207,15 +280,18 @@ async def subscription_detail(redis: Redis, sid: str, now: float) -> dict[str, A
     replayed = await store.subscription_replayed(redis, sid)
     attempts = await store.recent_attempts(redis, sid)
     letters = await store.list_dead_letters(redis, sid)
-    data = summary.to_json(now)
+    data = summary.to_json(now, dormant_after)
     data.update(
         has_secret=has_secret, cursor=cursor, replayed=replayed,
         attempts_recent=[{"at": a.at, "notification_id": a.notification_id, "sequence": a.sequence,
                           "status": a.status, "error": a.error, "latency_ms": a.latency_ms,
-                          "outcome": a.outcome, "attempt": a.attempt} for a in attempts],
+                          "outcome": a.outcome, "attempt": a.attempt,
+                          "error_short": "" if a.outcome == "delivered" else short_error(a.status, a.error)}
+                         for a in attempts],
         dead_letters_list=[{"notification_id": d.notification_id, "sequence": d.sequence,
                             "published_ms": d.published_ms, "content_type": d.content_type,
                             "attempts": d.attempts, "status": d.status, "error": d.error,
+                            "error_short": short_error(d.status, d.error),
                             "dead_at": d.dead_at, "resend": d.resend} for d in letters],
     )
     return data
@@ -236,19 +312,23 @@ async def topic_rows(redis: Redis, tids: list[str]) -> list[dict[str, Any]]:
     return rows
 
 
-async def topic_detail(redis: Redis, tid: str, now: float) -> dict[str, Any] | None:
-    """One topic: its line, its subscriptions, and its most recent notifications (no bodies)."""
+async def topic_detail(redis: Redis, tid: str, now: float, dormant_after: float | None = None,
+                       facts: NotificationFacts | None = None) -> dict[str, Any] | None:
+    """One topic: its line, its subscriptions, and its most recent notifications (no bodies; each
+    with its change count and from/until)."""
     rows = await topic_rows(redis, [tid])
     if not rows:
         return None
     data = rows[0]
     sids = await store.topic_subscription_ids(redis, tid)
-    data["subscriptions_list"] = [s.to_json(now) for s in await summarize(redis, sids[:1000])]
+    data["subscriptions_list"] = [s.to_json(now, dormant_after) for s in await summarize(redis, sids[:1000])]
     recent = await store.recent_entries(redis, tid, RECENT_NOTIFICATIONS)
+    read = await (facts or NotificationFacts()).of([(text(entry_id), f.get(b"body", b"")) for entry_id, f in recent])
     data["recent_notifications"] = [
         {"notification_id": text(entry_id), "sequence": to_int(f.get(b"seq")), "published_ms": to_int(f.get(b"at")),
          "content_type": text(f.get(b"ctype")), "resourcesync": text(f.get(b"rs")),
-         "bytes": len(f.get(b"body", b""))} for entry_id, f in recent]
+         "bytes": len(f.get(b"body", b"")), **facts_of}
+        for (entry_id, f), facts_of in zip(recent, read)]
     return data
 
 
@@ -312,7 +392,10 @@ async def overview(redis: Redis, settings: HubSettings, now: float, scan: ScanCa
     topics, subscriptions, stats = await store.totals(redis)
     per_minute, per_topic = await activity(redis, now)
     summaries = await (scan.get(redis) if scan is not None else scan_subscriptions(redis))
-    troubled = [(s, s.trouble(now)) for s in summaries]
+    dormant = [s for s in summaries if s.is_dormant(now, settings.dormant_after)]
+    dormant.sort(key=lambda s: s.refusing_since() or 0)
+    dormant_ids = {s.sid for s in dormant}
+    troubled = [(s, s.trouble(now)) for s in summaries if s.sid not in dormant_ids]
     troubled = [(s, why) for s, why in troubled if why]
     troubled.sort(key=lambda t: (-t[0].dead_letters, -t[0].attempts, t[0].expires))
     busiest_tids = sorted(per_topic, key=lambda t: -per_topic[t])[:BUSIEST_SHOWN]
@@ -344,5 +427,9 @@ async def overview(redis: Redis, settings: HubSettings, now: float, scan: ScanCa
         "busiest_topics": busiest,
         "trouble": [dict(s.to_json(now), trouble=why) for s, why in troubled[:TROUBLE_SHOWN]],
         "trouble_count": len(troubled),
+        # refused everything for longer than --dormant-after: apart from live trouble, oldest first
+        "dormant": [s.to_json(now, settings.dormant_after) for s in dormant[:TROUBLE_SHOWN]],
+        "dormant_count": len(dormant),
+        "dormant_after": settings.dormant_after,
         "workers": await history.worker_rows(redis),
     }

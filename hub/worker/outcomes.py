@@ -39,6 +39,7 @@ async def apply_outcome(ctx: WorkerContext, run: SubRun, item: Item, response: R
     match status:
         case int() if 200 <= status < 300:
             outcome, verdict = "delivered", "next"
+            run.fields["last_delivered_at"] = int(now)   # the status page tells a dormant callback by it
             run.attempts, run.next_attempt = 0, 0.0
             run.delivered += 1
             run.delivered_total += 1

@@ -130,12 +130,14 @@ def run_worker(settings: HubSettings, *, burst: bool = False, queues: Sequence[s
         if concurrency <= 0:
             raise SettingsError(f"concurrency must be a positive number, got {concurrency}")
         settings = settings.with_values(delivery_concurrency=concurrency)
-    wait_for_key_file(settings)
-    connection = redis_clients.sync_client(url, RQ_CONNECTIONS)
+    # Redis first: an unreachable Redis is said within the connect timeout, not after the wait
+    # for a key file that a hub without its Redis will never write.
+    connection = redis_clients.sync_client(url, RQ_CONNECTIONS, connect_timeout=settings.connect_timeout)
     try:
         connection.ping()
     except RedisError as exc:
         raise SettingsError(f"cannot reach Redis at {url}: {exc}") from None
+    wait_for_key_file(settings)
     names = list(queues) or [settings.queue_name]
     worker = HubWorker([make_queue(n, connection) for n in names], connection=connection,
                        settings=settings, name=name)

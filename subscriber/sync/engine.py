@@ -15,7 +15,7 @@ import fcntl
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import IO
@@ -76,7 +76,8 @@ class SyncEngine:
                  options: SyncOptions | None = None, allow_networks: Iterable[Network] = (),
                  allow_hosts: Iterable[str] = (), push_settings: SubscriberSettings | None = None,
                  status: Callable[[str], None] = lambda message: None, request_timeout: float = 30.0,
-                 poll_interval: float = 60.0, retry_base: float = 1.0, audit_every: float | None = None) -> None:
+                 poll_interval: float = 60.0, retry_base: float = 1.0, audit_every: float | None = None,
+                 tries: int = 5, middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()) -> None:
         self.root = Path(root)
         self.source = source
         self.capability_list = capability_list
@@ -89,6 +90,8 @@ class SyncEngine:
         self.poll_interval = poll_interval
         self.retry_base = retry_base
         self.audit_every = audit_every       # seconds between audits run by the live process
+        self.tries = tries                      # attempts per resource GET
+        self.middlewares = tuple(middlewares)   # e.g. the Source's own headers (sync/headers.py)
         self.events = Events()
         self.state = SyncState.in_dir(self.root)
         self.ctx: SyncContext | None = None
@@ -120,7 +123,7 @@ class SyncEngine:
             raise SourceDocumentError("no Source: give --source or --capability-list")
         networks = self.allow_networks + await source_networks(start)
         session = make_session(networks, limit=8, limit_per_host=8, timeout=self.request_timeout,
-                               user_agent=USER_AGENT)
+                               user_agent=USER_AGENT, middlewares=self.middlewares)
         try:
             await self._discover(session)
         except BaseException:
@@ -134,7 +137,7 @@ class SyncEngine:
         sink = FolderSink(self.root)
         fetcher = Fetcher(sink, allowed_networks=networks, allowed_hosts=None if "*" in hosts else hosts,
                           concurrency=self.options.concurrency, timeout=self.request_timeout,
-                          retry_base=self.retry_base)
+                          retry_base=self.retry_base, tries=self.tries, middlewares=self.middlewares)
         self.ctx = SyncContext(self.state, sink, fetcher, Applier(self.state, sink, fetcher,
                                                                    dry_run=self.options.dry_run),
                                session, self.events, options=self.options,

@@ -15,7 +15,7 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
@@ -72,7 +72,8 @@ class Fetcher:
     def __init__(self, sink: FolderSink, *, allowed_networks: Iterable[Network] | None = (),
                  allowed_hosts: Iterable[str] | None = None, concurrency: int = 16, per_host: int | None = None,
                  timeout: float = 30.0, tries: int = 5, retry_base: float = 1.0,
-                 max_bytes: int = 10 * 1024**3, announced_by: str = "the Source announced") -> None:
+                 max_bytes: int = 10 * 1024**3, announced_by: str = "the Source announced",
+                 middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()) -> None:
         self.sink = sink
         self.announced_by = announced_by
         self.max_concurrency = concurrency
@@ -82,7 +83,7 @@ class Fetcher:
         self.retry_base = retry_base
         self.max_bytes = max_bytes
         self.session = make_session(None if allowed_networks is None else tuple(allowed_networks), limit=concurrency, limit_per_host=per_host or concurrency,
-                                    timeout=timeout, user_agent=USER_AGENT)
+                                    timeout=timeout, user_agent=USER_AGENT, middlewares=middlewares)
         self._active = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._successes = 0

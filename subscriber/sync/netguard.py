@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import socket
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -79,13 +79,14 @@ def guarded_socket_factory(allowed: Iterable[Network]) -> Any:
 
 
 def make_session(allowed: Iterable[Network] | None, *, limit: int, limit_per_host: int, timeout: float,
-                 user_agent: str) -> aiohttp.ClientSession:
+                 user_agent: str, middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()) -> aiohttp.ClientSession:
     """A keep-alive session whose connections only reach allowed addresses (`allowed=None`: any
-    address, for library users who fetch from their own network); no proxies, no cookies."""
+    address, for library users who fetch from their own network); no proxies, no cookies.
+    `middlewares`: e.g. the Source's own headers (sync/headers.py)."""
     guard = {"socket_factory": guarded_socket_factory(allowed)} if allowed is not None else {}
     connector = aiohttp.TCPConnector(limit=limit, limit_per_host=limit_per_host, ttl_dns_cache=60, **guard)
     return aiohttp.ClientSession(
         connector=connector, timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout),
         cookie_jar=aiohttp.DummyCookieJar(), trust_env=False,
-        headers={"User-Agent": user_agent},
+        headers={"User-Agent": user_agent}, middlewares=tuple(middlewares),
     )

@@ -17,6 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
+from aiohttp import ClientMiddlewareType
+
 from rsnotify.datetimes import format_datetime
 
 from ..errors import SubscriberError
@@ -34,6 +36,8 @@ from .engine import (
 from .events import AUDIT_DONE as AUDIT_DONE_EVENT
 from .events import DEGRADED as DEGRADED_EVENT
 from .events import SyncEvent
+from .headers import Header, source_header_middleware
+from .politeness import rate_limit_middleware
 from .netguard import Network
 from .remote import SourceDocumentError, SourceUnreachableError
 from .state import STATE_DIR, STATE_FILE, SyncState
@@ -53,6 +57,20 @@ class SyncCommand:
     poll_interval: float = 60.0
     audit_every: float | None = None            # --audit-every, in seconds
     prog: str = "rsnotify sync"
+    headers: tuple[Header, ...] = field(default=(), repr=False)   # to the Source's origin only; may hold tokens
+    timeout: float = 30.0          # seconds a request may wait to connect, or between two reads
+    tries: int = 5                 # attempts per resource GET
+    rate: float | None = None      # requests a second to one host at most (None: no limit)
+
+    def engine_options(self) -> dict[str, Any]:
+        """The request options SyncEngine takes: timeout, tries, the Source's headers, the rate."""
+        source = self.source or self.capability_list
+        middlewares: list[ClientMiddlewareType] = []
+        if self.rate is not None:   # first: a throttled request waits before anything is added to it
+            middlewares.append(rate_limit_middleware(self.rate))
+        if self.headers and source:
+            middlewares.append(source_header_middleware(source, self.headers))
+        return {"request_timeout": self.timeout, "tries": self.tries, "middlewares": tuple(middlewares)}
 
 
 class Reporter:
@@ -176,7 +194,7 @@ async def run_sync(command: SyncCommand, *, once: bool) -> int:
                             options=command.options, allow_networks=command.allow_networks,
                             allow_hosts=command.allow_hosts, push_settings=None if once else command.push,
                             status=reporter.status, poll_interval=command.poll_interval,
-                            audit_every=None if once else command.audit_every)
+                            audit_every=None if once else command.audit_every, **command.engine_options())
     except (OSError, sqlite3.Error) as exc:
         reporter.status(disk_problem(exc, command.root))
         return EXIT_DIFFERENCES
@@ -260,7 +278,8 @@ async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:
     try:
         engine = SyncEngine(command.root, source=command.source, capability_list=command.capability_list,
                             options=command.options, allow_networks=command.allow_networks,
-                            allow_hosts=command.allow_hosts, status=reporter.status)
+                            allow_hosts=command.allow_hosts, status=reporter.status,
+                            **command.engine_options())
     except (OSError, sqlite3.Error) as exc:
         reporter.status(disk_problem(exc, command.root))
         return EXIT_DIFFERENCES

@@ -82,7 +82,7 @@ BAD_FORMS = [
      "hub.secret must be less than 200 bytes in UTF-8, got 200 bytes"),
     ({"hub.mode": "watch", "hub.topic": TOPIC, "hub.callback": "http://127.0.0.1/cb"},
      "hub.mode must be subscribe, unsubscribe or publish, got 'watch'"),
-    ({"hub.topic": TOPIC}, "hub.mode must be subscribe, unsubscribe or publish, got None"),
+    ({"hub.topic": TOPIC}, "hub.mode must be subscribe, unsubscribe or publish, got no hub.mode field"),
 ]
 
 

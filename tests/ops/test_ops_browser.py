@@ -31,6 +31,19 @@ GREEN_PIXELS = """(id) => {
   return n;
 }"""
 
+# where the delivered bars are: the leftmost green column as a fraction of the canvas width
+GREEN_LEFTMOST = """(id) => {
+  const canvas = document.getElementById(id);
+  const data = canvas.getContext("2d").getImageData(0, 0, canvas.width, canvas.height).data;
+  let left = canvas.width;
+  for (let i = 0; i < data.length; i += 4) {
+    if (data[i] === 6 && data[i + 1] === 118 && data[i + 2] === 71) left = Math.min(left, (i / 4) % canvas.width);
+  }
+  return left / canvas.width;
+}"""
+# nothing wider than the window: no sideways scrolling of the page itself
+FITS = "() => document.documentElement.scrollWidth <= window.innerWidth"
+
 pytestmark = pytest.mark.skipif(not Path(CHROMIUM).exists(),
                                 reason=f"{CHROMIUM} is absent: install Debian's chromium package "
                                        "(apt-get install -y chromium) to run the browser test")
@@ -88,6 +101,14 @@ def test_status_page_shows_what_happened(tmp_path: Path) -> None:
             assert sum(row["delivered"] for row in rows) == 5
             assert sum(row["failed"] for row in rows) == 10      # 2 attempts x 5, all failed
             assert page.evaluate(GREEN_PIXELS, "history") > 0
+            # a young hub: the chart opens zoomed to its data, not with it in the axis's last 2 %
+            assert "the data's span" in page.inner_text("#main h2")
+            assert page.evaluate(GREEN_LEFTMOST, "history") < 0.75     # at least the last third of 3+ minutes
+            page.click("#span-choice button[data-span='360']")
+            page.wait_for_function("() => document.querySelector('#main h2').textContent.includes('last 6 hours')")
+            assert page.evaluate(GREEN_LEFTMOST, "history") > 0.9
+            page.click("#span-choice button[data-span='data']")
+            page.wait_for_function("() => document.querySelector('#main h2').textContent.includes(\"the data's span\")")
             trouble = page.inner_text("#trouble")
             assert f"{subscribers.base}/bad" in trouble and TOPIC in trouble
             assert "5 dead letters · last HTTP 500" in trouble and trouble.count("HTTP 500") == 1
@@ -100,6 +121,13 @@ def test_status_page_shows_what_happened(tmp_path: Path) -> None:
             assert "looked at" not in page.inner_text("#main")
             ARTIFACTS.mkdir(exist_ok=True)
             page.screenshot(path=str(ARTIFACTS / "status-page.png"), full_page=True)
+            page.screenshot(path=str(ARTIFACTS / "status-page-1280.png"), full_page=True)
+            phone = browser.new_page(viewport={"width": 390, "height": 844})
+            phone.on("pageerror", lambda exc: errors.append(str(exc)))
+            phone.goto(url)
+            phone.wait_for_selector("#m-delivered")
+            assert phone.evaluate(FITS), "the status page scrolls sideways at 390 px"
+            phone.screenshot(path=str(ARTIFACTS / "status-page-390.png"), full_page=True)
 
             page.fill("#search-input", "/bad")                  # search by callback
             page.press("#search-input", "Enter")
@@ -116,6 +144,10 @@ def test_status_page_shows_what_happened(tmp_path: Path) -> None:
 
             page.click("#busiest a[href^='/topics/']")
             page.wait_for_selector("#recent a[data-body]")
+            recent = page.inner_text("#recent")     # each notification: its change count, from and until
+            assert recent.count("2013-01-03T00:00:00Z") == 5 and recent.count("2013-01-03T00:10:00Z") == 5, recent
+            assert [c.strip() for c in page.eval_on_selector_all(
+                "#recent tbody tr td:nth-child(4)", "cells => cells.map((c) => c.textContent)")] == ["1"] * 5
             page.click("#recent a[data-body]")
             page.wait_for_selector("#body-view:not([hidden])")
             assert "<urlset" in page.inner_text("#body-view pre") and "rs:md" in page.inner_text("#body-view pre")
@@ -130,12 +162,18 @@ def test_status_page_shows_what_happened(tmp_path: Path) -> None:
             assert len(page.query_selector_all("#dead-letters a[data-body]")) == 5
             main_text = page.inner_text("#main")
             assert "HTTP 500" in main_text and "cursor" not in main_text.lower(), main_text
+            last_attempt = page.inner_text(".kv tr:has(th:text('last attempt')) td")
+            assert last_attempt.count("HTTP 500") == 1, last_attempt       # one short text, said once
+            for row in page.eval_on_selector_all("#attempts tbody tr", "rows => rows.map((r) => r.textContent)"):
+                assert row.count("HTTP 500") == 1, row
             assert not re.search(r"(?<![\d-])0-0\b", main_text), main_text     # no internal cursor value
             page.screenshot(path=str(ARTIFACTS / "subscription-page.png"), full_page=True)
 
             # a second web process on the same Redis, with an admin token: visitors get the landing text
+            # (it calls a callback dormant after 1 s of refusals: /bad has refused everything since it began)
             guarded = start_hub(tmp_path, redis_url=f"unix://{tmp_path / 'data' / 'redis.sock'}", workers=0,
-                                data_dir=tmp_path / "data", env={"RSNOTIFY_ADMIN_TOKEN": "op-token-123"})
+                                data_dir=tmp_path / "data",
+                                env={"RSNOTIFY_ADMIN_TOKEN": "op-token-123", "RSNOTIFY_DORMANT_AFTER": "1"})
             try:
                 page.goto(guarded.url)
                 page.wait_for_selector("#landing")
@@ -148,6 +186,19 @@ def test_status_page_shows_what_happened(tmp_path: Path) -> None:
                 page.click("#token-form button")
                 page.wait_for_selector("#m-delivered")
                 assert int(page.get_attribute("#m-delivered", "data-value")) == 5
+                # /bad is dormant there, apart from live trouble, and is ended from the page
+                page.wait_for_selector("#dormant button[data-end]")
+                assert int(page.get_attribute("#m-dormant", "data-value")) == 1
+                assert int(page.get_attribute("#m-trouble", "data-value")) == 0
+                dormant = page.inner_text("#dormant")
+                assert f"{subscribers.base}/bad" in dormant and "HTTP 500" in dormant
+                assert f"{subscribers.base}/bad" not in page.inner_text("#trouble")
+                page.screenshot(path=str(ARTIFACTS / "status-dormant-1280.png"), full_page=True)
+                page.once("dialog", lambda dialog: dialog.accept())
+                page.click("#dormant button[data-end]")
+                wait_until(lambda: get_json(url + "admin/overview")[1]["subscriptions"] == 1, 30,
+                           "the dormant subscription to be ended")
+                page.wait_for_function("() => document.getElementById('m-dormant')?.dataset.value === '0'")
             finally:
                 guarded.stop()
             assert errors == []

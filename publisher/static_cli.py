@@ -1,0 +1,75 @@
+"""`rsnotify source --write [OUT] [--once]`: the write mode of `rsnotify source` (its options
+live in `source_cli`): the documents go into OUT for an existing web server, nothing is served.
+
+Exit codes with --once: 0 scanned, written and every notification accepted by the hub(s);
+1 a notification is still pending (it stays in the outbox and goes out at the next run).
+"""
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+
+import click
+
+from .client import Publisher
+from .folder import Exclusions, Folder
+from .memory import ChangeMemory
+from .outbox import Outbox
+from .source import RESERVED_NAMES, SourceUrls
+from .static_source import TEMPORARY_PREFIX, StaticSource
+
+ONCE_FLUSH_SECONDS = 60.0  # how long --once waits for the hub(s) to accept what it recorded
+
+
+def check_out(ctx: click.Context, write_dir: str, src: Path, memory_path: Path) -> Path:
+    """OUT as a path: SRC itself (an empty --write), or a folder outside SRC."""
+    out = Path(write_dir) if write_dir else src
+    if out.exists() and not out.is_dir():
+        raise click.BadParameter(f"{write_dir} exists and is not a folder", ctx, param_hint="--write")
+    resolved, root = out.resolve(), src.resolve()
+    if resolved != root and resolved.is_relative_to(root):
+        # Only SRC's top-level names are reserved: documents in a subfolder would be listed
+        # as resources of the Source they describe.
+        raise click.BadParameter(f"{write_dir} is inside SRC; write into SRC itself or a folder outside it",
+                                 ctx, param_hint="--write")
+    if memory_path.resolve().is_relative_to(resolved):
+        raise click.BadParameter(f"the change memory {memory_path} is inside OUT, where the web server would serve it",
+                                 ctx, param_hint="--db")
+    return out
+
+
+def run(src: Path, urls: SourceUrls, publisher: Publisher, outbox: Outbox, memory: ChangeMemory,
+        cache_dir: Path, out: Path, exclusions: Exclusions, *, once: bool) -> None:
+    """Scan, record, write and publish; then exit (`once`) or follow SRC until Ctrl-C/SIGTERM."""
+    in_src = out.resolve() == src.resolve()
+    reserved = (*RESERVED_NAMES, f"{TEMPORARY_PREFIX}*") if in_src else RESERVED_NAMES
+    folder = Folder(src, urls.base, reserved, exclusions, owns_reserved=in_src)
+    runner = StaticSource(folder, urls, publisher, outbox, memory, cache_dir, out=out)
+    click.echo(f"rsnotify source: {folder.root} as {urls.base}, documents written into {out.resolve()}; "
+               f"change memory {memory.path}", err=True)
+    try:
+        count = runner.sync_folder()
+        runner.write_all()
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the documents into {out}: {exc.strerror or exc}") from None
+    click.echo(f"rsnotify source: scan recorded {count} change(s); documents written", err=True)
+    if once:
+        outbox.start()
+        try:
+            outbox.flush(ONCE_FLUSH_SECONDS)
+        except TimeoutError as exc:
+            raise click.ClickException(f"{exc}; it is sent at the next run") from None
+        click.echo("rsnotify source: every notification accepted by the hub(s)", err=True)
+        return
+    asyncio.run(_follow(runner))
+
+
+async def _follow(runner: StaticSource) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    click.echo(f"rsnotify source: watching {runner.folder.root}", err=True)
+    await runner.watch(stop)
+    click.echo("rsnotify source: stopped (undelivered notifications stay in the outbox)", err=True)

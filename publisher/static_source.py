@@ -1,0 +1,140 @@
+"""`rsnotify source --write OUT`: a folder's Source documents written as files, for a web server
+that already serves the folder (nginx, Apache, a bucket) to serve beside it.
+
+Scanning, recording and publishing are `Source`'s own (the same change memory and outbox);
+this module only turns the memory into files in OUT: the Source Description, the Capability
+List, the Resource List (or index and parts), the Change List document and each Change List,
+and an empty topic file. Every file is written under a temporary name and renamed, so a web
+server never serves half a document. No HTTP here.
+"""
+from __future__ import annotations
+
+import io
+import logging
+import os
+import re
+import shutil
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from .changelist import changelist_name, write_changelist, write_changelist_document
+from .memory import changelists
+from .resourcelist import RESOURCE_LIST_NAME, snapshot_resource_list
+from .source import Source
+
+log = logging.getLogger(__name__)
+
+SOURCE_DESCRIPTION_NAME = "sourcedescription.xml"
+CAPABILITY_LIST_NAME = "capabilitylist.xml"
+CHANGE_LIST_NAME = "changelist.xml"
+TOPIC_NAME = "changes"
+TEMPORARY_PREFIX = ".rsnotify-write-"  # files being written; reserved so a scan of SRC skips them
+_KEEP_SNAPSHOTS = 2  # a client still reading the previous Resource List's parts finds them
+_PART = re.compile(r"^resourcelist-(?P<snapshot>.+)-\d{4}\.xml$")
+
+
+class StaticSource(Source):
+    """A `Source` that writes its documents into `out` after every recorded change, instead of
+    serving them. `out` may be the folder itself (the Source's names are reserved there)."""
+
+    def __init__(self, *args: Any, out: Path, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.out = out
+
+    def _publish(self, changes: list) -> int:
+        count = super()._publish(changes)
+        if count:
+            # The outbox may already be sending: the lists trail the notification by the time
+            # it takes to write them (the notification carries the changes themselves).
+            self.write_lists()
+        return count
+
+    def write_all(self) -> None:
+        """Write every document: the fixed ones, then the lists."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._put(SOURCE_DESCRIPTION_NAME, self._source_description)
+        self._put(CAPABILITY_LIST_NAME, self._capability_list)
+        if not (self.out / TOPIC_NAME).is_file():
+            # The topic URI answers 200 with no body until a web server is told otherwise;
+            # its Link headers come from the server's configuration (see the README).
+            self._put(TOPIC_NAME, b"")
+        self.write_lists()
+
+    def write_lists(self) -> None:
+        """Write the Resource List and the Change Lists as the memory holds them now."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._write_resource_list()
+        self._write_changelists()
+
+    # -- lists ----------------------------------------------------------------------------------
+
+    def _write_resource_list(self) -> None:
+        snapshot = snapshot_resource_list(
+            self.memory, self.publisher.topic_url, self.cache_dir / "resourcelists",
+            up=self.urls.capability_list, part_url=self.urls.child, index_url=self.urls.resource_list,
+        )
+        try:
+            for part in snapshot.parts:  # parts first: the index that names them comes last
+                self._copy(part, part.name)
+            self._copy(snapshot.main, RESOURCE_LIST_NAME)
+        finally:
+            shutil.rmtree(snapshot.folder, ignore_errors=True)
+        self._drop_old_parts()
+        log.debug("wrote the Resource List (%d resource(s), %d part(s)) into %s", snapshot.count, len(snapshot.parts), self.out)
+
+    def _drop_old_parts(self) -> None:
+        by_snapshot: dict[str, list[Path]] = {}
+        for path in self.out.glob("resourcelist-*.xml"):
+            if match := _PART.match(path.name):
+                by_snapshot.setdefault(match["snapshot"], []).append(path)
+        # Snapshot names start with the list's `at`, so name order is age order.
+        for name in sorted(by_snapshot)[:-_KEEP_SNAPSHOTS]:
+            for path in by_snapshot[name]:
+                path.unlink(missing_ok=True)
+
+    def _write_changelists(self) -> None:
+        topic = self.publisher.topic_url
+        with self.memory.snapshot() as db:
+            records = changelists(db, topic)
+            names = set()
+            for record in records:
+                name = changelist_name(record)
+                names.add(name)
+                if not record.is_open and (self.out / name).is_file():
+                    continue  # closed lists never change
+                out = io.BytesIO()
+                write_changelist(db, record, out, up=self.urls.capability_list, index=self.urls.change_list)
+                self._put(name, out.getvalue())
+            document = io.BytesIO()
+            write_changelist_document(
+                db, topic, document, up=self.urls.capability_list,
+                list_url=lambda record: self.urls.child(changelist_name(record)), now=lambda: datetime.now(UTC),
+            )
+        self._put(CHANGE_LIST_NAME, document.getvalue())
+        # Lists the memory no longer keeps (--keep) leave the index first, then the folder.
+        self._remove(path for path in self.out.glob("changelist-*.xml") if path.name not in names)
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def _put(self, name: str, data: bytes) -> None:
+        target = self.out / name
+        if target.is_file() and target.stat().st_size == len(data) and target.read_bytes() == data:
+            return  # unchanged: keep its Last-Modified and ETag for clients' caches
+        temporary = self.out / f"{TEMPORARY_PREFIX}{name}"
+        temporary.write_bytes(data)
+        os.replace(temporary, target)
+
+    def _copy(self, source: Path, name: str) -> None:
+        temporary = self.out / f"{TEMPORARY_PREFIX}{name}"
+        shutil.copyfile(source, temporary)
+        os.replace(temporary, self.out / name)
+
+    @staticmethod
+    def _remove(paths: Iterable[Path]) -> None:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+
+__all__ = ["SOURCE_DESCRIPTION_NAME", "TEMPORARY_PREFIX", "StaticSource"]
