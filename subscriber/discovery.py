@@ -336,7 +336,8 @@ async def find_source(session: aiohttp.ClientSession, url: str) -> FoundSource:
     host root's well-known. A Source Description found for a URL with a path must list
     Capability Lists under that path (the others are passed over; none left: refused).
 
-    Raises DiscoveryNotFoundError when every place answered 404/410 (or not a Source),
+    Raises DiscoveryNotFoundError when no place holds a Source (404/410, another refusal such
+    as a folder's 403, or a document that is not a Source Description or Capability List),
     DiscoveryUnreachableError when the host cannot be reached, DiscoveryError when what was
     found is refused.
     """
@@ -351,6 +352,12 @@ async def find_source(session: aiohttp.ClientSession, url: str) -> FoundSource:
             fetched = await _fetch(session, candidate, "Source Description")
         except DiscoveryNotFoundError:
             tried.append(f"not found at {candidate}")
+            continue
+        except DiscoveryUnreachableError:
+            raise
+        except DiscoveryError as exc:
+            # e.g. a web server's 403 for a folder URL without an index: not the Source, look on
+            tried.append(str(exc))
             continue
         kind = await _document_kind(fetched)
         if kind not in ("description", "capabilitylist"):

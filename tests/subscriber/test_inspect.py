@@ -137,7 +137,7 @@ def test_inspect_lists_every_problem_of_a_broken_source(servers):
         f"{base}/changelist.xml: <rs:md> for {base}/a has change='moved'",
         f"{base}/missing-dump.xml answered 404; expected 200",
         f"change-notification channel {base}/changes has no <rs:ln rel=\"hub\">",
-        f"topic at {base}/changes answered 404; expected 200",
+        f"topic not found at {base}/changes (answered 404; expected 200)",
     ]
     for needle in expected:
         assert any(needle in line for line in problems), f"{needle!r} not in:\n{result.stdout}"
