@@ -19,8 +19,9 @@ from pathlib import Path
 from rsnotify.datetimes import format_datetime
 from rsnotify.lists import Resource
 
-from .apply import STORED, hashes_match
+from .apply import hashes_match
 from .context import SyncContext
+from .outcomes import ChangeOutcome
 from .remote import SourceDocumentError
 from .resources import ResourceListRead, resource_chunks
 from .state import DELETED, OK, ResourceRecord
@@ -187,7 +188,7 @@ async def _repair(ctx: SyncContext, items: list[tuple[Resource, ResourceRecord |
     results = await asyncio.gather(*(ctx.applier.fetch_resource(r, rec, p) for r, rec, p in items))
     ctx.state.commit([record for record, _ in results])
     for _, outcome in results:
-        if outcome.outcome == STORED:
+        if outcome.outcome == ChangeOutcome.STORED:
             report.repaired += 1
         else:
             report.repair_failed += 1

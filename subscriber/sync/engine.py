@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import IO
-from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -111,20 +110,24 @@ class SyncEngine:
         except BaseException:
             await session.close()
             raise
-        hosts = {urlsplit(u).hostname or "" for u in (self.state.get("capability_list"), self.state.get(
-            "resourcelist_url"), self.state.get("changelist_url")) if u} | set(self.allow_hosts)
+        # Resources only from the Source's own origins (scheme, host, port) and --allow-host.
+        origins = [u for u in (self.state.get("capability_list"), self.state.get("resourcelist_url"),
+                               self.state.get("changelist_url")) if u]
+        hosts = set(self.allow_hosts)
         for url in (self.state.get("resourcelist_url"), self.state.get("changelist_url")):
             if url:
                 networks += await source_networks(url)
         sink = FolderSink(self.root)
         fetcher = Fetcher(sink, allowed_networks=networks, allowed_hosts=None if "*" in hosts else hosts,
-                          concurrency=self.options.concurrency, timeout=self.request_timeout,
-                          retry_base=self.retry_base)
+                          allowed_origins=origins, concurrency=self.options.concurrency,
+                          timeout=self.request_timeout, retry_base=self.retry_base,
+                          max_bytes=self.options.max_resource_size)
         self.ctx = SyncContext(self.state, sink, fetcher, Applier(self.state, sink, fetcher,
                                                                    dry_run=self.options.dry_run),
                                session, self.events, options=self.options,
                                resourcelist_url=self.state.get("resourcelist_url"),
-                               changelist_url=self.state.get("changelist_url"))
+                               changelist_url=self.state.get("changelist_url"), wake=self.wake)
+        self.ctx.applier.report = self.status
 
     def _lock_dir(self) -> None:
         """One engine per folder: a second `sync` or `audit` on it is refused, not interleaved."""
@@ -277,7 +280,8 @@ class SyncEngine:
     def exit_code(self) -> int:
         counts = self.state.counts_by_state()
         troubled = sum(counts.get(s, 0) for s in (FAILED, STALE, CONFLICT, REFUSED))
-        if self.state.get("unrecoverable_gap") or troubled:
+        refused = self.ctx is not None and self.ctx.applier.refusals > 0   # this run refused something
+        if self.state.get("unrecoverable_gap") or troubled or refused:
             return EXIT_DIFFERENCES
         return EXIT_IN_SYNC
 
