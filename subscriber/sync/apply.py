@@ -35,6 +35,7 @@ log = logging.getLogger(__name__)
 RETRY_CAP = 6 * 3600.0       # seconds: the longest wait between two tries of one change
 _RETRY_BASE = {ResourceState.CONFLICT: 1.0, ResourceState.STALE: 30.0, ResourceState.FAILED: 10.0}
 _LINES_PER_MINUTE = 20       # stderr lines about single resources, per kind
+SWEEP_GAP = 10.0             # seconds: a baseline or sweep this recent makes another sweep pointless
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +112,7 @@ class Applier:
         self.refusals = 0                     # refusals by this process (--once exits 1 after one)
         self._claims: dict[str, str] = {}     # path -> the loc being written there now
         self._lines: dict[str, tuple[float, int]] = {}
+        self.swept_at = -SWEEP_GAP   # time.monotonic() of the last pass over every resource (a sweep or a baseline)
 
     # --- what the user sees ----------------------------------------------------------------
 
@@ -203,6 +205,11 @@ class Applier:
         as at start and on the poll). Returns how many were tried."""
         if self.dry_run:
             return 0
+        if everything:
+            if time.monotonic() - self.swept_at < SWEEP_GAP:
+                everything = False   # just tried them all (a baseline right before a catch-up)
+            else:
+                self.swept_at = time.monotonic()
         due = self.state.due_retries(None if everything else time.time(), limit=10_000)
         if due:
             self.state.commit(await self.retry(due))
@@ -258,6 +265,8 @@ class Applier:
                 return tomb, Outcome(change.loc, kind, ChangeOutcome.REFUSED, relative, detail)
             return tomb, Outcome(change.loc, kind, ChangeOutcome.ABSENT, relative)
         assert record.path is not None
+        if self._claims.get(record.path) == change.loc:
+            del self._claims[record.path]
         try:
             existed = await asyncio.to_thread(self.sink.delete, self.sink.absolute(record.path))
         except SymlinkRefusedError as exc:
@@ -274,11 +283,17 @@ class Applier:
             detail = f"{loc} and {other} both map to {relative}; the first one keeps it"
             result = FetchResult(loc, FetchOutcome.CONFLICT, detail=detail)
         else:
+            # The claim outlives the fetch: the record that shows the path taken may still wait
+            # for its batch's commit. Dropped on failure and on delete; bounded.
+            if len(self._claims) > 200_000:
+                self._claims.clear()
             self._claims[relative] = loc
+            result = FetchResult(loc, FetchOutcome.FAILED, detail="cancelled")
             try:
                 result = await self.fetcher.fetch(loc, path, length=length, hashes=hashes)
             finally:
-                self._claims.pop(relative, None)
+                if result.outcome != FetchOutcome.STORED and self._claims.get(relative) == loc:
+                    del self._claims[relative]
         new = record_from_fetch(result, relative, record, changed_at=changed_at, lastmod=lastmod,
                                 last_change=kind, want=want)
         outcome = Outcome(loc, kind, outcome_of(result), relative, result.detail)
@@ -305,6 +320,7 @@ class Applier:
     async def fetch_resource(self, resource: Resource, record: ResourceRecord | None, path: Path
                              ) -> tuple[ResourceRecord, Outcome]:
         want = want_of(ChangeType.UPDATED.value, None, resource.lastmod, resource.hashes, resource.length)
+        self._escaped(resource.loc, self.sink.place(resource.loc), record)
         new, outcome = await self._fetch(resource.loc, "baseline", path, record,
                                          record.changed_at if record else None, resource.lastmod, resource.length,
                                          resource.hashes, want)
@@ -327,11 +343,13 @@ def record_from_fetch(result: FetchResult, relative: str, previous: ResourceReco
         base = replace(previous, md5=None, sha256=None, length=None)
     held = previous is not None and previous.state in RETRIED_STATES
     attempts = (previous.attempts if held and previous is not None else 0) + 1
-    retried = state != ResourceState.REFUSED and want is not None
+    # A refusal is tried again only at start and on the poll (the rules may have changed:
+    # --allow-host), never on a timer.
+    timed = state != ResourceState.REFUSED and want is not None
     return replace(base, path=relative, state=state, changed_at=changed_at, last_change=last_change,
                    expected_hash=result.expected, last_error=result.detail[:500] or result.outcome,
-                   attempts=attempts, next_retry_at=time.time() + retry_delay(state, attempts) if retried else None,
-                   want=want if retried else None)
+                   attempts=attempts, next_retry_at=time.time() + retry_delay(state, attempts) if timed else None,
+                   want=want)
 
 
 def outcome_of(result: FetchResult) -> ChangeOutcome:

@@ -133,6 +133,7 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
         freed = await _delete_unlisted(ctx, report, batch)
     if not ctx.options.dry_run:
         batch.flush(high_water=report.at, baseline_at=report.at)
+        ctx.applier.swept_at = time.monotonic()   # every listed resource was just tried
         # A listed resource whose name was taken by one the list dropped (a file that became
         # a folder) gets its turn now that the old one is gone.
         if freed:

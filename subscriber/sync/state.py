@@ -33,7 +33,7 @@ COVERED, INVALID = InboxStatus.COVERED, InboxStatus.INVALID
 
 # Records in these states hold a change still to apply (`want`), retried until it succeeds
 # or the Source drops the resource.
-RETRIED_STATES = (FAILED, STALE, CONFLICT)
+RETRIED_STATES = (FAILED, STALE, CONFLICT, REFUSED)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS channel (key TEXT PRIMARY KEY, value TEXT);
@@ -305,10 +305,11 @@ class SyncState:
     # --- troubled records: retries, path owners, escapes, refusals -----------------------
 
     def due_retries(self, now: float | None, limit: int = 1000) -> list[ResourceRecord]:
-        """Records holding a change still to apply whose retry time has come (`now` None: all)."""
+        """Records holding a change still to apply whose retry time has come (`now` None: all,
+        refused ones too, which have no retry time)."""
         marks = ",".join("?" * len(RETRIED_STATES))
         rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE state IN ({marks}) AND want IS NOT NULL "
-                           "AND (? IS NULL OR next_retry_at IS NULL OR next_retry_at <= ?) ORDER BY next_retry_at "
+                           "AND (? IS NULL OR next_retry_at <= ?) ORDER BY next_retry_at "
                            "LIMIT ?", (*RETRIED_STATES, now, now, limit))
         return [ResourceRecord.from_row(row) for row in rows]
 
@@ -357,6 +358,17 @@ class SyncState:
             recent = (self.get_json("last_refusals") or [])[-9:]
             recent.append({"rule": rule, "loc": loc[:500], "detail": detail[:300], "at": time.time()})
             self.set(refusals=counts, last_refusals=recent)
+
+    def problem_summary(self) -> dict[str, Any]:
+        """What `sync status` shows about single resources: escaped names, refusals by rule
+        (and the last few), and some records that are not ok, with why."""
+        return {
+            "escaped_names": self.count_escaped(),
+            "refusals": self.get_json("refusals") or {},
+            "last_refusals": self.get_json("last_refusals") or [],
+            "troubled": [{"loc": r.loc, "state": r.state, "path": r.path, "error": r.last_error,
+                          "attempts": r.attempts, "next_retry_at": r.next_retry_at} for r in self.troubled()],
+        }
 
     # --- the Resource List pass (locs seen) --------------------------------------------------
 
