@@ -69,6 +69,26 @@ class FetchError(Exception):
         self.rule = rule
 
 
+class RedirectRefusedError(Exception):
+    """A Source document redirected to another origin (scheme, host, port)."""
+
+
+async def get_in_origin(session: aiohttp.ClientSession, url: str) -> aiohttp.ClientResponse:
+    """GET `url`, following redirects only within its origin (a Source's lists stay on the
+    Source). The caller closes the response (`async with`). RedirectRefusedError otherwise."""
+    for _ in range(MAX_REDIRECTS + 1):
+        response = await session.get(url, allow_redirects=False)
+        location = response.headers.get("Location")
+        if response.status not in _REDIRECTS or not location:
+            return response
+        response.release()
+        target = urljoin(url, location)
+        if not _same_origin(target, url):
+            raise RedirectRefusedError(f"{url} redirected to {target}, another scheme, host or port; refused")
+        url = target
+    raise RedirectRefusedError(f"{url} redirected more than {MAX_REDIRECTS} times")
+
+
 class Fetcher:
     """Fetches resources into a FolderSink. Use `async with` or call `close()`."""
 

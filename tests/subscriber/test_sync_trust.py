@@ -42,6 +42,7 @@ class HostileSource:
     changes: list[ResourceChange] = field(default_factory=list)
     bodies: dict[str, Body] = field(default_factory=dict)
     hits: list[str] = field(default_factory=list)
+    list_redirect: str | None = None     # where /resourcelist.xml redirects to, if anywhere
 
     @property
     def base(self) -> str:
@@ -71,6 +72,8 @@ class HostileSource:
             entries = (CapabilityEntry(self.base + "/resourcelist.xml", "resourcelist"),
                        CapabilityEntry(self.base + "/changelist.xml", "changelist"))
             return web.Response(body=capability_list_to_xml(CapabilityList(entries)), content_type="application/xml")
+        if path == "/resourcelist.xml" and self.list_redirect:
+            raise web.HTTPFound(self.list_redirect)
         if path == "/resourcelist.xml":
             return web.Response(body=self.render(ListInfo("resourcelist", at=T0), self.listed))
         if path == "/changelist.xml":
@@ -245,6 +248,25 @@ def test_only_the_sources_own_scheme_host_and_port_are_fetched(hostile, tmp_path
         assert other_hits == ["/x.txt"] and (dest / f"127.0.0.1_{other.port}" / "x.txt").read_bytes() == \
             b"from another port"
         assert allowed.code == 1      # the https one and the redirect are still refused
+    finally:
+        other.stop()
+
+
+def test_a_list_redirected_to_another_port_is_refused(hostile, tmp_path):
+    other_hits: list[str] = []
+
+    async def record(request: web.Request) -> web.Response:
+        other_hits.append(request.path)
+        return web.Response(body=b"<urlset/>")
+
+    other_app = web.Application()
+    other_app.router.add_get("/{tail:.*}", record)
+    other = ThreadedServer(other_app).start()
+    try:
+        hostile.list_redirect = f"http://127.0.0.1:{other.port}/resourcelist.xml"
+        run = sync_once(hostile, tmp_path / "dest")
+        assert other_hits == [] and run.code == 1
+        assert "redirected to http://127.0.0.1:" in run.stderr and "another scheme, host or port" in run.stderr
     finally:
         other.stop()
 
