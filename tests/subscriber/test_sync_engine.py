@@ -58,7 +58,7 @@ class ListSource:
         return out.getvalue()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        path = request.path
+        path = request.raw_path.partition("?")[0]   # as sent: "x%20y" and "x y" differ
         self.requests.append(path)
         if path in self.overrides:
             return self.overrides[path]

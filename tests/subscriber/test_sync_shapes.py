@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
+from rsnotify.subscriber.sync import SyncState
 from tests.subscriber.test_sync_engine import T0, copy, engine_for, source  # noqa: F401
 
 
@@ -67,5 +68,36 @@ async def test_a_held_back_change_is_retried_on_its_timer_and_at_the_next_start(
     try:
         assert await engine.sync_once() == 0
         assert copy(tmp_path, source) == {"/b/x.txt": b"x2"}
+    finally:
+        await engine.close()
+
+
+async def test_a_folder_synced_with_percent_encoded_names_is_renamed_in_place(source, tmp_path):
+    source.resources = {"/x%20y.txt": b"space", "/%E6%97%A5/a.txt": b"nihon", "/dir/": b"an index", "/plain.txt": b"p"}
+    engine = await engine_for(source, tmp_path)
+    try:
+        assert await engine.sync_once() == 0
+    finally:
+        await engine.close()
+    # Make it look like a folder from before exact names: the old names on disk and in the state.
+    folder = tmp_path / source.base.split("//")[1].replace(":", "_")
+    old_names = {"x y.txt": "x%20y.txt", "日/a.txt": "%E6%97%A5/a.txt", "dir/%%": "dir/_index"}
+    state = SyncState.in_dir(tmp_path)
+    for new, old in old_names.items():
+        (folder / old).parent.mkdir(parents=True, exist_ok=True)
+        (folder / new).rename(folder / old)
+        state.db.execute("UPDATE resources SET path = ? WHERE path = ?", (f"{folder.name}/{old}", f"{folder.name}/{new}"))
+    (folder / "日").rmdir()
+    state.db.execute("DELETE FROM channel WHERE key = 'names_layout'")
+    state.close()
+    source.requests.clear()
+    source.at = T0 + timedelta(hours=1)     # a re-baseline (no Change List) right after the move
+    engine = await engine_for(source, tmp_path)
+    try:
+        assert await engine.sync_once() == 0
+        assert [r for r in source.requests if not r.endswith(".xml")] == []    # renamed, not fetched again
+        files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+        assert files == ["dir/%%", "plain.txt", "x y.txt", "日/a.txt"]
+        assert engine.state.counts_by_state() == {"ok": 4}
     finally:
         await engine.close()
