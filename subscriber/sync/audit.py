@@ -21,9 +21,10 @@ from rsnotify.lists import Resource
 
 from .apply import hashes_match
 from .context import SyncContext
-from .outcomes import ChangeOutcome
+from .outcomes import ChangeOutcome, Refusal
 from .remote import SourceDocumentError
 from .resources import ResourceListRead, resource_chunks
+from .sink import SymlinkRefusedError
 from .state import DELETED, OK, ResourceRecord
 
 
@@ -39,6 +40,7 @@ class AuditReport:
     newer_locally: int = 0
     unverifiable: int = 0
     corrupt: int = 0          # part of `changed` (deep only)
+    escaped: int = 0          # resources stored under an escaped name (not a difference; README "File names")
     repaired: int = 0
     repair_failed: int = 0
     seconds: float = 0.0
@@ -61,6 +63,7 @@ class AuditReport:
         return {"at": format_datetime(self.at) if self.at else None, "listed": self.listed, "same": self.same,
                 "missing": self.missing, "changed": self.changed, "extra": self.extra, "untracked": self.untracked,
                 "newer_locally": self.newer_locally, "unverifiable": self.unverifiable, "corrupt": self.corrupt,
+                "escaped": self.escaped,
                 "repaired": self.repaired, "repair_failed": self.repair_failed,
                 "seconds": round(self.seconds, 3), "examples": self.examples}
 
@@ -150,12 +153,16 @@ async def run_audit(ctx: SyncContext, *, deep: bool = False, repair: bool = Fals
         extras.append(record)
     if repair:
         for record in extras:
-            if record.path:
-                await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
+            if record.path and record.holds_file:
+                try:
+                    await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
+                except SymlinkRefusedError as exc:
+                    ctx.applier.refuse(Refusal.SYMLINK, record.loc, str(exc))
             ctx.state.commit([ResourceRecord(record.loc, record.path, DELETED, changed_at=record.changed_at,
                                              last_change="deleted")])
             report.repaired += 1
     report.untracked = await asyncio.to_thread(_count_untracked, ctx, report)
+    report.escaped = ctx.state.count_escaped()
     report.seconds = time.monotonic() - started
     ctx.state.add_run("audit", time.time() - report.seconds, report.to_json(),
                       "in sync" if report.in_sync else "differences")

@@ -163,7 +163,7 @@ async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:
         counts = (f"same {report.same:,}, missing {report.missing:,}, changed {report.changed:,}"
                   f"{f' (corrupt {report.corrupt:,})' if deep else ''}, extra {report.extra:,}, "
                   f"untracked {report.untracked:,}, newer locally {report.newer_locally:,}, "
-                  f"unverifiable {report.unverifiable:,}")
+                  f"unverifiable {report.unverifiable:,}, escaped names {report.escaped:,}")
         if repair:
             counts += f"; repaired {report.repaired:,}, repair failed {report.repair_failed:,}"
         reporter.status(f"{counts} (Resource List at {format_datetime(report.at) if report.at else '?'}, "

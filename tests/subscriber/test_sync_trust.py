@@ -317,3 +317,6 @@ def test_an_over_long_name_is_escaped_and_reported_not_a_crash(hostile, tmp_path
     assert len(run.of("name.escaped")) == 3 and "escaped name:" in run.stderr
     assert status(dest)["escaped_names"] == 3
     assert os.listdir(tmp_path) == ["dest"]
+    audit = subprocess.run([RSNOTIFY, "audit", "--capability-list", hostile.base + "/caps.xml", "--dir", str(dest),
+                            "--deep"], capture_output=True, text=True, timeout=120, check=False)
+    assert audit.returncode == 0 and "same 3" in audit.stderr and "escaped names 3" in audit.stderr, audit.stderr
