@@ -138,6 +138,7 @@ async def _apply(ctx: SyncContext, row: InboxRow, notification: ChangeNotificati
                      sequences=_seq(row), last_notification_id=row.notification_id,
                      last_until_received=format_datetime(notification.until_time),
                      **({"unrecoverable_gap": None, "engine_state": "live"} if filled else {}))
+    schedule_retry(ctx)   # a change held back just now gets its timer
     if filled:
         ctx.events.emit(ev.GAP, kind="filled", by="hub", **{"from": format_datetime(notification.from_time)})
     ctx.events.emit(ev.NOTIFICATION_APPLIED, notification_id=row.notification_id, sequence=row.sequence,
