@@ -2,7 +2,8 @@
 each against a hostile Source (an aiohttp server on loopback serving crafted lists) and a real
 `rsnotify sync --once` process. Each asserts that nothing outside the rule was touched, that
 the run ended without a traceback, that the refusal was reported (a `refused`/`conflict` event,
-a count in `sync status`) and that --once exits 1."""
+a count in `sync status`) and that --once exits 1. A notification relayed by a hub goes through
+the same rules (the last test)."""
 from __future__ import annotations
 
 import hashlib
@@ -20,8 +21,9 @@ import pytest
 from aiohttp import web
 
 from rsnotify.lists import ListInfo, ListWriter, Resource
-from rsnotify.notification import CapabilityEntry, CapabilityList, ChangeType, ResourceChange
-from rsnotify.xml import capability_list_to_xml
+from rsnotify.notification import CapabilityEntry, CapabilityList, ChangeNotification, ChangeType, ResourceChange
+from rsnotify.subscriber.sync import SyncEngine
+from rsnotify.xml import capability_list_to_xml, to_xml
 from tests.support.ports import free_port
 from tests.support.servers import ThreadedServer
 
@@ -320,3 +322,32 @@ def test_an_over_long_name_is_escaped_and_reported_not_a_crash(hostile, tmp_path
     audit = subprocess.run([RSNOTIFY, "audit", "--capability-list", hostile.base + "/caps.xml", "--dir", str(dest),
                             "--deep"], capture_output=True, text=True, timeout=120, check=False)
     assert audit.returncode == 0 and "same 3" in audit.stderr and "escaped names 3" in audit.stderr, audit.stderr
+
+
+async def test_a_relayed_notification_meets_the_same_rules(hostile, tmp_path):
+    dest = tmp_path / "dest"
+    victim = dest / "victimhost" / "notes.txt"
+    victim.parent.mkdir(parents=True)
+    victim.write_bytes(b"the user's own notes")
+    hostile.add("/a.txt", b"a")
+    engine = SyncEngine(dest, capability_list=hostile.base + "/caps.xml")
+    seen: list = []
+    engine.events.listeners.append(seen.append)
+    await engine.open()
+    try:
+        assert await engine.sync_once() == 0
+        t2 = T0 + timedelta(minutes=2)
+        notification = ChangeNotification(T0, t2, (
+            ResourceChange("http://.rsnotify/state.db", ChangeType.DELETED, changed_at=T1),
+            ResourceChange("http://victimhost/notes.txt", ChangeType.DELETED, changed_at=T1),
+            ResourceChange(f"http://127.0.0.1:{free_port()}/x.txt", ChangeType.CREATED, changed_at=T1),
+            ResourceChange(hostile.base + "/a.txt", ChangeType.DELETED, changed_at=T1),   # a fair one
+        ))
+        engine.state.add_to_inbox("http://hub.example/", 1, "n-1", "application/xml", to_xml(notification))
+        await engine.drain_inbox()
+        assert (dest / ".rsnotify" / "state.db").is_file() and victim.read_bytes() == b"the user's own notes"
+        assert not (copy_of(hostile, dest) / "a.txt").exists()
+        assert sorted(e.data["rule"] for e in seen if e.event == "refused") == ["host", "host", "origin"]
+        assert engine.state.high_water == t2 and engine.exit_code() == 1
+    finally:
+        await engine.close()
