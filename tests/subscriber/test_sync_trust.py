@@ -23,6 +23,7 @@ from aiohttp import web
 from rsnotify.lists import ListInfo, ListWriter, Resource
 from rsnotify.notification import CapabilityEntry, CapabilityList, ChangeNotification, ChangeType, ResourceChange
 from rsnotify.subscriber.sync import SyncEngine
+from rsnotify.subscriber.sync.runner import status_of
 from rsnotify.xml import capability_list_to_xml, to_xml
 from tests.support.ports import free_port
 from tests.support.servers import ThreadedServer
@@ -119,9 +120,10 @@ def sync_once(source: HostileSource, dest: Path, *extra: str) -> Run:
 
 
 def status(dest: Path) -> dict:
-    done = subprocess.run([RSNOTIFY, "sync", "status", "--dir", str(dest), "--json"], capture_output=True, text=True,
-                          timeout=60, check=True)
-    return json.loads(done.stdout)
+    """What `rsnotify sync status --dir DEST --json` prints (read in-process: no extra start-up)."""
+    info = status_of(dest)
+    assert info is not None
+    return json.loads(json.dumps(info, default=str))
 
 
 def snapshot(root: Path) -> dict[str, bytes]:
