@@ -169,7 +169,8 @@ class Applier:
         collapsed = collapse(changes)
         new_records, outcomes = await self._apply_batch(collapsed, records)
         if not self.dry_run:
-            touched = {o.path for o in outcomes if o.path and o.outcome in (ChangeOutcome.DELETED, ChangeOutcome.STORED)}
+            # Only a delete frees a name: the held-back changes at, under or around it may go now.
+            touched = {o.path for o in outcomes if o.path and o.outcome == ChangeOutcome.DELETED}
             batch = {c.loc for c in collapsed}
             related = [r for r in self.state.related_retries(touched) if r.loc not in batch] if touched else []
             if related:

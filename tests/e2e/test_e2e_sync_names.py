@@ -14,7 +14,15 @@ import subprocess
 import time
 from pathlib import Path
 
-from tests.e2e.test_e2e_sync import RSNOTIFY, Proc, answers, hub, spawn, tree, wait_until  # noqa: F401
+from tests.e2e.test_e2e_sync import (  # noqa: F401
+    RSNOTIFY,
+    Proc,
+    answers,
+    hub,
+    spawn,
+    tree,
+    wait_until,
+)
 from tests.support.ports import free_port
 
 LONG = "n" * 251 + ".txt"          # 255 bytes: the longest name the file system takes
@@ -97,7 +105,7 @@ def changes_while_down(src: Path) -> int:
     return count + 3
 
 
-def test_the_copy_has_the_sources_names_and_shapes_through_live_changes_and_a_kill(hub, tmp_path):
+def test_the_copy_has_the_sources_names_and_shapes_through_live_changes_and_a_kill(hub, tmp_path):  # noqa: F811
     src, dest = tmp_path / "src", tmp_path / "dest"
     src.mkdir()
     make_tree(src)

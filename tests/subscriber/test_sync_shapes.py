@@ -3,6 +3,7 @@ folder) is held back in its record and applied as soon as the way is clear: on t
 change, on a timer, on the next start; H moves on only with the change recorded."""
 from __future__ import annotations
 
+import asyncio
 import time
 from datetime import timedelta
 
@@ -10,7 +11,7 @@ from rsnotify.subscriber.sync import SyncState
 from tests.subscriber.test_sync_engine import T0, copy, engine_for, source  # noqa: F401
 
 
-async def test_a_create_blocked_by_a_file_is_applied_when_the_file_goes(source, tmp_path):
+async def test_a_create_blocked_by_a_file_is_applied_when_the_file_goes(source, tmp_path):  # noqa: F811 - the fixture imported above
     source.resources = {"/a.txt": b"a file"}
     engine = await engine_for(source, tmp_path)
     try:
@@ -36,7 +37,7 @@ async def test_a_create_blocked_by_a_file_is_applied_when_the_file_goes(source, 
         await engine.close()
 
 
-async def test_a_held_back_change_is_retried_on_its_timer_and_at_the_next_start(source, tmp_path):
+async def test_a_held_back_change_is_retried_on_its_timer_and_at_the_next_start(source, tmp_path):  # noqa: F811 - the fixture imported above
     source.resources = {"/b/x.txt": b"x"}
     engine = await engine_for(source, tmp_path)
     folder = tmp_path / source.base.split("//")[1].replace(":", "_")
@@ -49,7 +50,7 @@ async def test_a_held_back_change_is_retried_on_its_timer_and_at_the_next_start(
         (folder / "b" / "x.txt").rmdir()       # the way is clear again
         record_due = record.next_retry_at - time.time()
         assert 0 < record_due <= 1.5           # a conflict is tried again within a second or so
-        time.sleep(record_due + 0.05)
+        await asyncio.sleep(record_due + 0.05)
         assert await engine.ctx.applier.retry_due() == 1
         assert copy(tmp_path, source) == {"/b/x.txt": b"x"} and engine.state.counts_by_state() == {"ok": 1}
     finally:
@@ -72,7 +73,7 @@ async def test_a_held_back_change_is_retried_on_its_timer_and_at_the_next_start(
         await engine.close()
 
 
-async def test_a_folder_synced_with_percent_encoded_names_is_renamed_in_place(source, tmp_path):
+async def test_a_folder_synced_with_percent_encoded_names_is_renamed_in_place(source, tmp_path):  # noqa: F811 - the fixture imported above
     source.resources = {"/x%20y.txt": b"space", "/%E6%97%A5/a.txt": b"nihon", "/dir/": b"an index", "/plain.txt": b"p"}
     engine = await engine_for(source, tmp_path)
     try:

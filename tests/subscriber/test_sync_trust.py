@@ -21,7 +21,13 @@ import pytest
 from aiohttp import web
 
 from rsnotify.lists import ListInfo, ListWriter, Resource
-from rsnotify.notification import CapabilityEntry, CapabilityList, ChangeNotification, ChangeType, ResourceChange
+from rsnotify.notification import (
+    CapabilityEntry,
+    CapabilityList,
+    ChangeNotification,
+    ChangeType,
+    ResourceChange,
+)
 from rsnotify.subscriber.sync import SyncEngine
 from rsnotify.subscriber.sync.runner import status_of
 from rsnotify.xml import capability_list_to_xml, to_xml
