@@ -102,3 +102,22 @@ async def test_a_folder_synced_with_percent_encoded_names_is_renamed_in_place(so
         assert engine.state.counts_by_state() == {"ok": 4}
     finally:
         await engine.close()
+
+
+async def test_a_rebaseline_turns_files_into_folders_and_back(source, tmp_path):  # noqa: F811
+    source.resources = {"/a.txt": b"a file", "/d/x.txt": b"in a folder"}
+    engine = await engine_for(source, tmp_path)
+    try:
+        assert await engine.sync_once() == 0
+        for step, resources in enumerate([
+            {"/a.txt/in.txt": b"a is a folder now", "/d": b"d is a file now"},
+            {"/a.txt": b"a file again", "/d/x.txt": b"a folder again"},
+            {"/a.txt/in.txt": b"and a folder once more", "/d": b"and a file"},
+        ], start=1):
+            source.resources = resources
+            source.at = T0 + timedelta(hours=step)    # no Change List: each run is a re-baseline
+            assert await engine.sync_once() == 0, engine.state.troubled()
+            assert copy(tmp_path, source) == resources
+            assert set(engine.state.counts_by_state()) <= {"ok", "deleted"}
+    finally:
+        await engine.close()
