@@ -148,6 +148,17 @@ def test_the_copy_has_the_sources_names_and_shapes_through_live_changes_and_a_ki
                                            capture_output=True, text=True, check=True).stdout)
         assert set(status["resources"]) <= {"ok", "deleted"}, status
         assert status["escaped_names"] == 0 and status["refusals"] == {}
+
+        # Something local in the way: the change is held back, said on stderr, counted, and
+        # applied on its retry timer once the way is clear (no restart).
+        (copy / "blocked.txt").mkdir()
+        (src / "blocked.txt").write_bytes(b"waits for its name\n")
+        wait_until(lambda: "conflict: " + base + "blocked.txt" in second.output(), "the conflict line", 30, second)
+        status = json.loads(subprocess.run([RSNOTIFY, "sync", "status", "--dir", str(dest), "--json"],
+                                           capture_output=True, text=True, check=True).stdout)
+        assert status["resources"].get("conflict") == 1, status
+        (copy / "blocked.txt").rmdir()
+        wait_until(lambda: equal(src, copy), "the held-back change after the way cleared", 30, second)
         assert second.stop(signal.SIGTERM) == 0
     finally:
         source.stop()
