@@ -63,3 +63,4 @@ class Refusal(StrEnum):
     SYMLINK = "symlink"        # a symlink in the path inside DIR
     LENGTH = "length"          # the body ran past the announced length
     SIZE = "size"              # the body ran past --max-resource-size
+    DEPTH = "depth"            # a loc nested deeper than any real tree (sink.MAX_DEPTH segments)

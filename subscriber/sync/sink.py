@@ -41,8 +41,17 @@ PARTIAL_PREFIX = ".partial-"
 DEFAULT_NAME_MAX = 255
 _SAFE = "-._~!$&'()*+,;=@"   # kept as they are inside an escaped name; everything else is %XX
 _HASH_HEX = 32
+MAX_DEPTH = 128            # path segments: deeper locs are refused (no real tree needs more)
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class LocRefusedError(ValueError):
+    """A loc that gets no place under DIR; `rule` says which trust rule (a Refusal value)."""
+
+    def __init__(self, message: str, rule: str = "host") -> None:
+        super().__init__(message)
+        self.rule = rule
 
 
 class PathConflictError(OSError):
@@ -77,14 +86,14 @@ def host_folder(loc: str) -> str:
     """`<host>[_<port>]` for an http(s) loc; ValueError when the host is not a valid one."""
     parts = urlsplit(loc)
     if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise ValueError(f"cannot store {loc!r}: expected an absolute http or https URL")
+        raise LocRefusedError(f"cannot store {loc!r}: expected an absolute http or https URL")
     host = parts.hostname
     if not is_valid_host(host):
-        raise ValueError(f"cannot store {loc!r}: {host!r} is neither a DNS name nor an IP address")
+        raise LocRefusedError(f"cannot store {loc!r}: {host!r} is neither a DNS name nor an IP address")
     try:
         port = parts.port
     except ValueError:
-        raise ValueError(f"cannot store {loc!r}: its port is not a number from 0 to 65535") from None
+        raise LocRefusedError(f"cannot store {loc!r}: its port is not a number from 0 to 65535") from None
     return host + (f"_{port}" if port is not None else "")
 
 
@@ -150,11 +159,14 @@ class FolderSink:
             self.name_max = DEFAULT_NAME_MAX
 
     def place(self, loc: str) -> Placement:
-        """Where `loc` lands; ValueError for a URL that is not http(s) with a valid host."""
+        """Where `loc` lands; LocRefusedError (a ValueError) for a URL that is not http(s)
+        with a valid host, or one nested deeper than MAX_DEPTH."""
         folder = host_folder(loc)
         parts = urlsplit(loc)
         segments = (parts.path or "/")[1:].split("/") if (parts.path or "/").startswith("/") else \
             parts.path.split("/")
+        if len(segments) > MAX_DEPTH:
+            raise LocRefusedError(f"cannot store {loc[:200]!r}...: more than {MAX_DEPTH} path segments", "depth")
         names: list[str] = []
         reasons: list[str] = []
         for index, segment in enumerate(segments):
@@ -184,8 +196,10 @@ class FolderSink:
             raise ValueError(f"{path} is not a resource path under {self.root}")
         return parts
 
-    def _open_chain(self, folders: tuple[str, ...], *, create: bool) -> list[int]:
-        """Open DIR and each folder below it, none through a symlink; the fds, DIR's first.
+    def _open_chain(self, folders: tuple[str, ...], *, create: bool, keep_all: bool = False) -> list[int]:
+        """Open DIR and each folder below it, none through a symlink; the fds, DIR's first
+        (`keep_all`), else only the last one's (each parent is closed once its child is open,
+        so a deep path holds two fds at most).
 
         FileNotFoundError (create=False), PathConflictError (a file in the way),
         SymlinkRefusedError (a link in the way)."""
@@ -199,6 +213,8 @@ class FolderSink:
         try:
             for name in folders:
                 fds.append(self._open_folder(fds[-1], name, create=create))
+                if not keep_all:
+                    os.close(fds.pop(0))
         except BaseException:
             _close(fds)
             raise
@@ -333,7 +349,7 @@ class FolderSink:
         SymlinkRefusedError when a link stands in the path (nothing is removed then)."""
         parts = self._parts(path)
         try:
-            fds = self._open_chain(parts[:-1], create=False)
+            fds = self._open_chain(parts[:-1], create=False, keep_all=True)
         except (FileNotFoundError, PathConflictError):
             return False
         try:
@@ -355,7 +371,7 @@ class FolderSink:
         """Rename a stored file to its new name (a layout migration), no link followed; the
         old folders left empty go. PathConflictError when something is at the new name."""
         old_parts, new_parts = self._parts(old), self._parts(new)
-        source = self._open_chain(old_parts[:-1], create=False)
+        source = self._open_chain(old_parts[:-1], create=False, keep_all=True)
         try:
             target = self._open_chain(new_parts[:-1], create=True)
             try:

@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsnotify.subscriber.sync.sink import FolderSink, escape_name, unescape_name
+from rsnotify.subscriber.sync.sink import FolderSink, LocRefusedError, escape_name, unescape_name
 
 
 @pytest.mark.parametrize(("loc", "relative"), [
@@ -51,3 +51,14 @@ def test_escaping_is_one_to_one_and_reversible(raw, query):
     assert "/" not in name and "\x00" not in name and name not in ("", ".", "..")
     assert unescape_name(name) == (raw, query)
     assert (reason is None) == (not name.startswith("%%"))
+
+
+def test_a_loc_deeper_than_any_real_tree_gets_no_place(tmp_path):
+    sink = FolderSink(tmp_path)
+    with pytest.raises(LocRefusedError, match="more than 128 path segments") as refused:
+        sink.path_for("http://h.example/" + "a/" * 200 + "x")
+    assert refused.value.rule == "depth"
+    deep = sink.path_for("http://h.example/" + "a/" * 120 + "x")      # deep but fine: two fds at a time
+    sink.write_small(deep, b"deep")
+    assert sink.is_file(deep) and deep.read_bytes() == b"deep"
+    assert sink.delete(deep) and not (tmp_path / "h.example" / "a").exists()
