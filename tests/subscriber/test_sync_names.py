@@ -7,7 +7,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rsnotify.subscriber.sync.sink import FolderSink, LocRefusedError, escape_name, unescape_name
+from rsnotify.subscriber.sync.sink import (
+    FolderSink,
+    LocRefusedError,
+    escape_name,
+    unescape_name,
+)
 
 
 @pytest.mark.parametrize(("loc", "relative"), [
