@@ -100,9 +100,11 @@ async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
     started = time.monotonic()
     report = CatchupReport(start=high_water, end=high_water)
     migrate_names(ctx)
-    await ctx.applier.retry_due(everything=True)   # at start and on each poll: every held-back change
     ctx.progress.start("catch-up")
-    for item in await select_lists(ctx, high_water):
+    selected = await select_lists(ctx, high_water)
+    # At start and on each poll, once the Source answered: every held-back change again.
+    await ctx.applier.retry_due(everything=True)
+    for item in selected:
         remote = item if isinstance(item, RemoteList) else await RemoteList.open(ctx.session, item.loc, "Change List")
         if remote.info.is_index:
             remote.close()
