@@ -110,6 +110,7 @@ class Applier:
         self.events: Events | None = None
         self.report: Callable[[str], None] = lambda message: None
         self.refusals = 0                     # refusals by this process (--once exits 1 after one)
+        self._unsaved_refusals: list[tuple[str, str, str]] = []
         self._claims: dict[str, str] = {}     # path -> the loc being written there now
         self._lines: dict[str, tuple[float, int]] = {}
         self.swept_at = -SWEEP_GAP   # time.monotonic() of the last pass over every resource (a sweep or a baseline)
@@ -135,9 +136,18 @@ class Applier:
         """Count, record and report one refusal (nothing was touched)."""
         self.refusals += 1
         if not self.dry_run:
-            self.state.note_refusal(rule, loc, detail)
+            # Counted in batches: a Source listing 100,000 refused locs costs no 100,000 commits.
+            self._unsaved_refusals.append((rule, loc, detail))
+            if len(self._unsaved_refusals) >= 500:
+                self.flush_refusals()
         self._emit(ev.REFUSED, loc=loc, rule=rule, detail=detail)
         self._say("refused", f"refused ({rule}): {loc}: {detail}")
+
+    def flush_refusals(self) -> None:
+        """Write the refusals counted since the last flush (each step ends with one)."""
+        if self._unsaved_refusals:
+            self.state.note_refusals(self._unsaved_refusals)
+            self._unsaved_refusals = []
 
     def _escaped(self, loc: str, placement: Placement, record: ResourceRecord | None) -> None:
         relative = self.sink.relative(placement.path)
@@ -175,6 +185,7 @@ class Applier:
             related = [r for r in self.state.related_retries(touched) if r.loc not in batch] if touched else []
             if related:
                 new_records += await self.retry(related)
+        self.flush_refusals()
         return new_records, outcomes
 
     async def _apply_batch(self, collapsed: list[ResourceChange], records: dict[str, ResourceRecord] | None
@@ -196,6 +207,7 @@ class Applier:
         changes = [change_from_want(r) for r in records if r.want]
         new_records, outcomes = await self._apply_batch(changes, {r.loc: r for r in records})
         fixed = sum(o.outcome in (ChangeOutcome.STORED, ChangeOutcome.UNCHANGED) for o in outcomes)
+        self.flush_refusals()
         self._emit(ev.RETRY_DONE, retried=len(outcomes), fixed=fixed, still_failing=len(outcomes) - fixed)
         if fixed:
             self._say("retry", f"retried {len(outcomes):,} held-back change(s): {fixed:,} applied now")

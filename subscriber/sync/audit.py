@@ -163,6 +163,7 @@ async def run_audit(ctx: SyncContext, *, deep: bool = False, repair: bool = Fals
             report.repaired += 1
     report.untracked = await asyncio.to_thread(_count_untracked, ctx, report)
     report.escaped = ctx.state.count_escaped()
+    ctx.applier.flush_refusals()
     report.seconds = time.monotonic() - started
     ctx.state.add_run("audit", time.time() - report.seconds, report.to_json(),
                       "in sync" if report.in_sync else "differences")

@@ -138,6 +138,7 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
         # a folder) gets its turn now that the old one is gone.
         if freed:
             ctx.state.commit(await ctx.applier.retry(ctx.state.related_retries(freed)))
+    ctx.applier.flush_refusals()
     report.seconds = time.monotonic() - started
     return report
 

@@ -350,14 +350,16 @@ class SyncState:
                            "ORDER BY loc LIMIT ?", (limit,))
         return [ResourceRecord.from_row(row) for row in rows]
 
-    def note_refusal(self, rule: str, loc: str, detail: str) -> None:
-        """Count one refusal by rule (channel `refusals`) and keep the last few (`last_refusals`)."""
+    def note_refusals(self, refusals: Iterable[tuple[str, str, str]]) -> None:
+        """Count refusals (rule, loc, detail) by rule (channel `refusals`) and keep the last
+        ten (`last_refusals`), in one transaction."""
         with self._lock:
             counts = self.get_json("refusals") or {}
-            counts[rule] = counts.get(rule, 0) + 1
-            recent = (self.get_json("last_refusals") or [])[-9:]
-            recent.append({"rule": rule, "loc": loc[:500], "detail": detail[:300], "at": time.time()})
-            self.set(refusals=counts, last_refusals=recent)
+            recent = self.get_json("last_refusals") or []
+            for rule, loc, detail in refusals:
+                counts[rule] = counts.get(rule, 0) + 1
+                recent.append({"rule": rule, "loc": loc[:500], "detail": detail[:300], "at": time.time()})
+            self.set(refusals=counts, last_refusals=recent[-10:])
 
     def problem_summary(self) -> dict[str, Any]:
         """What `sync status` shows about single resources: escaped names, refusals by rule
