@@ -148,12 +148,15 @@ class Folder:
         for path in map(Path, paths):
             if path.is_dir():
                 found = {state.path: state for state in self._states(self._walk(path))}
-                before = self._under(path)
+                # A file that became this folder is gone now, in the same batch as the files
+                # that appeared in it (not at the next rescan).
+                before = self._under(path) + ([path] if path in self._known else [])
             else:
+                # A path that was no file before may be a removed folder (or one that became
+                # this file): asked before _state() remembers the path as a file.
+                before = [path] if path in self._known else self._under(path)
                 state = self._state(path) if path.exists() else None
                 found = {path: state} if state is not None else {}
-                # A path that is no file now and was none before may be a removed folder.
-                before = [path] if path in self._known else self._under(path)
             present.update({state.loc: state for state in found.values()})
             for known in before:
                 if known not in found:
@@ -222,7 +225,10 @@ def changes_against(
     `complete`: `current` is the whole folder, so recorded locs missing from it are deleted;
     otherwise only the `gone` locs are. Changes carry no datetime: the publisher dates them.
     """
-    changes: list[ResourceChange] = []
+    # Deletes first: a file that became a folder (or the reverse) is gone before its new
+    # shape appears, so a Destination frees the name before it needs it.
+    deleted = set(recorded) - set(current) if complete else {loc for loc in gone if loc in recorded and loc not in current}
+    changes = [ResourceChange(loc, ChangeType.DELETED) for loc in sorted(deleted)]
     for loc, state in sorted(current.items()):
         before = recorded.get(loc, _ABSENT)
         if before == state.hash:
@@ -231,8 +237,6 @@ def changes_against(
         changes.append(
             ResourceChange(loc, change, None, state.lastmod, state.hashes(), state.length, state.media_type)
         )
-    deleted = set(recorded) - set(current) if complete else {loc for loc in gone if loc in recorded and loc not in current}
-    changes.extend(ResourceChange(loc, ChangeType.DELETED) for loc in sorted(deleted))
     return changes
 
 

@@ -410,10 +410,15 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
                                 "always allowed). Repeatable.")(command)
     command = click.option("--allow-host", "allow_host", metavar="HOST", multiple=True,
                            envvar="RSNOTIFY_SYNC_ALLOW_HOST", show_envvar=True,
-                           help="Also fetch resources whose locs are on HOST ('*': any host). Repeatable.")(command)
+                           help="Also fetch (and delete) resources whose locs are on HOST (any port) or HOST:PORT "
+                                "('*': any host). Repeatable.")(command)
     command = click.option("--concurrency", type=click.IntRange(1, 256), default=16, show_default=True,
                            envvar="RSNOTIFY_SYNC_CONCURRENCY", show_envvar=True,
                            help="Resource GETs in flight at most.")(command)
+    command = click.option("--max-resource-size", "max_resource_size", metavar="SIZE", default="1GiB",
+                           show_default=True, envvar="RSNOTIFY_SYNC_MAX_RESOURCE_SIZE", show_envvar=True,
+                           help="A resource body longer than this is cut and refused (bytes, or with "
+                                "K/M/G/KiB/MiB/GiB).")(command)
     command = click.option("--json", "json_events", is_flag=True,
                            help="One JSON object per event on stdout (with an \"event\" key).")(command)
     command = click.option("--header", "headers", metavar="'NAME: VALUE'", multiple=True, type=HeaderLine(),
@@ -434,10 +439,29 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
     return command
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1000, "kb": 1000, "m": 1000**2, "mb": 1000**2, "g": 1000**3, "gb": 1000**3,
+               "kib": 1024, "mib": 1024**2, "gib": 1024**3, "tib": 1024**4, "t": 1000**4, "tb": 1000**4}
+
+
+def _parse_size(value: str) -> int:
+    """'1GiB', '500M', '4096' as bytes; click.BadParameter otherwise."""
+    text = value.strip().lower().replace(" ", "")
+    number = text.rstrip("abcdefghijklmnopqrstuvwxyz")
+    unit = text[len(number):]
+    try:
+        size = int(float(number) * _SIZE_UNITS[unit])
+    except (KeyError, ValueError):
+        raise click.BadParameter(f"must be a size such as 1GiB, 500M or 4096, got {value!r}",
+                                 param_hint="--max-resource-size") from None
+    if size < 1:
+        raise click.BadParameter(f"must be at least 1 byte, got {value!r}", param_hint="--max-resource-size")
+    return size
+
+
 def _sync_command(directory: Path, source: str | None, capability_list: str | None, allow_network: tuple[str, ...],
                   allow_host: tuple[str, ...], concurrency: int, json_events: bool, verbose: bool,
                   headers: tuple[tuple[str, str], ...] = (), timeout: float = 30.0, tries: int = 5,
-                  rate: float | None = None, **extra: Any) -> SyncCommand:
+                  rate: float | None = None, max_resource_size: str = "1GiB", **extra: Any) -> SyncCommand:
     from .sync.netguard import parse_networks
     if directory is None:
         raise click.UsageError("--dir DIR is required")
@@ -459,7 +483,7 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .sync.context import SyncOptions
     options = SyncOptions(concurrency=concurrency, keep_deleted=extra.get("keep_deleted", False),
-                          dry_run=extra.get("dry_run", False))
+                          dry_run=extra.get("dry_run", False), max_resource_size=_parse_size(max_resource_size))
     return _SyncCommand(directory, source, capability_list, options, networks, tuple(allow_host),
                         json_events=json_events, headers=tuple(headers), timeout=timeout, tries=tries, rate=rate)
 

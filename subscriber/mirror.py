@@ -23,9 +23,9 @@ from typing import Any
 from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
 
 from .core import ReceivedNotification
-from .sync import fetcher as outcomes
 from .sync.fetcher import Fetcher
 from .sync.netguard import Network
+from .sync.outcomes import FetchOutcome, Refusal
 from .sync.sink import INDEX_NAME, FolderSink
 
 log = logging.getLogger(__name__)
@@ -104,11 +104,16 @@ class Mirror:
         except ValueError as exc:
             return MirrorOutcome(change.loc, change.change.value, "failed", None, str(exc))
         if change.change is ChangeType.DELETED:
-            existed = await asyncio.to_thread(self.sink.delete, path)
+            try:
+                existed = await asyncio.to_thread(self.sink.delete, path)
+            except OSError as exc:   # a symlink in the way: refused, never followed
+                return MirrorOutcome(change.loc, "deleted", "failed", str(path), str(exc))
             outcome = MirrorOutcome(change.loc, "deleted", "deleted" if existed else "absent", str(path))
         else:
             result = await self.fetcher.fetch(change.loc, path, length=change.length, hashes=change.hashes)
-            kind = {outcomes.STORED: "stored", outcomes.MISMATCH: "mismatch"}.get(result.outcome, "failed")
+            kind = {FetchOutcome.STORED: "stored", FetchOutcome.MISMATCH: "mismatch"}.get(result.outcome, "failed")
+            if result.rule is Refusal.LENGTH:   # longer than announced: cut, the previous copy kept
+                kind = "mismatch"
             outcome = MirrorOutcome(change.loc, change.change.value, kind, str(path), result.detail)
         log.info("mirror %s %s: %s %s", change.change.value, change.loc, outcome.outcome, outcome.detail)
         return outcome

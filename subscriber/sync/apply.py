@@ -1,15 +1,21 @@
 """Applying changes and Resource List entries to the folder: the per-loc rules, idempotent.
 
 A change older than what was applied for its loc is skipped (newer-wins on the Source's
-`datetime`); a delete removes the file and keeps a tombstone; a create/update whose hash
-equals the stored one (file present) is recorded without a GET; anything else is fetched.
-Functions here return new records; the caller commits them together with H.
+`datetime`); deletes go first (a delete may free the name a create needs: a file that became a
+folder); a delete removes only a file the state tracks for that loc, on an allowed host; a
+create/update whose hash equals the stored one (file present) is recorded without a GET;
+anything else is fetched, unless another loc already holds its path (a conflict, both named).
+A change that cannot be applied is kept in its record (`want`) and retried: with backoff, on
+the next change at a related path, on the poll and at start. Functions here return new
+records; the caller commits them together with H.
 """
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
@@ -17,37 +23,26 @@ from pathlib import Path
 from rsnotify.lists import Resource
 from rsnotify.notification import ChangeType, ResourceChange
 
-from . import fetcher as fetch_outcomes
+from . import events as ev
+from .events import Events
 from .fetcher import Fetcher, FetchResult
-from .sink import FolderSink
-from .state import (
-    CONFLICT,
-    DELETED,
-    FAILED,
-    OK,
-    REFUSED,
-    STALE,
-    ResourceRecord,
-    SyncState,
-)
+from .outcomes import ChangeOutcome, FetchOutcome, Refusal, ResourceState
+from .sink import FolderSink, Placement, SymlinkRefusedError
+from .state import RETRIED_STATES, ResourceRecord, SyncState, from_text, to_text
 
 log = logging.getLogger(__name__)
 
-# Outcome values (the `outcome` of each change in `notification.applied` events)
-STORED = "stored"
-UNCHANGED = "unchanged"
-DELETED_OUTCOME = "deleted"
-ABSENT = "absent"
-STALE_OUTCOME = "stale"
-FAILED_OUTCOME = "failed"
-SKIPPED_OLDER = "skipped-older"
+RETRY_CAP = 6 * 3600.0       # seconds: the longest wait between two tries of one change
+_RETRY_BASE = {ResourceState.CONFLICT: 1.0, ResourceState.STALE: 30.0, ResourceState.FAILED: 10.0}
+_LINES_PER_MINUTE = 20       # stderr lines about single resources, per kind
+SWEEP_GAP = 10.0             # seconds: a baseline or sweep this recent makes another sweep pointless
 
 
 @dataclass(frozen=True, slots=True)
 class Outcome:
     loc: str
     change: str
-    outcome: str
+    outcome: ChangeOutcome
     path: str | None = None
     detail: str = ""
 
@@ -79,61 +74,253 @@ def collapse(changes: Iterable[ResourceChange]) -> list[ResourceChange]:
     return list(last.values())
 
 
+def want_of(kind: str, changed_at: datetime | None, lastmod: datetime | None,
+            hashes: Sequence[tuple[str, str]], length: int | None) -> str:
+    """The JSON a record keeps of a change still to apply."""
+    return json.dumps({"change": kind, "datetime": to_text(changed_at), "lastmod": to_text(lastmod),
+                       "hashes": [list(pair) for pair in hashes], "length": length})
+
+
+def change_from_want(record: ResourceRecord) -> ResourceChange:
+    want = json.loads(record.want or "{}")
+    kind = want.get("change")
+    return ResourceChange(record.loc, ChangeType(kind) if kind in ("created", "updated") else ChangeType.UPDATED,
+                          changed_at=from_text(want.get("datetime")), lastmod=from_text(want.get("lastmod")),
+                          hashes=tuple(tuple(pair) for pair in want.get("hashes") or ()),  # type: ignore[misc]
+                          length=want.get("length"))
+
+
+def retry_delay(state: ResourceState, attempts: int) -> float:
+    """Seconds before the next try: doubling from a base by state (a conflict may clear at
+    once, a server error less so), capped at RETRY_CAP."""
+    return min(_RETRY_BASE.get(state, 10.0) * 2 ** max(0, attempts - 1), RETRY_CAP)
+
+
 class Applier:
-    """Applies changes and list entries through one Fetcher into one FolderSink."""
+    """Applies changes and list entries through one Fetcher into one FolderSink.
+
+    `events` and `report` (one stderr line) are set by the engine; each refusal, conflict,
+    failure and escaped name goes to both."""
 
     def __init__(self, state: SyncState, sink: FolderSink, fetcher: Fetcher, *, dry_run: bool = False) -> None:
         self.state = state
         self.sink = sink
         self.fetcher = fetcher
         self.dry_run = dry_run
+        self.events: Events | None = None
+        self.report: Callable[[str], None] = lambda message: None
+        self.refusals = 0                     # refusals by this process (--once exits 1 after one)
+        self._unsaved_refusals: list[tuple[str, str, str]] = []
+        self._claims: dict[str, str] = {}     # path -> the loc being written there now
+        self._lines: dict[str, tuple[float, int]] = {}
+        self.swept_at = -SWEEP_GAP   # time.monotonic() of the last pass over every resource (a sweep or a baseline)
+
+    # --- what the user sees ----------------------------------------------------------------
+
+    def _say(self, kind: str, message: str) -> None:
+        start, count = self._lines.get(kind, (time.monotonic(), 0))
+        if time.monotonic() - start > 60:
+            if count > _LINES_PER_MINUTE:
+                self.report(f"{count - _LINES_PER_MINUTE:,} more {kind} line(s) not shown (see sync status)")
+            start, count = time.monotonic(), 0
+        count += 1
+        self._lines[kind] = (start, count)
+        if count <= _LINES_PER_MINUTE:
+            self.report(message)
+
+    def _emit(self, event: str, **data: object) -> None:
+        if self.events is not None:
+            self.events.emit(event, **data)
+
+    def refuse(self, rule: Refusal, loc: str, detail: str) -> None:
+        """Count, record and report one refusal (nothing was touched)."""
+        self.refusals += 1
+        if not self.dry_run:
+            # Counted in batches: a Source listing 100,000 refused locs costs no 100,000 commits.
+            self._unsaved_refusals.append((rule, loc, detail))
+            if len(self._unsaved_refusals) >= 500:
+                self.flush_refusals()
+        self._emit(ev.REFUSED, loc=loc, rule=rule, detail=detail)
+        self._say("refused", f"refused ({rule}): {loc}: {detail}")
+
+    def flush_refusals(self) -> None:
+        """Write the refusals counted since the last flush (each step ends with one)."""
+        if self._unsaved_refusals:
+            self.state.note_refusals(self._unsaved_refusals)
+            self._unsaved_refusals = []
+
+    def _escaped(self, loc: str, placement: Placement, record: ResourceRecord | None) -> None:
+        relative = self.sink.relative(placement.path)
+        if placement.escaped and (record is None or record.path != relative):
+            self._emit(ev.NAME_ESCAPED, loc=loc, path=relative, reasons=list(placement.escaped))
+            self._say("escaped", f"escaped name: {loc} -> {relative} ({'; '.join(placement.escaped)})")
+
+    def _problem(self, outcome: Outcome, record: ResourceRecord | None, other: str | None = None) -> None:
+        if outcome.outcome == ChangeOutcome.CONFLICT:
+            self._emit(ev.CONFLICT, loc=outcome.loc, path=outcome.path, detail=outcome.detail,
+                       **({"with": other} if other else {}))
+            self._say("conflict", f"conflict: {outcome.loc} -> {outcome.path}: {outcome.detail}")
+        elif outcome.outcome in (ChangeOutcome.FAILED, ChangeOutcome.STALE):
+            retry = (round(record.next_retry_at - time.time(), 1)
+                     if record is not None and record.next_retry_at is not None else None)
+            self._emit(ev.RESOURCE_FAILED, loc=outcome.loc, outcome=outcome.outcome, detail=outcome.detail,
+                       retry_in_seconds=retry)
+            self._say("failed", f"{outcome.outcome}: {outcome.loc}: {outcome.detail}"
+                      + (f" (retry in {retry:.0f} s)" if retry is not None else ""))
 
     # --- changes (notifications, Change Lists) ----------------------------------------------
 
     async def apply_changes(self, changes: Sequence[ResourceChange],
                             records: dict[str, ResourceRecord] | None = None
                             ) -> tuple[list[ResourceRecord], list[Outcome]]:
-        """Apply the last change per loc, different locs concurrently."""
+        """Apply the last change per loc: deletes first, then the rest, different locs
+        concurrently; then retry held-back changes at related paths. The records to commit
+        (retried ones included) and one outcome per change."""
         collapsed = collapse(changes)
+        new_records, outcomes = await self._apply_batch(collapsed, records)
+        if not self.dry_run:
+            # Only a delete frees a name: the held-back changes at, under or around it may go now.
+            touched = {o.path for o in outcomes if o.path and o.outcome == ChangeOutcome.DELETED}
+            batch = {c.loc for c in collapsed}
+            related = [r for r in self.state.related_retries(touched) if r.loc not in batch] if touched else []
+            if related:
+                new_records += await self.retry(related)
+        self.flush_refusals()
+        return new_records, outcomes
+
+    async def _apply_batch(self, collapsed: list[ResourceChange], records: dict[str, ResourceRecord] | None
+                           ) -> tuple[list[ResourceRecord], list[Outcome]]:
         if records is None:
             records = self.state.records(c.loc for c in collapsed)
-        results = await asyncio.gather(*(self.apply_change(c, records.get(c.loc)) for c in collapsed))
-        new_records = [record for record, _ in results if record is not None]
-        return new_records, [outcome for _, outcome in results]
+        deletes = [c for c in collapsed if c.change is ChangeType.DELETED]
+        others = [c for c in collapsed if c.change is not ChangeType.DELETED]
+        results = list(await asyncio.gather(*(self.apply_change(c, records.get(c.loc)) for c in deletes)))
+        results += await asyncio.gather(*(self.apply_change(c, records.get(c.loc)) for c in others))
+        by_loc = {outcome.loc: (record, outcome) for record, outcome in results}
+        ordered = [by_loc[c.loc] for c in collapsed]
+        return [record for record, _ in ordered if record is not None], [outcome for _, outcome in ordered]
+
+    async def retry(self, records: Sequence[ResourceRecord]) -> list[ResourceRecord]:
+        """Try again the changes these records hold back; the records to commit."""
+        if not records or self.dry_run:
+            return []
+        changes = [change_from_want(r) for r in records if r.want]
+        new_records, outcomes = await self._apply_batch(changes, {r.loc: r for r in records})
+        fixed = sum(o.outcome in (ChangeOutcome.STORED, ChangeOutcome.UNCHANGED) for o in outcomes)
+        self.flush_refusals()
+        self._emit(ev.RETRY_DONE, retried=len(outcomes), fixed=fixed, still_failing=len(outcomes) - fixed)
+        if fixed:
+            self._say("retry", f"retried {len(outcomes):,} held-back change(s): {fixed:,} applied now")
+        return new_records
+
+    async def retry_due(self, *, everything: bool = False) -> int:
+        """Retry (and commit) held-back changes whose time has come (`everything`: all of them,
+        as at start and on the poll). Returns how many were tried."""
+        if self.dry_run:
+            return 0
+        if everything:
+            if time.monotonic() - self.swept_at < SWEEP_GAP:
+                everything = False   # just tried them all (a baseline right before a catch-up)
+            else:
+                self.swept_at = time.monotonic()
+        due = self.state.due_retries(None if everything else time.time(), limit=10_000)
+        if due:
+            self.state.commit(await self.retry(due))
+        return len(due)
 
     async def apply_change(self, change: ResourceChange, record: ResourceRecord | None
                            ) -> tuple[ResourceRecord | None, Outcome]:
         kind = change.change.value
         if (record is not None and change.changed_at is not None and record.changed_at is not None
                 and change.changed_at < record.changed_at):
-            return None, Outcome(change.loc, kind, SKIPPED_OLDER, record.path)
+            return None, Outcome(change.loc, kind, ChangeOutcome.SKIPPED_OLDER, record.path)
         try:
-            path = self.sink.path_for(change.loc)
+            placement = self.sink.place(change.loc)
         except ValueError as exc:
-            return _refused(change.loc, str(exc), kind), Outcome(change.loc, kind, FAILED_OUTCOME, None, str(exc))
-        relative = self.sink.relative(path)
+            self.refuse(Refusal(getattr(exc, "rule", Refusal.HOST)), change.loc, str(exc))
+            refused = None if change.change is ChangeType.DELETED else _refused(change.loc, str(exc), kind)
+            return refused, Outcome(change.loc, kind, ChangeOutcome.REFUSED, None, str(exc))
         if change.change is ChangeType.DELETED:
-            existed = False if self.dry_run else await asyncio.to_thread(self.sink.delete, path)
-            tomb = ResourceRecord(change.loc, relative, DELETED, changed_at=change.changed_at or
-                                  (record.changed_at if record else None), last_change=kind)
-            return tomb, Outcome(change.loc, kind, DELETED_OUTCOME if existed else ABSENT, relative)
-        if (record is not None and record.state == OK and hashes_match(record, change.hashes)
-                and (change.length is None or change.length == record.length) and path.is_file()):
+            return await self._delete(change, record, placement)
+        path = placement.path
+        relative = self.sink.relative(path)
+        self._escaped(change.loc, placement, record)
+        if (record is not None and record.state == ResourceState.OK and record.path == relative
+                and hashes_match(record, change.hashes) and (change.length is None or change.length == record.length)
+                and self.sink.is_file(path)):
             kept = replace(record, changed_at=_later(record.changed_at, change.changed_at), last_change=kind,
                            lastmod=change.lastmod or record.lastmod)
-            return kept, Outcome(change.loc, kind, UNCHANGED, relative)
+            return kept, Outcome(change.loc, kind, ChangeOutcome.UNCHANGED, relative)
         if self.dry_run:
-            return None, Outcome(change.loc, kind, "would-fetch", relative)
-        result = await self.fetcher.fetch(change.loc, path, length=change.length, hashes=change.hashes)
-        new = record_from_fetch(result, relative, record, changed_at=change.changed_at, lastmod=change.lastmod,
-                                last_change=kind)
-        return new, Outcome(change.loc, kind, outcome_of(result), relative, result.detail)
+            return None, Outcome(change.loc, kind, ChangeOutcome.WOULD_FETCH, relative)
+        want = want_of(kind, change.changed_at, change.lastmod, change.hashes, change.length)
+        return await self._fetch(change.loc, kind, path, record, change.changed_at, change.lastmod,
+                                 change.length, change.hashes, want)
+
+    async def _delete(self, change: ResourceChange, record: ResourceRecord | None, placement: Placement
+                      ) -> tuple[ResourceRecord | None, Outcome]:
+        kind = change.change.value
+        relative = self.sink.relative(placement.path)
+        refused = self.fetcher.refusal(change.loc)
+        if refused is not None:     # the same host rule as for fetches
+            self.refuse(refused[0], change.loc, refused[1])
+            return None, Outcome(change.loc, kind, ChangeOutcome.REFUSED, relative, refused[1])
+        tomb = ResourceRecord(change.loc, record.path if record and record.path else relative,
+                              ResourceState.DELETED, changed_at=change.changed_at or (record.changed_at if record else None),
+                              last_change=kind)
+        if self.dry_run:
+            return None, Outcome(change.loc, kind, ChangeOutcome.ABSENT, relative)
+        if record is None or not record.holds_file:
+            # Only files the state tracks for this loc are ever removed.
+            if record is None and await asyncio.to_thread(self.sink.is_file, placement.path):
+                detail = f"{relative} is not a file this sync made; left as it is"
+                self.refuse(Refusal.UNTRACKED, change.loc, detail)
+                return tomb, Outcome(change.loc, kind, ChangeOutcome.REFUSED, relative, detail)
+            return tomb, Outcome(change.loc, kind, ChangeOutcome.ABSENT, relative)
+        assert record.path is not None
+        if self._claims.get(record.path) == change.loc:
+            del self._claims[record.path]
+        try:
+            existed = await asyncio.to_thread(self.sink.delete, self.sink.absolute(record.path))
+        except SymlinkRefusedError as exc:
+            self.refuse(Refusal.SYMLINK, change.loc, str(exc))
+            return tomb, Outcome(change.loc, kind, ChangeOutcome.REFUSED, record.path, str(exc))
+        return tomb, Outcome(change.loc, kind, ChangeOutcome.DELETED if existed else ChangeOutcome.ABSENT, record.path)
+
+    async def _fetch(self, loc: str, kind: str, path: Path, record: ResourceRecord | None,
+                     changed_at: datetime | None, lastmod: datetime | None, length: int | None,
+                     hashes: tuple[tuple[str, str], ...], want: str) -> tuple[ResourceRecord, Outcome]:
+        relative = self.sink.relative(path)
+        other = self._claims.get(relative) or self.state.holder_of(relative, loc)
+        if other is not None and other != loc:
+            detail = f"{loc} and {other} both map to {relative}; the first one keeps it"
+            result = FetchResult(loc, FetchOutcome.CONFLICT, detail=detail)
+        else:
+            # The claim outlives the fetch: the record that shows the path taken may still wait
+            # for its batch's commit (every 500 records or 200 ms), so a bound far above that
+            # keeps memory flat. Dropped on failure and on delete.
+            if len(self._claims) > 20_000:
+                self._claims.clear()
+            self._claims[relative] = loc
+            result = FetchResult(loc, FetchOutcome.FAILED, detail="cancelled")
+            try:
+                result = await self.fetcher.fetch(loc, path, length=length, hashes=hashes)
+            finally:
+                if result.outcome != FetchOutcome.STORED and self._claims.get(relative) == loc:
+                    del self._claims[relative]
+        new = record_from_fetch(result, relative, record, changed_at=changed_at, lastmod=lastmod,
+                                last_change=kind, want=want)
+        outcome = Outcome(loc, kind, outcome_of(result), relative, result.detail)
+        if result.rule is not None:
+            self.refuse(result.rule, loc, result.detail)
+        self._problem(outcome, new, other)
+        return new, outcome
 
     # --- Resource List entries (baseline, audit --repair) ------------------------------------
 
     def needs_fetch(self, resource: Resource, record: ResourceRecord | None, path: Path) -> bool:
         """False when the stored copy already is the listed one (hash, else length + lastmod)."""
-        if record is None or record.state != OK:
+        if record is None or record.state != ResourceState.OK or record.path != self.sink.relative(path):
             return True
         match = hashes_match(record, resource.hashes)
         if match is None:
@@ -142,42 +329,57 @@ class Applier:
             match = (resource.length == record.length and resource.lastmod == record.lastmod)
         elif resource.length is not None and resource.length != record.length:
             match = False
-        return not (match and path.is_file())
+        return not (match and self.sink.is_file(path))
 
     async def fetch_resource(self, resource: Resource, record: ResourceRecord | None, path: Path
                              ) -> tuple[ResourceRecord, Outcome]:
-        relative = self.sink.relative(path)
-        result = await self.fetcher.fetch(resource.loc, path, length=resource.length, hashes=resource.hashes)
-        new = record_from_fetch(result, relative, record, changed_at=record.changed_at if record else None,
-                                lastmod=resource.lastmod, last_change="baseline")
-        return new, Outcome(resource.loc, "baseline", outcome_of(result), relative, result.detail)
+        want = want_of(ChangeType.UPDATED.value, None, resource.lastmod, resource.hashes, resource.length)
+        self._escaped(resource.loc, self.sink.place(resource.loc), record)
+        new, outcome = await self._fetch(resource.loc, "baseline", path, record,
+                                         record.changed_at if record else None, resource.lastmod, resource.length,
+                                         resource.hashes, want)
+        return new, outcome
 
 
 def record_from_fetch(result: FetchResult, relative: str, previous: ResourceRecord | None, *,
-                      changed_at: datetime | None, lastmod: datetime | None, last_change: str) -> ResourceRecord:
+                      changed_at: datetime | None, lastmod: datetime | None, last_change: str,
+                      want: str | None = None) -> ResourceRecord:
     changed_at = _later(previous.changed_at if previous else None, changed_at)
-    if result.outcome == fetch_outcomes.STORED:
-        return ResourceRecord(result.loc, relative, OK, result.md5, result.sha256, result.length, lastmod,
-                              changed_at, last_change)
-    base = previous or ResourceRecord(result.loc, relative, FAILED)
-    state = {fetch_outcomes.MISMATCH: STALE, fetch_outcomes.CONFLICT: CONFLICT,
-             fetch_outcomes.REFUSED: REFUSED}.get(result.outcome, FAILED)
-    if previous is not None and previous.state == DELETED:
+    if result.outcome == FetchOutcome.STORED:
+        return ResourceRecord(result.loc, relative, ResourceState.OK, result.md5, result.sha256, result.length,
+                              lastmod, changed_at, last_change)
+    base = previous or ResourceRecord(result.loc, relative, ResourceState.FAILED)
+    state = {FetchOutcome.MISMATCH: ResourceState.STALE, FetchOutcome.CONFLICT: ResourceState.CONFLICT,
+             FetchOutcome.REFUSED: ResourceState.REFUSED}.get(result.outcome, ResourceState.FAILED)
+    if result.rule is Refusal.LENGTH:
+        state = ResourceState.STALE      # the old copy stays; the Source may send the right bytes later
+    if previous is not None and (previous.state == ResourceState.DELETED or previous.path != relative):
         base = replace(previous, md5=None, sha256=None, length=None)
+    held = previous is not None and previous.state in RETRIED_STATES
+    attempts = (previous.attempts if held and previous is not None else 0) + 1
+    # A refusal is tried again only at start and on the poll (the rules may have changed:
+    # --allow-host), never on a timer.
+    timed = state != ResourceState.REFUSED and want is not None
     return replace(base, path=relative, state=state, changed_at=changed_at, last_change=last_change,
-                   expected_hash=result.expected, last_error=result.detail[:500] or result.outcome)
+                   expected_hash=result.expected, last_error=result.detail[:500] or result.outcome,
+                   attempts=attempts, next_retry_at=time.time() + retry_delay(state, attempts) if timed else None,
+                   want=want)
 
 
-def outcome_of(result: FetchResult) -> str:
-    if result.outcome == fetch_outcomes.STORED:
-        return STORED
-    if result.outcome == fetch_outcomes.MISMATCH:
-        return STALE_OUTCOME
-    return FAILED_OUTCOME
+def outcome_of(result: FetchResult) -> ChangeOutcome:
+    if result.outcome == FetchOutcome.STORED:
+        return ChangeOutcome.STORED
+    if result.outcome == FetchOutcome.MISMATCH or result.rule is Refusal.LENGTH:
+        return ChangeOutcome.STALE
+    if result.outcome == FetchOutcome.CONFLICT:
+        return ChangeOutcome.CONFLICT
+    if result.outcome == FetchOutcome.REFUSED:
+        return ChangeOutcome.REFUSED
+    return ChangeOutcome.FAILED
 
 
 def _refused(loc: str, detail: str, kind: str) -> ResourceRecord:
-    return ResourceRecord(loc, None, REFUSED, last_change=kind, last_error=detail[:500])
+    return ResourceRecord(loc, None, ResourceState.REFUSED, last_change=kind, last_error=detail[:500])
 
 
 def _later(a: datetime | None, b: datetime | None) -> datetime | None:

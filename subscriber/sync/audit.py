@@ -25,10 +25,12 @@ from typing import Any, TypeVar
 from rsnotify.datetimes import format_datetime
 from rsnotify.lists import Resource
 
-from .apply import STORED, hashes_match
+from .apply import hashes_match
 from .context import SyncContext
+from .outcomes import ChangeOutcome, Refusal
 from .remote import SourceDocumentError
 from .resources import ResourceListRead, resource_chunks
+from .sink import SymlinkRefusedError
 from .state import DELETED, OK, ResourceRecord, SyncState
 
 T = TypeVar("T")
@@ -46,6 +48,7 @@ class AuditReport:
     newer_locally: int = 0
     unverifiable: int = 0
     corrupt: int = 0          # part of `changed` (deep only)
+    escaped: int = 0          # resources stored under an escaped name (not a difference; README "File names")
     repaired: int = 0
     repair_failed: int = 0
     seconds: float = 0.0
@@ -68,6 +71,7 @@ class AuditReport:
         return {"at": format_datetime(self.at) if self.at else None, "listed": self.listed, "same": self.same,
                 "missing": self.missing, "changed": self.changed, "extra": self.extra, "untracked": self.untracked,
                 "newer_locally": self.newer_locally, "unverifiable": self.unverifiable, "corrupt": self.corrupt,
+                "escaped": self.escaped,
                 "repaired": self.repaired, "repair_failed": self.repair_failed,
                 "seconds": round(self.seconds, 3), "examples": self.examples}
 
@@ -200,13 +204,18 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         report.note("extra", extra.loc)
         extras.append(extra)
     if repair:
-        for extra in extras:
-            if extra.path:
-                await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(extra.path))
-            ctx.state.commit([ResourceRecord(extra.loc, extra.path, DELETED, changed_at=extra.changed_at,
+        for record in extras:
+            if record.path and record.holds_file:
+                try:
+                    await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
+                except SymlinkRefusedError as exc:
+                    ctx.applier.refuse(Refusal.SYMLINK, record.loc, str(exc))
+            ctx.state.commit([ResourceRecord(record.loc, record.path, DELETED, changed_at=record.changed_at,
                                              last_change="deleted")])
             report.repaired += 1
     report.untracked = await _in_thread(_count_untracked, ctx, report)
+    report.escaped = ctx.state.count_escaped()
+    ctx.applier.flush_refusals()
     report.seconds = time.monotonic() - started
     if keep_run:
         ctx.state.add_run("audit", time.time() - report.seconds, report.to_json(),
@@ -257,7 +266,7 @@ async def _repair(ctx: SyncContext, items: list[tuple[Resource, ResourceRecord |
     results = await asyncio.gather(*(ctx.applier.fetch_resource(r, rec, p) for r, rec, p in items))
     ctx.state.commit([record for record, _ in results])
     for _, outcome in results:
-        if outcome.outcome == STORED:
+        if outcome.outcome == ChangeOutcome.STORED:
             report.repaired += 1
         else:
             report.repair_failed += 1

@@ -18,11 +18,14 @@ from pathlib import Path
 from rsnotify.datetimes import format_datetime
 from rsnotify.lists import Resource
 
-from .apply import STORED, Outcome
+from .apply import Outcome
 from .context import SyncContext
+from .names import migrate_names
+from .outcomes import ChangeOutcome, Refusal, ResourceState
 from .remote import SourceDocumentError
 from .resources import ResourceListRead, resource_chunks
-from .state import DELETED, REFUSED, ResourceRecord
+from .sink import SymlinkRefusedError
+from .state import ResourceRecord
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +73,7 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
     if not ctx.resourcelist_url:
         raise SourceDocumentError("the Source advertises no Resource List")
     started = time.monotonic()
+    migrate_names(ctx)
     read = ResourceListRead(ctx.resourcelist_url)
     report = BaselineReport(at=None)
     ctx.progress.start(phase)
@@ -103,7 +107,8 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
                 try:
                     path = ctx.sink.path_for(resource.loc)
                 except ValueError as exc:
-                    batch.add(ResourceRecord(resource.loc, None, REFUSED, last_error=str(exc)[:500]))
+                    ctx.applier.refuse(Refusal(getattr(exc, "rule", Refusal.HOST)), resource.loc, str(exc))
+                    batch.add(ResourceRecord(resource.loc, None, ResourceState.REFUSED, last_error=str(exc)[:500]))
                     report.failed += 1
                     continue
                 if not ctx.applier.needs_fetch(resource, record, path):
@@ -123,31 +128,45 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
         for task in list(in_flight):
             task.cancel()
         batch.flush()
+    freed: list[str] = []
     if not ctx.options.keep_deleted:
-        await _delete_unlisted(ctx, report, batch)
-    report.seconds = time.monotonic() - started
+        freed = await _delete_unlisted(ctx, report, batch)
     if not ctx.options.dry_run:
         batch.flush(high_water=report.at, baseline_at=report.at)
+        ctx.applier.swept_at = time.monotonic()   # every listed resource was just tried
+        # A listed resource whose name was taken by one the list dropped (a file that became
+        # a folder) gets its turn now that the old one is gone.
+        if freed:
+            ctx.state.commit(await ctx.applier.retry(ctx.state.related_retries(freed)))
+    ctx.applier.flush_refusals()
+    report.seconds = time.monotonic() - started
     return report
 
 
-async def _delete_unlisted(ctx: SyncContext, report: BaselineReport, batch: _Batch) -> None:
+async def _delete_unlisted(ctx: SyncContext, report: BaselineReport, batch: _Batch) -> list[str]:
+    """Delete tracked resources the list no longer has; the paths freed."""
+    freed: list[str] = []
     for record in list(ctx.state.unseen_records()):
         if record.changed_at is not None and report.at is not None and record.changed_at > report.at:
             continue   # created after the list's snapshot
         if ctx.options.dry_run:
             report.deleted += 1
             continue
-        if record.path:
-            await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
-        batch.add(ResourceRecord(record.loc, record.path, DELETED, changed_at=record.changed_at,
+        if record.path and record.holds_file:
+            try:
+                await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
+                freed.append(record.path)
+            except SymlinkRefusedError as exc:
+                ctx.applier.refuse(Refusal.SYMLINK, record.loc, str(exc))
+        batch.add(ResourceRecord(record.loc, record.path, ResourceState.DELETED, changed_at=record.changed_at,
                                  last_change="deleted"))
         report.deleted += 1
         ctx.progress.deleted += 1
+    return freed
 
 
 def _count(report: BaselineReport, ctx: SyncContext, outcome: Outcome) -> None:
-    if outcome.outcome == STORED:
+    if outcome.outcome == ChangeOutcome.STORED:
         report.fetched += 1
         ctx.progress.fetched += 1
     else:

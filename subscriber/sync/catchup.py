@@ -17,8 +17,9 @@ from rsnotify.datetimes import format_datetime
 from rsnotify.lists import ListRef
 from rsnotify.notification import ChangeType, ResourceChange
 
-from .apply import FAILED_OUTCOME, SKIPPED_OLDER, STALE_OUTCOME, STORED, UNCHANGED
 from .context import SyncContext
+from .names import migrate_names
+from .outcomes import ChangeOutcome
 from .remote import RemoteList, SourceDocumentError
 from .state import DELETED, OK, ResourceRecord
 
@@ -99,8 +100,12 @@ async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
     """
     started = time.monotonic()
     report = CatchupReport(start=high_water, end=high_water)
+    migrate_names(ctx)
     ctx.progress.start("catch-up")
-    for item in await select_lists(ctx, high_water):
+    selected = await select_lists(ctx, high_water)
+    # At start and on each poll, once the Source answered: every held-back change again.
+    await ctx.applier.retry_due(everything=True)
+    for item in selected:
         remote = item if isinstance(item, RemoteList) else await RemoteList.open(ctx.session, item.loc, "Change List")
         if remote.info.is_index:
             remote.close()
@@ -169,17 +174,18 @@ async def _apply(ctx: SyncContext, changes: list[ResourceChange], report: Catchu
     if not ctx.options.dry_run:
         ctx.state.commit(records)
     for outcome in outcomes:
-        if outcome.outcome == STORED:
-            report.fetched += 1
-            ctx.progress.fetched += 1
-        elif outcome.outcome == UNCHANGED:
-            report.unchanged += 1
-            ctx.progress.unchanged += 1
-        elif outcome.outcome in ("deleted", "absent"):
-            report.deleted += 1
-            ctx.progress.deleted += 1
-        elif outcome.outcome == SKIPPED_OLDER:
-            report.skipped += 1
-        elif outcome.outcome in (FAILED_OUTCOME, STALE_OUTCOME):
-            report.failed += 1
-            ctx.progress.failed += 1
+        match outcome.outcome:
+            case ChangeOutcome.STORED:
+                report.fetched += 1
+                ctx.progress.fetched += 1
+            case ChangeOutcome.UNCHANGED:
+                report.unchanged += 1
+                ctx.progress.unchanged += 1
+            case ChangeOutcome.DELETED | ChangeOutcome.ABSENT:
+                report.deleted += 1
+                ctx.progress.deleted += 1
+            case ChangeOutcome.SKIPPED_OLDER:
+                report.skipped += 1
+            case ChangeOutcome.FAILED | ChangeOutcome.STALE | ChangeOutcome.CONFLICT | ChangeOutcome.REFUSED:
+                report.failed += 1
+                ctx.progress.failed += 1

@@ -1,13 +1,14 @@
 """The pieces every sync step works with, in one object passed down (no globals)."""
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 import aiohttp
 
 from .apply import Applier
 from .events import Events, Progress
-from .fetcher import Fetcher
+from .fetcher import DEFAULT_MAX_BYTES, Fetcher
 from .sink import FolderSink
 from .state import SyncState
 
@@ -19,6 +20,7 @@ class SyncOptions:
     dry_run: bool = False
     settle: float = 2.0            # seconds to wait for out-of-order deliveries before catching up
     commit_every: int = 500        # resource records per state transaction during a baseline
+    max_resource_size: int = DEFAULT_MAX_BYTES   # bytes: a longer body is cut and refused
 
 
 @dataclass
@@ -33,3 +35,8 @@ class SyncContext:
     options: SyncOptions = field(default_factory=SyncOptions)
     resourcelist_url: str | None = None
     changelist_url: str | None = None
+    wake: asyncio.Event | None = None       # set to make the live loop look again (a retry is due)
+    retry_timer: asyncio.TimerHandle | None = None
+
+    def __post_init__(self) -> None:
+        self.applier.events = self.events   # refusals, conflicts, failures and escapes are events

@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import IO
-from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -129,20 +128,24 @@ class SyncEngine:
         except BaseException:
             await session.close()
             raise
-        hosts = {urlsplit(u).hostname or "" for u in (self.state.get("capability_list"), self.state.get(
-            "resourcelist_url"), self.state.get("changelist_url")) if u} | set(self.allow_hosts)
+        # Resources only from the Source's own origins (scheme, host, port) and --allow-host.
+        origins = [u for u in (self.state.get("capability_list"), self.state.get("resourcelist_url"),
+                               self.state.get("changelist_url")) if u]
+        hosts = set(self.allow_hosts)
         for url in (self.state.get("resourcelist_url"), self.state.get("changelist_url")):
             if url:
                 networks += await source_networks(url)
         sink = FolderSink(self.root)
         fetcher = Fetcher(sink, allowed_networks=networks, allowed_hosts=None if "*" in hosts else hosts,
-                          concurrency=self.options.concurrency, timeout=self.request_timeout,
-                          retry_base=self.retry_base, tries=self.tries, middlewares=self.middlewares)
+                          allowed_origins=origins, concurrency=self.options.concurrency,
+                          timeout=self.request_timeout, retry_base=self.retry_base, tries=self.tries,
+                          middlewares=self.middlewares, max_bytes=self.options.max_resource_size)
         self.ctx = SyncContext(self.state, sink, fetcher, Applier(self.state, sink, fetcher,
                                                                    dry_run=self.options.dry_run),
                                session, self.events, options=self.options,
                                resourcelist_url=self.state.get("resourcelist_url"),
-                               changelist_url=self.state.get("changelist_url"))
+                               changelist_url=self.state.get("changelist_url"), wake=self.wake)
+        self.ctx.applier.report = self.status
 
     def _lock_dir(self, *, shared: bool = False) -> bool:
         """One writer per folder: a second `sync` on it is refused, not interleaved. With
@@ -303,7 +306,8 @@ class SyncEngine:
     def exit_code(self) -> int:
         counts = self.state.counts_by_state()
         troubled = sum(counts.get(s, 0) for s in (FAILED, STALE, CONFLICT, REFUSED))
-        if self.state.get("unrecoverable_gap") or troubled:
+        refused = self.ctx is not None and self.ctx.applier.refusals > 0   # this run refused something
+        if self.state.get("unrecoverable_gap") or troubled or refused:
             return EXIT_DIFFERENCES
         return EXIT_IN_SYNC
 
@@ -506,7 +510,7 @@ def audit_counts(report: AuditReport, *, deep: bool, repair: bool) -> str:
     counts = (f"same {report.same:,}, missing {report.missing:,}, changed {report.changed:,}"
               f"{f' (corrupt {report.corrupt:,})' if deep else ''}, extra {report.extra:,}, "
               f"untracked {report.untracked:,}, newer locally {report.newer_locally:,}, "
-              f"unverifiable {report.unverifiable:,}")
+              f"unverifiable {report.unverifiable:,}, escaped names {report.escaped:,}")
     if repair:
         counts += f"; repaired {report.repaired:,}, repair failed {report.repair_failed:,}"
     return counts

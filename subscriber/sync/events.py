@@ -24,6 +24,12 @@ GAP = "gap"
 DEGRADED = "degraded"
 AUDIT_DONE = "audit.done"
 SUBSCRIBED = "subscribed"
+# one resource each: a trust rule said no, a path taken, a change held back for retry, a name escaped
+REFUSED = "refused"
+CONFLICT = "conflict"
+RESOURCE_FAILED = "resource.failed"
+RETRY_DONE = "retry.done"
+NAME_ESCAPED = "name.escaped"
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,11 @@
 """The fetch scheduler: resource GETs made concurrently on one keep-alive session, checked and
 written atomically.
 
+Trust: a loc is fetched only from the Source's own origins (scheme, host and port of its lists)
+or a host allowed with --allow-host; the body is cut at the announced length and at
+`max_bytes` (--max-resource-size), the partial file removed; a symlink in the target's path
+inside DIR is refused.
+
 A global cap (`concurrency`) that halves on 429/503 (honouring Retry-After) and grows back by
 one per 100 successes; the connector caps connections per host. Each body is streamed to a
 temp file beside its target while md5 and sha-256 are computed, compared with the announced
@@ -28,7 +33,8 @@ import aiohttp
 from rsnotify import __version__
 
 from .netguard import Network, make_session
-from .sink import FolderSink, PathConflictError
+from .outcomes import FetchOutcome, Refusal
+from .sink import FolderSink, PathConflictError, SymlinkRefusedError
 
 log = logging.getLogger(__name__)
 
@@ -37,48 +43,69 @@ HASHLIB_NAMES = {"md5": "md5", "sha-1": "sha1", "sha1": "sha1", "sha-256": "sha2
                  "sha-512": "sha512"}
 MAX_REDIRECTS = 5
 _REDIRECTS = (301, 302, 303, 307, 308)
-
-# FetchResult.outcome values
-STORED = "stored"
-MISMATCH = "mismatch"    # bytes differ from the announced length/hash: not installed
-GONE = "gone"            # 404 / 410
-FAILED = "failed"        # other errors, after the retries
-CONFLICT = "conflict"
-REFUSED = "refused"
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+DEFAULT_MAX_BYTES = 1024**3      # --max-resource-size
 
 
 @dataclass(frozen=True, slots=True)
 class FetchResult:
     loc: str
-    outcome: str
+    outcome: FetchOutcome
     md5: str | None = None
     sha256: str | None = None
     length: int | None = None
     detail: str = ""
     expected: str | None = None    # for MISMATCH: the announced hash or length
+    rule: Refusal | None = None    # for REFUSED (and a body longer than announced): the rule
 
 
 class FetchError(Exception):
-    def __init__(self, message: str, *, retry: bool, gone: bool = False, retry_after: float | None = None) -> None:
+    def __init__(self, message: str, *, retry: bool, gone: bool = False, retry_after: float | None = None,
+                 rule: Refusal | None = None) -> None:
         super().__init__(message)
         self.retry = retry
         self.gone = gone
         self.retry_after = retry_after
+        self.rule = rule
+
+
+class RedirectRefusedError(Exception):
+    """A Source document redirected to another origin (scheme, host, port)."""
+
+
+async def get_in_origin(session: aiohttp.ClientSession, url: str) -> aiohttp.ClientResponse:
+    """GET `url`, following redirects only within its origin (a Source's lists stay on the
+    Source). The caller closes the response (`async with`). RedirectRefusedError otherwise."""
+    for _ in range(MAX_REDIRECTS + 1):
+        response = await session.get(url, allow_redirects=False)
+        location = response.headers.get("Location")
+        if response.status not in _REDIRECTS or not location:
+            return response
+        response.release()
+        target = urljoin(url, location)
+        if not _same_origin(target, url):
+            raise RedirectRefusedError(f"{url} redirected to {target}, another scheme, host or port; refused")
+        url = target
+    raise RedirectRefusedError(f"{url} redirected more than {MAX_REDIRECTS} times")
 
 
 class Fetcher:
     """Fetches resources into a FolderSink. Use `async with` or call `close()`."""
 
     def __init__(self, sink: FolderSink, *, allowed_networks: Iterable[Network] | None = (),
-                 allowed_hosts: Iterable[str] | None = None, concurrency: int = 16, per_host: int | None = None,
+                 allowed_hosts: Iterable[str] | None = None, allowed_origins: Iterable[str] = (),
+                 concurrency: int = 16, per_host: int | None = None,
                  timeout: float = 30.0, tries: int = 5, retry_base: float = 1.0,
-                 max_bytes: int = 10 * 1024**3, announced_by: str = "the Source announced",
+                 max_bytes: int = DEFAULT_MAX_BYTES, announced_by: str = "the Source announced",
                  middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()) -> None:
         self.sink = sink
         self.announced_by = announced_by
         self.max_concurrency = concurrency
         self.limit = concurrency
+        # allowed_hosts: "HOST" (any port) or "HOST:PORT"; None: any loc. allowed_origins: URLs
+        # whose scheme, host and port are the Source's own (its Capability List and lists).
         self.allowed_hosts = {h.lower() for h in allowed_hosts} if allowed_hosts is not None else None
+        self.allowed_origins = {_origin(url) for url in allowed_origins}
         self.tries = tries
         self.retry_base = retry_base
         self.max_bytes = max_bytes
@@ -142,18 +169,32 @@ class Fetcher:
             self._grant()
 
     def host_allowed(self, loc: str) -> bool:
+        return self.refusal(loc) is None
+
+    def refusal(self, loc: str) -> tuple[Refusal, str] | None:
+        """Why `loc` may not be fetched or deleted (the rule and a message), or None."""
         if self.allowed_hosts is None:
-            return True
-        parts = urlsplit(loc)
-        return (parts.hostname or "").lower() in self.allowed_hosts
+            return None
+        try:
+            origin = _origin(loc)
+        except ValueError:
+            return Refusal.HOST, f"{loc} has no valid host and port"
+        _, host, port = origin
+        if origin in self.allowed_origins or host in self.allowed_hosts or f"{host}:{port}" in self.allowed_hosts:
+            return None
+        if any(host == known for _, known, _ in self.allowed_origins):
+            return Refusal.ORIGIN, (f"{loc} is on the Source's host but not its scheme and port "
+                                    f"(allow it with --allow-host {host}:{port})")
+        return Refusal.HOST, f"{loc} is not on the Source's host(s) (allow it with --allow-host)"
 
     # --- one resource ----------------------------------------------------------------------
 
     async def fetch(self, loc: str, path: Path, *, length: int | None = None,
                     hashes: tuple[tuple[str, str], ...] = ()) -> FetchResult:
         """GET `loc` into `path`; never raises for a fetch problem (the outcome says it)."""
-        if not self.host_allowed(loc):
-            return FetchResult(loc, REFUSED, detail=f"{loc} is not on the Source's host(s) (allow it with --allow-host)")
+        refused = self.refusal(loc)
+        if refused is not None:
+            return FetchResult(loc, FetchOutcome.REFUSED, detail=refused[1], rule=refused[0])
         attempt = 0
         while True:
             attempt += 1
@@ -162,14 +203,18 @@ class Fetcher:
                 result = await self._fetch_once(loc, path, length, hashes)
             except FetchError as exc:
                 if exc.gone:
-                    return FetchResult(loc, GONE, detail=str(exc))
+                    return FetchResult(loc, FetchOutcome.GONE, detail=str(exc))
+                if exc.rule is not None:
+                    return FetchResult(loc, FetchOutcome.REFUSED, detail=str(exc), rule=exc.rule)
                 if not exc.retry or attempt >= self.tries:
-                    return FetchResult(loc, FAILED, detail=str(exc))
+                    return FetchResult(loc, FetchOutcome.FAILED, detail=str(exc))
                 delay = exc.retry_after if exc.retry_after is not None else \
                     self.retry_base * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
                 log.info("retrying %s in %.1f s (try %d of %d): %s", loc, delay, attempt + 1, self.tries, exc)
+            except SymlinkRefusedError as exc:
+                return FetchResult(loc, FetchOutcome.REFUSED, detail=str(exc), rule=Refusal.SYMLINK)
             except PathConflictError as exc:
-                return FetchResult(loc, CONFLICT, detail=str(exc))
+                return FetchResult(loc, FetchOutcome.CONFLICT, detail=str(exc))
             else:
                 self._succeeded()
                 return result
@@ -187,9 +232,9 @@ class Fetcher:
                     status = response.status
                     if status in _REDIRECTS and response.headers.get("Location"):
                         target = urljoin(url, response.headers["Location"])
-                        if _origin(target) != _origin(url):
+                        if not _same_origin(target, url):
                             raise FetchError(f"GET {url} redirected to another host ({target}); refused",
-                                             retry=False)
+                                             retry=False, rule=Refusal.REDIRECT)
                         url = target
                         continue
                     if status in (404, 410):
@@ -212,6 +257,11 @@ class Fetcher:
         md5, sha256 = hashlib.md5(), hashlib.sha256()
         others = {alg.lower(): hashlib.new(HASHLIB_NAMES[alg.lower()]) for alg, _ in hashes
                   if alg.lower() in HASHLIB_NAMES and HASHLIB_NAMES[alg.lower()] not in ("md5", "sha256")}
+        # Never more than announced (the list's length) nor than --max-resource-size: a body
+        # that runs past either is cut there and its partial file removed.
+        cap = self.max_bytes if length is None else min(length, self.max_bytes)
+        if response.content_length is not None and response.content_length > cap:
+            raise self._too_long(loc, response.content_length, length)
         if response.content_length is not None and response.content_length <= SMALL_BODY:
             return await self._receive_small(loc, response, path, length, hashes, md5, sha256, others)
         out, tmp = await asyncio.to_thread(self.sink.open_partial, path)
@@ -220,8 +270,8 @@ class Fetcher:
             with out:
                 async for chunk in response.content.iter_chunked(256 * 1024):
                     size += len(chunk)
-                    if size > self.max_bytes:
-                        raise FetchError(f"{loc} is larger than {self.max_bytes} bytes", retry=False)
+                    if size > cap:
+                        raise self._too_long(loc, size, length, at_least=True)
                     out.write(chunk)
                     md5.update(chunk)
                     sha256.update(chunk)
@@ -233,12 +283,21 @@ class Fetcher:
             if problem is not None:
                 self.sink.discard(tmp)
                 detail, expected = problem
-                return FetchResult(loc, MISMATCH, computed["md5"], computed["sha256"], size, detail, expected)
+                return FetchResult(loc, FetchOutcome.MISMATCH, computed["md5"], computed["sha256"], size, detail,
+                                   expected)
             self.sink.install(tmp, path)
         except BaseException:
             self.sink.discard(tmp)
             raise
-        return FetchResult(loc, STORED, computed["md5"], computed["sha256"], size)
+        return FetchResult(loc, FetchOutcome.STORED, computed["md5"], computed["sha256"], size)
+
+    def _too_long(self, loc: str, size: int, length: int | None, *, at_least: bool = False) -> FetchError:
+        more = "more than " if at_least else ""
+        if length is not None and length <= self.max_bytes:
+            return FetchError(f"length is {more}{size} bytes; {self.announced_by} {length}: cut there",
+                              retry=False, rule=Refusal.LENGTH)
+        return FetchError(f"{loc} sent {more}{size} bytes, over --max-resource-size {self.max_bytes}: cut there",
+                          retry=False, rule=Refusal.SIZE)
 
     async def _receive_small(self, loc: str, response: aiohttp.ClientResponse, path: Path, length: int | None,
                              hashes: tuple[tuple[str, str], ...], md5: Any, sha256: Any,
@@ -246,6 +305,8 @@ class Fetcher:
         body = await response.content.read()   # bounded: Content-Length <= SMALL_BODY
         if len(body) > SMALL_BODY:
             raise FetchError(f"{loc} sent more than its Content-Length", retry=True)
+        if length is not None and len(body) > length:
+            raise self._too_long(loc, len(body), length)
         for hasher in (md5, sha256, *others.values()):
             hasher.update(body)
         computed = {"md5": md5.hexdigest(), "sha-256": sha256.hexdigest(), "sha256": sha256.hexdigest()}
@@ -253,7 +314,8 @@ class Fetcher:
         problem = _fixity_problem(len(body), computed, length, hashes, self.announced_by)
         if problem is not None:
             detail, expected = problem
-            return FetchResult(loc, MISMATCH, computed["md5"], computed["sha256"], len(body), detail, expected)
+            return FetchResult(loc, FetchOutcome.MISMATCH, computed["md5"], computed["sha256"], len(body), detail,
+                               expected)
         if len(body) <= INLINE_WRITE and self._write_seconds < SLOW_WRITE:
             # On a quick disk a handoff to a thread costs more than the write itself.
             started = time.perf_counter()
@@ -265,7 +327,7 @@ class Fetcher:
             await asyncio.to_thread(self.sink.write_small, path, body)
             if len(body) <= INLINE_WRITE and time.perf_counter() - started < SLOW_WRITE / 2:
                 self._write_seconds = 0.9 * self._write_seconds   # the disk got quick again
-        return FetchResult(loc, STORED, computed["md5"], computed["sha256"], len(body))
+        return FetchResult(loc, FetchOutcome.STORED, computed["md5"], computed["sha256"], len(body))
 
 
 SMALL_BODY = 256 * 1024   # bodies up to this size are read whole, then written at once
@@ -285,8 +347,17 @@ def _fixity_problem(size: int, computed: dict[str, str], length: int | None,
 
 
 def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) with the scheme's default port filled in; ValueError for a bad port."""
     parts = urlsplit(url)
-    return parts.scheme, (parts.hostname or "").lower(), parts.port
+    scheme = parts.scheme.lower()
+    return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
+
+
+def _same_origin(a: str, b: str) -> bool:
+    try:
+        return _origin(a) == _origin(b)
+    except ValueError:
+        return False
 
 
 def _retry_after(value: str | None) -> float | None:

@@ -8,6 +8,7 @@ that starts after H is a gap, unless the list the engine just read was fetched a
 """
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -58,6 +59,8 @@ async def drain(ctx: SyncContext, *, bridge_id: int = 0, settle: float | None = 
     on the next pass.
     """
     settle = ctx.options.settle if settle is None else settle
+    await ctx.applier.retry_due()
+    schedule_retry(ctx)
     result = DrainResult(DONE)
     last_sequences = ctx.state.last_sequences()
     parsed: dict[int, tuple[InboxRow, ChangeNotification | str]] = {}
@@ -108,6 +111,18 @@ async def drain(ctx: SyncContext, *, bridge_id: int = 0, settle: float | None = 
             return result
 
 
+def schedule_retry(ctx: SyncContext) -> None:
+    """Wake the live loop when the next held-back change is due (its backoff has passed)."""
+    if ctx.wake is None:
+        return
+    due = ctx.state.next_retry_at()
+    if ctx.retry_timer is not None:
+        ctx.retry_timer.cancel()
+        ctx.retry_timer = None
+    if due is not None:
+        ctx.retry_timer = asyncio.get_running_loop().call_later(max(0.05, due - time.time()), ctx.wake.set)
+
+
 def _seq(row: InboxRow) -> list[tuple[str, int]]:
     return [(row.hub or "", row.sequence)] if row.sequence is not None else []
 
@@ -152,6 +167,7 @@ async def _apply(ctx: SyncContext, row: InboxRow, notification: ChangeNotificati
                      sequences=_seq(row), last_notification_id=row.notification_id,
                      last_until_received=format_datetime(notification.until_time),
                      **({"unrecoverable_gap": None, "engine_state": "live"} if filled else {}))
+    schedule_retry(ctx)   # a change held back just now gets its timer
     if filled:
         ctx.events.emit(ev.GAP, kind="filled", by="hub", **{"from": format_datetime(notification.from_time)})
     ctx.events.emit(ev.NOTIFICATION_APPLIED, notification_id=row.notification_id, sequence=row.sequence,

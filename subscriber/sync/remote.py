@@ -15,6 +15,8 @@ import aiohttp
 from rsnotify.errors import DocumentParseError
 from rsnotify.lists import Entry, ListInfo, ListStream, open_list
 
+from .fetcher import RedirectRefusedError, get_in_origin
+
 MAX_LIST_BYTES = 52_428_800 + 1_048_576   # the Sitemap limit, with room for an XML prologue
 _SPOOL = 1_048_576
 
@@ -45,7 +47,7 @@ class RemoteList:
         count = 0
         tail = b""
         try:
-            async with session.get(url) as response:
+            async with await get_in_origin(session, url) as response:
                 if response.status >= 500 or response.status == 429:
                     raise SourceUnreachableError(f"{what} {url} answered {response.status}")
                 if response.status != 200:
@@ -60,6 +62,9 @@ class RemoteList:
                         - tail.count(b"<url>") - tail.count(b"<sitemap>")
                     tail = window[-9:]
                     file.write(chunk)
+        except RedirectRefusedError as exc:
+            file.close()
+            raise SourceDocumentError(f"{what} {exc}") from None
         except (TimeoutError, aiohttp.ClientError) as exc:
             file.close()
             raise SourceUnreachableError(f"cannot fetch {what} {url}: {exc or type(exc).__name__}") from exc

@@ -392,6 +392,7 @@ def status_of(root: Path) -> dict[str, Any] | None:
             "last_baseline": state.last_run("baseline"),
             "last_catchup": state.last_run("catchup"),
             "last_audit": state.last_run("audit"),
+            **state.problem_summary(),
         }
     finally:
         state.close()
@@ -421,9 +422,24 @@ def format_status(info: dict[str, Any]) -> str:
     gap = info["unrecoverable_gap"]
     if gap:
         lines.append(f"unrecoverable gap [{gap.get('from') or 'start'}, {gap.get('until') or 'now'}): {gap.get('reason')}")
+    lines += problem_lines(info)
     lines += [f"last baseline: {when(info['last_baseline'])}", f"last catch-up: {when(info['last_catchup'])}",
               f"last audit: {when(info['last_audit'])}"]
     return "\n".join(lines)
+
+
+def problem_lines(info: dict[str, Any]) -> list[str]:
+    """Escaped names, refusals and the resources not ok (with why), for the text status."""
+    lines = [f"escaped names: {info['escaped_names']:,}",
+             "refused: " + (", ".join(f"{rule} {n:,}" for rule, n in sorted(info["refusals"].items())) or "none")]
+    for item in info["last_refusals"][-5:]:
+        lines.append(f"  refused ({item['rule']}): {item['loc']}: {item['detail']}")
+    for item in info["troubled"]:
+        retry = item["next_retry_at"]
+        lines.append(f"  {item['state']}: {item['loc']}: {item['error'] or '-'}"
+                     + (f" (try {item['attempts']}, next in {_duration(retry - datetime.now(UTC).timestamp())})"
+                        if retry else ""))
+    return lines
 
 
 def _duration(seconds: float) -> str:

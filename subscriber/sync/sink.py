@@ -1,27 +1,149 @@
 """The folder sink: where a loc's bytes live under DIR, and the file operations on them.
 
-Files live at DIR/<host>[_<port>]/<path>; a path ending in "/" is stored as `_index`, a query
-is kept percent-encoded in the last segment. No loc can reach outside DIR (".." segments are
-dropped, the resolved path is checked), and DIR/.rsnotify (the state) is never a target,
-because a host name cannot start with ".". Bodies go to a `.partial-*` temp file beside the
-target and are renamed into place only when complete and checked.
+Names. A loc `http(s)://<host>[:<port>]/<p1>/<p2>/…` lands at `DIR/<host>[_<port>]/<n1>/<n2>/…`
+where each `n` is its path segment percent-decoded once to UTF-8, so a Source's `SRC/<path>`
+has the same name here. A segment that cannot be a file name as it is gets a reversible escape:
+
+    %%<the segment's bytes percent-encoded>                  e.g. `..` -> `%%..`, `a/b` -> `%%a%2Fb`
+
+It is used for a segment that is empty (a trailing "/" or "//"), `.` or `..`, contains "/" or
+NUL, is not valid UTF-8, or starts with `%%` (the escape itself) or `.partial-` (the temp
+files). A loc with a query keeps it in its last segment, `%%<segment>?<query>`, both
+percent-encoded (a literal "?" appears in no other escaped name). The percent-encoding never
+makes two "%" in a row, so no real name and no other escape can produce the same text: the
+mapping is one-to-one. A name still longer than the file system allows (NAME_MAX, 255 bytes
+on most) becomes `%%<encoded prefix>%%<32 hex of its sha-256>`: unique, and reversible through
+the state database, which keeps the loc of every path.
+
+Trust. Only hosts that are DNS names or IP literals get a folder (so never DIR/.rsnotify);
+every folder on the way is opened with O_NOFOLLOW from DIR down, so a symlink inside DIR is
+refused (SymlinkRefusedError), never followed; bodies go to a `.partial-*` temp file in the
+target's folder and are renamed into place only when complete and checked.
 """
 from __future__ import annotations
 
+import errno
+import hashlib
+import ipaddress
 import itertools
 import os
 import re
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
-from urllib.parse import quote, unquote, urlsplit
+from urllib.parse import quote_from_bytes, unquote_to_bytes, urlsplit
 
-INDEX_NAME = "_index"      # the file for a URL whose path ends with "/"
+ESCAPE = "%%"              # the prefix of every escaped name
+INDEX_NAME = ESCAPE        # the file of a URL whose path ends with "/": its empty last segment, escaped
 PARTIAL_PREFIX = ".partial-"
-_UNSAFE = re.compile(r"[^A-Za-z0-9._~!$&'()*+,;=@%-]")
+DEFAULT_NAME_MAX = 255
+_SAFE = "-._~!$&'()*+,;=@"   # kept as they are inside an escaped name; everything else is %XX
+_HASH_HEX = 32
+MAX_DEPTH = 128            # path segments: deeper locs are refused (no real tree needs more)
+_LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+class LocRefusedError(ValueError):
+    """A loc that gets no place under DIR; `rule` says which trust rule (a Refusal value)."""
+
+    def __init__(self, message: str, rule: str = "host") -> None:
+        super().__init__(message)
+        self.rule = rule
 
 
 class PathConflictError(OSError):
     """The loc's file cannot exist: a file stands where a folder is needed, or the reverse."""
+
+
+class SymlinkRefusedError(OSError):
+    """A symlink stands in the loc's path inside DIR: refused, never followed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where a loc lands, and why any of its names had to be escaped."""
+
+    path: Path
+    escaped: tuple[str, ...] = ()   # one reason per escaped name ("'..' is not a file name", ...)
+
+
+def is_valid_host(host: str) -> bool:
+    """A DNS name (letters, digits, hyphens; labels of 1-63; no leading dot) or an IP literal."""
+    if not host or len(host) > 253:
+        return False
+    try:
+        ipaddress.ip_address(host)
+        return True
+    except ValueError:
+        pass
+    return all(_LABEL.match(label) for label in host.split("."))
+
+
+def host_folder(loc: str) -> str:
+    """`<host>[_<port>]` for an http(s) loc; ValueError when the host is not a valid one."""
+    parts = urlsplit(loc)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise LocRefusedError(f"cannot store {loc!r}: expected an absolute http or https URL")
+    host = parts.hostname
+    if not is_valid_host(host):
+        raise LocRefusedError(f"cannot store {loc!r}: {host!r} is neither a DNS name nor an IP address")
+    try:
+        port = parts.port
+    except ValueError:
+        raise LocRefusedError(f"cannot store {loc!r}: its port is not a number from 0 to 65535") from None
+    return host + (f"_{port}" if port is not None else "")
+
+
+def escape_name(raw: bytes, query: str | None = None, name_max: int = DEFAULT_NAME_MAX) -> tuple[str, str | None]:
+    """The file name for one decoded path segment (and the loc's query, for the last one), and
+    why it had to be escaped (None when the segment is used as it is)."""
+    reason = None if query is None else "it has a query"
+    text = None
+    if reason is None:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            reason = "it is not valid UTF-8"
+    if text is not None:
+        if text in ("", ".", ".."):
+            reason = f"{text!r} is not a file name"
+        elif "/" in text or "\x00" in text:
+            reason = "it contains '/' or NUL"
+        elif text.startswith((ESCAPE, PARTIAL_PREFIX)):
+            reason = f"it starts with the reserved {ESCAPE if text.startswith(ESCAPE) else PARTIAL_PREFIX!r}"
+        elif len(raw) > name_max:
+            reason = f"it is longer than {name_max} bytes"
+        else:
+            return text, None
+    name = ESCAPE + quote_from_bytes(raw, safe=_SAFE)
+    if query is not None:
+        name += "?" + quote_from_bytes(query.encode("utf-8", "surrogateescape"), safe=_SAFE)
+    if len(name.encode()) <= name_max:
+        return name, reason
+    digest = hashlib.sha256(raw + b"?" + (query or "").encode("utf-8", "surrogateescape")).hexdigest()[:_HASH_HEX]
+    room = name_max - len(ESCAPE) * 2 - _HASH_HEX
+    prefix = ""
+    for byte in raw:                   # whole %XX only
+        piece = quote_from_bytes(bytes([byte]), safe=_SAFE)
+        if len(prefix) + len(piece) > room:
+            break
+        prefix += piece
+    return f"{ESCAPE}{prefix}{ESCAPE}{digest}", reason
+
+
+def unescape_name(name: str) -> tuple[bytes, str | None] | None:
+    """The path segment (and query) an escaped name stands for; None for a hashed long name
+    (its loc is in the state database). A name without the escape is its own segment."""
+    if not name.startswith(ESCAPE):
+        return name.encode("utf-8"), None
+    body = name[len(ESCAPE):]
+    if ESCAPE in body:
+        return None
+    segment, mark, query = body.partition("?")
+    return unquote_to_bytes(segment), (unquote_to_bytes(query).decode("utf-8", "surrogateescape") if mark else None)
 
 
 class FolderSink:
@@ -30,27 +152,35 @@ class FolderSink:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
         self._root_text = str(self.root)
-        self._root_prefix = os.path.join(self._root_text, "")
-        self._folders: set[str] = set()
         self._counter = itertools.count()
+        try:
+            self.name_max = int(os.pathconf(self._root_text if self.root.exists() else "/", "PC_NAME_MAX"))
+        except (OSError, ValueError, AttributeError):
+            self.name_max = DEFAULT_NAME_MAX
+
+    def place(self, loc: str) -> Placement:
+        """Where `loc` lands; LocRefusedError (a ValueError) for a URL that is not http(s)
+        with a valid host, or one nested deeper than MAX_DEPTH."""
+        folder = host_folder(loc)
+        parts = urlsplit(loc)
+        segments = (parts.path or "/")[1:].split("/") if (parts.path or "/").startswith("/") else \
+            parts.path.split("/")
+        if len(segments) > MAX_DEPTH:
+            raise LocRefusedError(f"cannot store {loc[:200]!r}...: more than {MAX_DEPTH} path segments", "depth")
+        names: list[str] = []
+        reasons: list[str] = []
+        for index, segment in enumerate(segments):
+            last = index == len(segments) - 1
+            name, reason = escape_name(unquote_to_bytes(segment), parts.query if last and parts.query else None,
+                                       self.name_max)
+            names.append(name)
+            if reason is not None:
+                reasons.append(f"{name}: {reason}")
+        return Placement(Path(self._root_text, folder, *names), tuple(reasons))
 
     def path_for(self, loc: str) -> Path:
-        """The local file for `loc`; ValueError for a URL that is not http(s) with a host."""
-        parts = urlsplit(loc)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"cannot store {loc!r}: expected an absolute http or https URL")
-        host = parts.hostname + (f"_{parts.port}" if parts.port else "")
-        segments = [_safe_segment(unquote(s)) for s in parts.path.split("/") if s not in ("", ".", "..")]
-        if not segments or parts.path.endswith("/"):
-            segments.append(INDEX_NAME)
-        if parts.query:
-            segments[-1] += "%3F" + quote(parts.query, safe="")
-        # Every segment is sanitised ("/" and ".." cannot survive _safe_segment), so a lexical
-        # check suffices; it spares the lstat per path component that resolve() costs.
-        joined = os.path.normpath(os.path.join(self._root_text, _safe_segment(host), *segments))
-        if not joined.startswith(self._root_prefix):
-            raise ValueError(f"cannot store {loc!r}: its path leaves {self.root}")
-        return Path(joined)
+        """The local file for `loc`; ValueError for a URL that is not http(s) with a valid host."""
+        return self.place(loc).path
 
     def relative(self, path: Path) -> str:
         return path.relative_to(self.root).as_posix()
@@ -58,83 +188,212 @@ class FolderSink:
     def absolute(self, relative: str) -> Path:
         return self.root / relative
 
+    # --- folders, opened without following links ------------------------------------------
+
+    def _parts(self, path: Path) -> tuple[str, ...]:
+        parts = path.relative_to(self.root).parts
+        if not parts or parts[0].startswith("."):
+            raise ValueError(f"{path} is not a resource path under {self.root}")
+        return parts
+
+    def _open_chain(self, folders: tuple[str, ...], *, create: bool, keep_all: bool = False) -> list[int]:
+        """Open DIR and each folder below it, none through a symlink; the fds, DIR's first
+        (`keep_all`), else only the last one's (each parent is closed once its child is open,
+        so a deep path holds two fds at most).
+
+        FileNotFoundError (create=False), PathConflictError (a file in the way),
+        SymlinkRefusedError (a link in the way)."""
+        try:
+            fds = [os.open(self._root_text, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+        except FileNotFoundError:
+            if not create:
+                raise
+            os.makedirs(self._root_text, exist_ok=True)   # DIR itself is the user's choice
+            fds = [os.open(self._root_text, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
+        try:
+            for name in folders:
+                fds.append(self._open_folder(fds[-1], name, create=create))
+                if not keep_all:
+                    os.close(fds.pop(0))
+        except BaseException:
+            _close(fds)
+            raise
+        return fds
+
+    def _open_folder(self, parent: int, name: str, *, create: bool) -> int:
+        for _ in range(3):
+            try:
+                return os.open(name, _DIR_FLAGS, dir_fd=parent)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(name, 0o755, dir_fd=parent)
+                except FileExistsError:
+                    pass        # made meanwhile (or a file/link: the next open tells)
+            except OSError as exc:
+                if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
+                    raise
+                self._refuse_link(parent, name)
+                raise PathConflictError(f"cannot create folder {name!r}: a file of that name exists") from None
+        raise PathConflictError(f"cannot create folder {name!r}: it keeps changing")
+
+    @staticmethod
+    def _refuse_link(parent: int, name: str) -> None:
+        try:
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except OSError:
+            return
+        if stat.S_ISLNK(info.st_mode):
+            raise SymlinkRefusedError(f"{name!r} is a symlink inside the synced folder; refused, not followed")
+
+    def _check_target(self, parent: int, name: str) -> None:
+        """The final name may be absent or a file; a folder or a link there is refused."""
+        try:
+            info = os.stat(name, dir_fd=parent, follow_symlinks=False)
+        except FileNotFoundError:
+            return
+        if stat.S_ISLNK(info.st_mode):
+            raise SymlinkRefusedError(f"{name!r} is a symlink inside the synced folder; refused, not followed")
+        if stat.S_ISDIR(info.st_mode):
+            raise PathConflictError(f"cannot store a file at {name!r}: a folder of that name exists")
+
+    # --- writing -------------------------------------------------------------------------
+
     def write_small(self, path: Path, body: bytes) -> None:
         """Write a whole (small) body beside `path`, then rename it into place."""
-        fd, tmp = self._create_partial(path)
+        parts = self._parts(path)
+        fds = self._open_chain(parts[:-1], create=True)
         try:
-            view = memoryview(body)
-            while view:
-                view = view[os.write(fd, view):]
-            os.close(fd)
-            fd = -1
-            self.install(Path(tmp), path)
-        except BaseException:
-            if fd >= 0:
+            fd, tmp = self._create_partial(fds[-1])
+            try:
+                view = memoryview(body)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
                 os.close(fd)
-            self.discard(Path(tmp))
-            raise
+            self._install_at(fds[-1], tmp, parts[-1])
+        finally:
+            _close(fds)
 
     def open_partial(self, path: Path) -> tuple[BinaryIO, Path]:
-        """A new temp file beside `path`. PathConflictError when the folder cannot exist."""
-        fd, tmp = self._create_partial(path)
-        return os.fdopen(fd, "wb"), Path(tmp)
+        """A new temp file beside `path`. PathConflictError when the folder cannot exist,
+        SymlinkRefusedError when a link is in the way."""
+        parts = self._parts(path)
+        fds = self._open_chain(parts[:-1], create=True)
+        try:
+            fd, tmp = self._create_partial(fds[-1])
+        finally:
+            _close(fds)
+        return os.fdopen(fd, "wb"), path.with_name(tmp)
 
-    def _create_partial(self, path: Path) -> tuple[int, str]:
-        folder = os.path.dirname(path)
-        self._ensure_folder(folder)
+    def _create_partial(self, folder: int) -> tuple[int, str]:
         for _ in range(3):
-            tmp = os.path.join(folder, f"{PARTIAL_PREFIX}{os.getpid()}-{next(self._counter)}")
+            tmp = f"{PARTIAL_PREFIX}{os.getpid()}-{next(self._counter)}"
             try:
-                return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644), tmp
-            except FileNotFoundError:        # the folder went away (a delete emptied it)
-                self._folders.discard(folder)
-                self._ensure_folder(folder)
+                return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
+                               dir_fd=folder), tmp
             except FileExistsError:          # left by an earlier process with the same pid
-                os.unlink(tmp)
-        raise PathConflictError(f"cannot create a temporary file in {folder}")
+                os.unlink(tmp, dir_fd=folder)
+        raise PathConflictError("cannot create a temporary file")
 
-    def _ensure_folder(self, folder: str) -> None:
-        # Folders made (or found) before are remembered: one mkdir per folder, not per file.
-        if folder in self._folders:
+    def _install_at(self, folder: int, tmp: str, name: str) -> None:
+        try:
+            self._check_target(folder, name)
+            os.replace(tmp, name, src_dir_fd=folder, dst_dir_fd=folder)
+        except BaseException:
+            _unlink_quietly(folder, tmp)
+            raise
+
+    def install(self, tmp: Path, path: Path) -> None:
+        """Rename a finished temp file (from open_partial) into place; removes it on failure."""
+        parts = self._parts(path)
+        try:
+            fds = self._open_chain(parts[:-1], create=False)
+        except FileNotFoundError as exc:
+            raise PathConflictError(f"the folder of {path} went away while it was written") from exc
+        try:
+            self._install_at(fds[-1], tmp.name, parts[-1])
+        finally:
+            _close(fds)
+
+    def discard(self, tmp: Path) -> None:
+        try:
+            fds = self._open_chain(self._parts(tmp)[:-1], create=False)
+        except (OSError, ValueError):
             return
         try:
-            os.makedirs(folder, exist_ok=True)
-        except (FileExistsError, NotADirectoryError) as exc:
-            raise PathConflictError(f"cannot create folder {folder}: a file of that name exists") from exc
-        if len(self._folders) > 100_000:
-            self._folders.clear()
-        self._folders.add(folder)
+            _unlink_quietly(fds[-1], tmp.name)
+        finally:
+            _close(fds)
 
-    @staticmethod
-    def install(tmp: Path, path: Path) -> None:
+    # --- reading and deleting -------------------------------------------------------------
+
+    def is_file(self, path: Path) -> bool:
+        """A regular file is at `path`, reached without any symlink."""
         try:
-            os.replace(tmp, path)
-        except IsADirectoryError as exc:
-            tmp.unlink(missing_ok=True)
-            raise PathConflictError(f"cannot store a file at {path}: a folder of that name exists") from exc
-
-    @staticmethod
-    def discard(tmp: Path) -> None:
-        tmp.unlink(missing_ok=True)
+            parts = self._parts(path)
+            fds = self._open_chain(parts[:-1], create=False)
+        except (OSError, ValueError):
+            return False
+        try:
+            return stat.S_ISREG(os.stat(parts[-1], dir_fd=fds[-1], follow_symlinks=False).st_mode)
+        except OSError:
+            return False
+        finally:
+            _close(fds)
 
     def delete(self, path: Path) -> bool:
-        """Remove the file (and folders left empty, up to its host folder); True if it existed."""
-        try:
-            path.unlink()
-        except (FileNotFoundError, NotADirectoryError):
-            return False
-        except IsADirectoryError:
-            return False
-        parent = path.parent
-        while parent != self.root and parent.parent != self.root:
-            try:
-                parent.rmdir()
-            except OSError:
-                break
-            parent = parent.parent
-        return True
+        """Remove the file (and folders left empty, up to its host folder); True if it existed.
 
-    def walk(self):  # type: ignore[no-untyped-def]
+        SymlinkRefusedError when a link stands in the path (nothing is removed then)."""
+        parts = self._parts(path)
+        try:
+            fds = self._open_chain(parts[:-1], create=False, keep_all=True)
+        except (FileNotFoundError, PathConflictError):
+            return False
+        try:
+            try:
+                self._check_target(fds[-1], parts[-1])
+                os.unlink(parts[-1], dir_fd=fds[-1])
+            except (FileNotFoundError, PathConflictError):
+                return False
+            for index in range(len(parts) - 2, 0, -1):   # never the host folder itself
+                try:
+                    os.rmdir(parts[index], dir_fd=fds[index])
+                except OSError:
+                    break
+            return True
+        finally:
+            _close(fds)
+
+    def move(self, old: Path, new: Path) -> None:
+        """Rename a stored file to its new name (a layout migration), no link followed; the
+        old folders left empty go. PathConflictError when something is at the new name."""
+        old_parts, new_parts = self._parts(old), self._parts(new)
+        source = self._open_chain(old_parts[:-1], create=False, keep_all=True)
+        try:
+            target = self._open_chain(new_parts[:-1], create=True)
+            try:
+                try:
+                    os.stat(new_parts[-1], dir_fd=target[-1], follow_symlinks=False)
+                except FileNotFoundError:
+                    pass
+                else:
+                    raise PathConflictError(f"cannot rename {old} to {new}: something is there")
+                self._check_target(source[-1], old_parts[-1])
+                os.rename(old_parts[-1], new_parts[-1], src_dir_fd=source[-1], dst_dir_fd=target[-1])
+            finally:
+                _close(target)
+            for index in range(len(old_parts) - 2, 0, -1):
+                try:
+                    os.rmdir(old_parts[index], dir_fd=source[index])
+                except OSError:
+                    break
+        finally:
+            _close(source)
+
+    def walk(self) -> Iterator[str]:
         """Every stored file (relative path), skipping the state folder and temp files."""
         for folder, dirs, files in os.walk(self.root):
             if Path(folder) == self.root:
@@ -144,6 +403,13 @@ class FolderSink:
                     yield Path(folder, name).relative_to(self.root).as_posix()
 
 
-def _safe_segment(segment: str) -> str:
-    cleaned = _UNSAFE.sub(lambda m: quote(m.group(0), safe=""), segment)
-    return cleaned if cleaned not in ("", ".", "..") else "_"
+def _close(fds: list[int]) -> None:
+    for fd in fds:
+        os.close(fd)
+
+
+def _unlink_quietly(folder: int, name: str) -> None:
+    try:
+        os.unlink(name, dir_fd=folder)
+    except OSError:
+        pass

@@ -21,22 +21,20 @@ from typing import Any
 
 from rsnotify.datetimes import format_datetime, parse_w3c_datetime
 
+from .outcomes import InboxStatus, ResourceState
+
 STATE_DIR = ".rsnotify"
 STATE_FILE = "state.db"
 
-# resource states
-OK = "ok"
-STALE = "stale"          # fetched bytes did not match the announced hash/length; old copy kept
-FAILED = "failed"        # could not be fetched (reason in last_error)
-CONFLICT = "conflict"    # its path collides with another resource's (a file where a folder is needed)
-REFUSED = "refused"      # unsafe loc: another host, or an address the guard refuses
-DELETED = "deleted"      # tombstone: the Source deleted it (kept for newer-wins)
+# The vocabularies live in outcomes.py; these names stay importable from the state module.
+OK, STALE, FAILED = ResourceState.OK, ResourceState.STALE, ResourceState.FAILED
+CONFLICT, REFUSED, DELETED = ResourceState.CONFLICT, ResourceState.REFUSED, ResourceState.DELETED
+PENDING, APPLIED = InboxStatus.PENDING, InboxStatus.APPLIED
+COVERED, INVALID = InboxStatus.COVERED, InboxStatus.INVALID
 
-# inbox row states
-PENDING = "pending"
-APPLIED = "applied"
-COVERED = "covered"      # its interval was already applied (a repeat, or caught up by pull)
-INVALID = "invalid"      # not a change notification; treated as a gap
+# Records in these states hold a change still to apply (`want`), retried until it succeeds
+# or the Source drops the resource.
+RETRIED_STATES = (FAILED, STALE, CONFLICT, REFUSED)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS channel (key TEXT PRIMARY KEY, value TEXT);
@@ -51,7 +49,10 @@ CREATE TABLE IF NOT EXISTS resources (
     changed_at TEXT,
     last_change TEXT,
     expected_hash TEXT,
-    last_error TEXT
+    last_error TEXT,
+    attempts INTEGER NOT NULL DEFAULT 0,
+    next_retry_at REAL,
+    want TEXT
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS resources_path ON resources(path);
 CREATE INDEX IF NOT EXISTS resources_state ON resources(state) WHERE state != 'ok';
@@ -107,15 +108,25 @@ class ResourceRecord:
     last_change: str | None = None         # created / updated / deleted / baseline
     expected_hash: str | None = None       # for STALE: what the Source announced
     last_error: str | None = None
+    attempts: int = 0                      # failed tries of `want` so far
+    next_retry_at: float | None = None     # local clock (time.time()) of the next try
+    want: str | None = None                # JSON: the change still to apply (RETRIED_STATES)
 
     def row(self) -> tuple[Any, ...]:
         return (self.loc, self.path, self.state, self.md5, self.sha256, self.length, to_text(self.lastmod),
-                to_text(self.changed_at), self.last_change, self.expected_hash, self.last_error)
+                to_text(self.changed_at), self.last_change, self.expected_hash, self.last_error, self.attempts,
+                self.next_retry_at, self.want)
 
     @classmethod
     def from_row(cls, row: tuple[Any, ...]) -> ResourceRecord:
-        return cls(row[0], row[1], row[2], row[3], row[4], row[5], from_text(row[6]), from_text(row[7]),
-                   row[8], row[9], row[10])
+        return cls(row[0], row[1], ResourceState(row[2]), row[3], row[4], row[5], from_text(row[6]),
+                   from_text(row[7]), row[8], row[9], row[10], row[11] or 0, row[12], row[13])
+
+    @property
+    def holds_file(self) -> bool:
+        """The file at `path` is this resource's copy (an older one, for stale/failed)."""
+        return self.path is not None and (self.state in (OK, STALE) or (
+            self.state == FAILED and (self.md5 is not None or self.sha256 is not None)))
 
     def hash_of(self, algorithm: str) -> str | None:
         algorithm = algorithm.lower()
@@ -137,7 +148,9 @@ class InboxRow:
     received_at: float
 
 
-_RESOURCE_COLUMNS = "loc, path, state, md5, sha256, length, lastmod, changed_at, last_change, expected_hash, last_error"
+_RESOURCE_COLUMNS = ("loc, path, state, md5, sha256, length, lastmod, changed_at, last_change, expected_hash, "
+                     "last_error, attempts, next_retry_at, want")
+_ADDED_COLUMNS = (("attempts", "INTEGER NOT NULL DEFAULT 0"), ("next_retry_at", "REAL"), ("want", "TEXT"))
 
 
 class SyncState:
@@ -157,6 +170,14 @@ class SyncState:
         self.db.execute("PRAGMA busy_timeout=30000")
         with self._lock:
             self.db.executescript(_SCHEMA)
+            self._add_columns()
+
+    def _add_columns(self) -> None:
+        # State folders made before the retry columns existed get them on first open.
+        have = {row[1] for row in self.db.execute("PRAGMA table_info(resources)")}
+        for name, kind in _ADDED_COLUMNS:
+            if name not in have:
+                self.db.execute(f"ALTER TABLE resources ADD COLUMN {name} {kind}")
 
     @classmethod
     def in_dir(cls, root: str | Path) -> SyncState:
@@ -262,7 +283,7 @@ class SyncState:
         rows = [r.row() for r in records]
         if rows:
             statements.append(((f"INSERT OR REPLACE INTO resources({_RESOURCE_COLUMNS}) "
-                               f"VALUES ({','.join('?' * 11)})"), rows))
+                               f"VALUES ({','.join('?' * 14)})"), rows))
         if high_water is not None:
             statements.append((("INSERT INTO channel(key, value) VALUES ('high_water', ?) "
                                "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)"),
@@ -287,6 +308,76 @@ class SyncState:
             self.set(high_water=to_text(value))
         else:
             self.commit(high_water=value)
+
+    # --- troubled records: retries, path owners, escapes, refusals -----------------------
+
+    def due_retries(self, now: float | None, limit: int = 1000) -> list[ResourceRecord]:
+        """Records holding a change still to apply whose retry time has come (`now` None: all,
+        refused ones too, which have no retry time)."""
+        marks = ",".join("?" * len(RETRIED_STATES))
+        rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE state IN ({marks}) AND want IS NOT NULL "
+                           "AND (? IS NULL OR next_retry_at <= ?) ORDER BY next_retry_at "
+                           "LIMIT ?", (*RETRIED_STATES, now, now, limit))
+        return [ResourceRecord.from_row(row) for row in rows]
+
+    def next_retry_at(self) -> float | None:
+        marks = ",".join("?" * len(RETRIED_STATES))
+        rows = self._query(f"SELECT min(next_retry_at) FROM resources WHERE state IN ({marks}) AND want IS NOT NULL",
+                           tuple(RETRIED_STATES))
+        return rows[0][0] if rows else None
+
+    def related_retries(self, paths: Iterable[str]) -> list[ResourceRecord]:
+        """Records holding a change still to apply whose path is one of `paths`, inside one, or
+        a folder holding one: a change there may have cleared their way."""
+        found: dict[str, ResourceRecord] = {}
+        marks = ",".join("?" * len(RETRIED_STATES))
+        for path in set(paths):
+            rows = self._query(
+                f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE state IN ({marks}) AND want IS NOT NULL AND "
+                "(path = ? OR substr(path, 1, length(?) + 1) = ? || '/' OR substr(?, 1, length(path) + 1) = path || '/')",
+                (*RETRIED_STATES, path, path, path, path))
+            found.update((row[0], ResourceRecord.from_row(row)) for row in rows)
+        return list(found.values())
+
+    def holder_of(self, path: str, other_than: str) -> str | None:
+        """The loc of another resource whose copy is at `path`, if any."""
+        rows = self._query("SELECT loc FROM resources WHERE path = ? AND loc != ? AND (state IN ('ok', 'stale') OR "
+                           "(state = 'failed' AND (md5 IS NOT NULL OR sha256 IS NOT NULL))) LIMIT 1", (path, other_than))
+        return rows[0][0] if rows else None
+
+    def count_escaped(self) -> int:
+        """Live resources stored under an escaped name (a path segment starting with %%)."""
+        rows = self._query("SELECT count(*) FROM resources WHERE state != 'deleted' AND path IS NOT NULL AND "
+                           "('/' || path) LIKE '%/\\%\\%%' ESCAPE '\\'")
+        return int(rows[0][0])
+
+    def troubled(self, limit: int = 20) -> list[ResourceRecord]:
+        """Some records that are not ok (failed, stale, conflict, refused), for `sync status`."""
+        rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE state NOT IN ('ok', 'deleted') "
+                           "ORDER BY loc LIMIT ?", (limit,))
+        return [ResourceRecord.from_row(row) for row in rows]
+
+    def note_refusals(self, refusals: Iterable[tuple[str, str, str]]) -> None:
+        """Count refusals (rule, loc, detail) by rule (channel `refusals`) and keep the last
+        ten (`last_refusals`), in one transaction."""
+        with self._lock:
+            counts = self.get_json("refusals") or {}
+            recent = self.get_json("last_refusals") or []
+            for rule, loc, detail in refusals:
+                counts[rule] = counts.get(rule, 0) + 1
+                recent.append({"rule": rule, "loc": loc[:500], "detail": detail[:300], "at": time.time()})
+            self.set(refusals=counts, last_refusals=recent[-10:])
+
+    def problem_summary(self) -> dict[str, Any]:
+        """What `sync status` shows about single resources: escaped names, refusals by rule
+        (and the last few), and some records that are not ok, with why."""
+        return {
+            "escaped_names": self.count_escaped(),
+            "refusals": self.get_json("refusals") or {},
+            "last_refusals": self.get_json("last_refusals") or [],
+            "troubled": [{"loc": r.loc, "state": r.state, "path": r.path, "error": r.last_error,
+                          "attempts": r.attempts, "next_retry_at": r.next_retry_at} for r in self.troubled()],
+        }
 
     # --- the Resource List pass (locs seen) --------------------------------------------------
 

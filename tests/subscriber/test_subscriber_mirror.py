@@ -52,7 +52,7 @@ async def test_created_and_updated_are_fetched_and_checked_deleted_removed(resou
         assert [o.outcome for o in outcomes] == ["stored"] * 3
         a = mirror.path_for(resources + "/a.txt")
         assert a.read_bytes() == CONTENT["/a.txt"]
-        assert mirror.path_for(resources + "/dir/").name == "_index"
+        assert mirror.path_for(resources + "/dir/").name == "%%"   # the empty last segment, escaped (sink.INDEX_NAME)
         assert a.is_relative_to(tmp_path / "mirror")
 
         [deleted, again] = await mirror.apply(notification(

@@ -58,7 +58,7 @@ class ListSource:
         return out.getvalue()
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        path = request.path
+        path = request.raw_path.partition("?")[0]   # as sent: "x%20y" and "x y" differ
         self.requests.append(path)
         if path in self.overrides:
             return self.overrides[path]
@@ -233,7 +233,7 @@ async def test_guard_refuses_private_addresses_and_other_hosts(source, tmp_path)
     source.overrides["/jump"] = web.Response(status=302, headers={"Location": "http://localhost:1/elsewhere"})
     async with Fetcher(sink, allowed_networks=parse_networks(["127.0.0.0/8"]), tries=1) as fetcher:
         result = await fetcher.fetch(source.url("/jump"), sink.path_for(source.url("/jump")))
-        assert result.outcome == "failed" and "another host" in result.detail
+        assert result.outcome == "refused" and result.rule == "redirect" and "another host" in result.detail
         source.overrides["/a"] = web.Response(body=b"a file")
         source.overrides["/a/b"] = web.Response(body=b"below it")
         assert (await fetcher.fetch(source.url("/a"), sink.path_for(source.url("/a")))).outcome == "stored"

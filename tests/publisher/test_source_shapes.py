@@ -1,0 +1,40 @@
+"""`rsnotify source` sees a file that became a folder (and the reverse) in the batch of file
+events that made it: the delete of the old shape goes out with (and before) the new one, not
+at the next full rescan."""
+from __future__ import annotations
+
+from rsnotify.publisher.folder import Folder, changes_against
+
+BASE = "http://127.0.0.1:1/d/"
+
+
+def _changes(folder: Folder, recorded: dict[str, str | None], *paths) -> list[tuple[str, str]]:
+    present, gone = folder.states(paths)
+    return [(c.loc.removeprefix(BASE), c.change.value)
+            for c in changes_against(present, recorded, complete=False, gone=gone)]
+
+
+def test_a_file_that_became_a_folder_is_deleted_in_the_same_batch(tmp_path):
+    folder = Folder(tmp_path, BASE)
+    (tmp_path / "a.txt").write_text("a file")
+    recorded = {loc: state.hash for loc, state in folder.scan().items()}
+    (tmp_path / "a.txt").unlink()
+    (tmp_path / "a.txt").mkdir()
+    (tmp_path / "a.txt" / "in.txt").write_text("inside the folder")
+    # watchfiles reports both paths in one batch
+    assert _changes(folder, recorded, tmp_path / "a.txt", tmp_path / "a.txt" / "in.txt") == [
+        ("a.txt", "deleted"), ("a.txt/in.txt", "created")]
+
+
+def test_a_folder_that_became_a_file_is_deleted_in_the_same_batch(tmp_path):
+    folder = Folder(tmp_path, BASE)
+    (tmp_path / "d").mkdir()
+    (tmp_path / "d" / "x.txt").write_text("x")
+    (tmp_path / "d" / "y.txt").write_text("y")
+    recorded = {loc: state.hash for loc, state in folder.scan().items()}
+    for name in ("x.txt", "y.txt"):
+        (tmp_path / "d" / name).unlink()
+    (tmp_path / "d").rmdir()
+    (tmp_path / "d").write_text("now a file")
+    assert _changes(folder, recorded, tmp_path / "d") == [
+        ("d/x.txt", "deleted"), ("d/y.txt", "deleted"), ("d", "created")]

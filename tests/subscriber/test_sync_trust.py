@@ -1,0 +1,361 @@
+"""Nothing a Source says can touch anything outside its own resources: one test per trust rule,
+each against a hostile Source (an aiohttp server on loopback serving crafted lists) and a real
+`rsnotify sync --once` process. Each asserts that nothing outside the rule was touched, that
+the run ended without a traceback, that the refusal was reported (a `refused`/`conflict` event,
+a count in `sync status`) and that --once exits 1. A notification relayed by a hub goes through
+the same rules (the last test)."""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from rsnotify.lists import ListInfo, ListWriter, Resource
+from rsnotify.notification import (
+    CapabilityEntry,
+    CapabilityList,
+    ChangeNotification,
+    ChangeType,
+    ResourceChange,
+)
+from rsnotify.subscriber.sync import SyncEngine
+from rsnotify.subscriber.sync.runner import status_of
+from rsnotify.xml import capability_list_to_xml, to_xml
+from tests.support.ports import free_port
+from tests.support.servers import ThreadedServer
+
+RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+T1 = T0 + timedelta(minutes=1)
+
+Body = bytes | Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+@dataclass
+class HostileSource:
+    """Serves a Capability List, a Resource List and a Change List built from what the test
+    says, and bodies by raw request path (so `x%41` and `xA` are told apart)."""
+
+    port: int
+    listed: list[Resource] = field(default_factory=list)
+    changes: list[ResourceChange] = field(default_factory=list)
+    bodies: dict[str, Body] = field(default_factory=dict)
+    hits: list[str] = field(default_factory=list)
+    list_redirect: str | None = None     # where /resourcelist.xml redirects to, if anywhere
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def add(self, path: str, body: bytes, *, length: int | None = -1, raw: str | None = None) -> None:
+        """List `path` (a raw URL path) with its md5 and length, served with `body`."""
+        self.listed.append(Resource(self.base + path, hashes=(("md5", hashlib.md5(body).hexdigest()),),
+                                    length=len(body) if length == -1 else length))
+        self.bodies[raw or path] = body
+
+    def delete(self, loc: str) -> None:
+        self.changes.append(ResourceChange(loc, ChangeType.DELETED, changed_at=T1))
+
+    @staticmethod
+    def render(info: ListInfo, entries: list) -> bytes:
+        out = io.BytesIO()
+        with ListWriter(out, info) as writer:
+            for entry in entries:
+                writer.write(entry)
+        return out.getvalue()
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        path = request.raw_path
+        self.hits.append(path)
+        if path == "/caps.xml":
+            entries = (CapabilityEntry(self.base + "/resourcelist.xml", "resourcelist"),
+                       CapabilityEntry(self.base + "/changelist.xml", "changelist"))
+            return web.Response(body=capability_list_to_xml(CapabilityList(entries)), content_type="application/xml")
+        if path == "/resourcelist.xml" and self.list_redirect:
+            raise web.HTTPFound(self.list_redirect)
+        if path == "/resourcelist.xml":
+            return web.Response(body=self.render(ListInfo("resourcelist", at=T0), self.listed))
+        if path == "/changelist.xml":
+            return web.Response(body=self.render(ListInfo("changelist", from_=T0), self.changes))
+        body = self.bodies.get(path)
+        if body is None:
+            raise web.HTTPNotFound()
+        if callable(body):
+            return await body(request)
+        return web.Response(body=body)
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.router.add_route("GET", "/{tail:.*}", self.handle)
+        return app
+
+
+@pytest.fixture
+def hostile() -> Iterator[HostileSource]:
+    source = HostileSource(free_port())
+    server = ThreadedServer(source.app(), port=source.port).start()
+    yield source
+    server.stop()
+
+
+@dataclass
+class Run:
+    code: int
+    stderr: str
+    events: list[dict]
+
+    def of(self, name: str) -> list[dict]:
+        return [e for e in self.events if e["event"] == name]
+
+
+def sync_once(source: HostileSource, dest: Path, *extra: str) -> Run:
+    done = subprocess.run([RSNOTIFY, "sync", "--capability-list", source.base + "/caps.xml", "--dir", str(dest),
+                           "--once", "--json", *extra], capture_output=True, text=True, timeout=120, check=False)
+    assert "Traceback" not in done.stderr, done.stderr
+    return Run(done.returncode, done.stderr, [json.loads(line) for line in done.stdout.splitlines() if line.strip()])
+
+
+def status(dest: Path) -> dict:
+    """What `rsnotify sync status --dir DEST --json` prints (read in-process: no extra start-up)."""
+    info = status_of(dest)
+    assert info is not None
+    return json.loads(json.dumps(info, default=str))
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def copy_of(source: HostileSource, dest: Path) -> Path:
+    return dest / f"127.0.0.1_{source.port}"
+
+
+def test_a_delete_aimed_at_the_state_or_outside_the_host_folder_touches_nothing(hostile, tmp_path):
+    dest = tmp_path / "dest"
+    hostile.add("/a.txt", b"a")
+    hostile.delete("http://.rsnotify/state.db")                       # a valid host to urlsplit
+    hostile.delete(hostile.base + "/../../.rsnotify/state.db")        # ".." segments
+    hostile.delete(hostile.base + "/%2E%2E/%2E%2E/.rsnotify/state.db")
+    first = sync_once(hostile, dest)
+    state = dest / ".rsnotify" / "state.db"
+    assert state.is_file() and (copy_of(hostile, dest) / "a.txt").read_bytes() == b"a"
+    assert first.code == 1, first.stderr
+    refused = first.of("refused")
+    assert [e["rule"] for e in refused] == ["host"] and refused[0]["loc"] == "http://.rsnotify/state.db"
+    assert "refused (host): http://.rsnotify/state.db" in first.stderr
+    assert status(dest)["refusals"] == {"host": 1}
+    assert status(dest)["resources"]["ok"] == 1
+
+
+def test_deletes_keep_to_allowed_hosts_and_tracked_files(hostile, tmp_path):
+    dest = tmp_path / "dest"
+    victim = dest / "victimhost" / "notes.txt"
+    victim.parent.mkdir(parents=True)
+    victim.write_bytes(b"the user's own notes")
+    mine = copy_of(hostile, dest) / "mine.txt"          # untracked, inside the Source's own folder
+    mine.parent.mkdir(parents=True)
+    mine.write_bytes(b"put here by hand")
+    hostile.add("/a.txt", b"a")
+    hostile.delete("http://victimhost/notes.txt")
+    hostile.delete(hostile.base + "/mine.txt")
+    run = sync_once(hostile, dest)
+    assert victim.read_bytes() == b"the user's own notes" and mine.read_bytes() == b"put here by hand"
+    assert run.code == 1
+    assert sorted((e["rule"], e["loc"]) for e in run.of("refused")) == [
+        ("host", "http://victimhost/notes.txt"), ("untracked", hostile.base + "/mine.txt")]
+    assert status(dest)["refusals"] == {"host": 1, "untracked": 1}
+
+
+def test_a_symlink_inside_dir_is_refused_never_followed(hostile, tmp_path):
+    dest, outside = tmp_path / "dest", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "target.txt").write_bytes(b"outside DIR")
+    folder = copy_of(hostile, dest)
+    folder.mkdir(parents=True)
+    (folder / "link").symlink_to(outside, target_is_directory=True)
+    (folder / "file.txt").symlink_to(outside / "target.txt")
+    hostile.add("/link/new.txt", b"would land outside")
+    hostile.add("/link/target.txt", b"would overwrite outside")
+    hostile.add("/file.txt", b"would write through the link")
+    hostile.add("/ok.txt", b"fine")
+    before = snapshot(outside)
+    run = sync_once(hostile, dest)
+    assert snapshot(outside) == before and sorted(os.listdir(outside)) == ["target.txt"]
+    assert (folder / "ok.txt").read_bytes() == b"fine" and (folder / "file.txt").is_symlink()
+    assert run.code == 1
+    refused = sorted(e["loc"].rsplit("/", 1)[1] for e in run.of("refused") if e["rule"] == "symlink")
+    assert refused == ["file.txt", "new.txt", "target.txt"], run.events
+    assert status(dest)["refusals"] == {"symlink": 3}
+    assert not [p for p in folder.rglob(".partial-*")]
+
+
+def test_a_body_longer_than_announced_is_cut_and_removed(hostile, tmp_path):
+    dest = tmp_path / "dest"
+    sent = {"bytes": 0}
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()   # chunked: no Content-Length to warn the client
+        await response.prepare(request)
+        chunk = b"x" * (1 << 20)
+        try:
+            for _ in range(400):          # 400 MiB if nobody stops it
+                await response.write(chunk)
+                sent["bytes"] += len(chunk)
+        except (ConnectionResetError, RuntimeError):
+            pass
+        return response
+
+    hostile.listed.append(Resource(hostile.base + "/liar.bin", length=10))
+    hostile.bodies["/liar.bin"] = endless
+    hostile.listed.append(Resource(hostile.base + "/big.bin"))               # no length: --max-resource-size
+    hostile.bodies["/big.bin"] = endless
+    hostile.add("/ok.txt", b"fine")
+    run = sync_once(hostile, dest, "--max-resource-size", "2MiB")
+    folder = copy_of(hostile, dest)
+    assert run.code == 1
+    assert sorted(os.listdir(folder)) == ["ok.txt"]          # no partial file left, nothing installed
+    assert sent["bytes"] < 64 * (1 << 20), sent               # cut early, not streamed to the end
+    rules = {e["loc"].rsplit("/", 1)[1]: e["rule"] for e in run.of("refused")}
+    assert rules == {"liar.bin": "length", "big.bin": "size"}
+    assert status(dest)["refusals"] == {"length": 1, "size": 1}
+
+
+def test_only_the_sources_own_scheme_host_and_port_are_fetched(hostile, tmp_path):
+    dest = tmp_path / "dest"
+    other_hits: list[str] = []
+
+    async def record(request: web.Request) -> web.Response:
+        other_hits.append(request.path)
+        return web.Response(body=b"from another port")
+
+    other_app = web.Application()
+    other_app.router.add_get("/{tail:.*}", record)
+    other = ThreadedServer(other_app).start()
+    try:
+        hostile.listed.append(Resource(f"http://127.0.0.1:{other.port}/x.txt"))
+        hostile.listed.append(Resource(f"https://127.0.0.1:{hostile.port}/y.txt"))
+        hostile.bodies["/jump.txt"] = _redirect(f"http://127.0.0.1:{other.port}/z.txt")
+        hostile.listed.append(Resource(hostile.base + "/jump.txt"))
+        hostile.add("/ok.txt", b"fine")
+        run = sync_once(hostile, dest)
+        assert other_hits == []
+        assert run.code == 1
+        assert sorted(e["rule"] for e in run.of("refused")) == ["origin", "origin", "redirect"]
+        assert not (dest / f"127.0.0.1_{other.port}").exists()
+        assert sorted(os.listdir(copy_of(hostile, dest))) == ["ok.txt"]
+        # allowed explicitly, the other port is fetched
+        allowed = sync_once(hostile, dest, "--allow-host", f"127.0.0.1:{other.port}")
+        assert other_hits == ["/x.txt"] and (dest / f"127.0.0.1_{other.port}" / "x.txt").read_bytes() == \
+            b"from another port"
+        assert allowed.code == 1      # the https one and the redirect are still refused
+    finally:
+        other.stop()
+
+
+def test_a_list_redirected_to_another_port_is_refused(hostile, tmp_path):
+    other_hits: list[str] = []
+
+    async def record(request: web.Request) -> web.Response:
+        other_hits.append(request.path)
+        return web.Response(body=b"<urlset/>")
+
+    other_app = web.Application()
+    other_app.router.add_get("/{tail:.*}", record)
+    other = ThreadedServer(other_app).start()
+    try:
+        hostile.list_redirect = f"http://127.0.0.1:{other.port}/resourcelist.xml"
+        run = sync_once(hostile, tmp_path / "dest")
+        assert other_hits == [] and run.code == 1
+        assert "redirected to http://127.0.0.1:" in run.stderr and "another scheme, host or port" in run.stderr
+    finally:
+        other.stop()
+
+
+def _redirect(location: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    async def handler(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPFound(location)
+    return handler
+
+
+def test_two_locs_for_one_name_are_both_reported_and_neither_lost(hostile, tmp_path):
+    dest = tmp_path / "dest"
+    hostile.add("/xA.txt", b"plain")
+    hostile.add("/x%41.txt", b"percent-encoded A")      # decodes to the same name
+    hostile.add("/x%20y.txt", b"a space")              # x y.txt
+    hostile.add("/x%2520y.txt", b"a percent sign")     # x%20y.txt: a different file
+    run = sync_once(hostile, dest)
+    folder = copy_of(hostile, dest)
+    assert (folder / "x y.txt").read_bytes() == b"a space"
+    assert (folder / "x%20y.txt").read_bytes() == b"a percent sign"
+    assert (folder / "xA.txt").read_bytes() in (b"plain", b"percent-encoded A")
+    assert run.code == 1
+    [conflict] = run.of("conflict")
+    assert {conflict["loc"], conflict["with"]} == {hostile.base + "/xA.txt", hostile.base + "/x%41.txt"}
+    assert "conflict: " in run.stderr
+    info = status(dest)
+    assert info["resources"] == {"ok": 3, "conflict": 1}
+    [troubled] = info["troubled"]
+    assert troubled["state"] == "conflict" and "both map to" in troubled["error"]
+    again = sync_once(hostile, dest)   # still reported on the next run, still exit 1
+    assert again.code == 1
+
+
+def test_an_over_long_name_is_escaped_and_reported_not_a_crash(hostile, tmp_path):
+    dest = tmp_path / "dest"
+    long_name = "n" * 300 + ".txt"
+    hostile.add(f"/d/{long_name}", b"a long name")
+    hostile.add("/d/a%2Fb", b"a slash in a name")
+    hostile.add("/d/%%x.txt".replace("%%", "%25%25"), b"starts with the escape")
+    run = sync_once(hostile, dest)
+    assert run.code == 0, run.stderr
+    folder = copy_of(hostile, dest) / "d"
+    names = sorted(os.listdir(folder))
+    assert all(len(n.encode()) <= 255 for n in names)
+    assert {"%%a%2Fb", "%%%25%25x.txt"} <= set(names)
+    [hashed] = [n for n in names if n.startswith("%%nnn")]
+    assert (folder / hashed).read_bytes() == b"a long name" and hashed.count("%%") == 2
+    assert len(run.of("name.escaped")) == 3 and "escaped name:" in run.stderr
+    assert status(dest)["escaped_names"] == 3
+    assert os.listdir(tmp_path) == ["dest"]
+    audit = subprocess.run([RSNOTIFY, "audit", "--capability-list", hostile.base + "/caps.xml", "--dir", str(dest),
+                            "--deep"], capture_output=True, text=True, timeout=120, check=False)
+    assert audit.returncode == 0 and "same 3" in audit.stderr and "escaped names 3" in audit.stderr, audit.stderr
+
+
+async def test_a_relayed_notification_meets_the_same_rules(hostile, tmp_path):
+    dest = tmp_path / "dest"
+    victim = dest / "victimhost" / "notes.txt"
+    victim.parent.mkdir(parents=True)
+    victim.write_bytes(b"the user's own notes")
+    hostile.add("/a.txt", b"a")
+    engine = SyncEngine(dest, capability_list=hostile.base + "/caps.xml")
+    seen: list = []
+    engine.events.listeners.append(seen.append)
+    await engine.open()
+    try:
+        assert await engine.sync_once() == 0
+        t2 = T0 + timedelta(minutes=2)
+        notification = ChangeNotification(T0, t2, (
+            ResourceChange("http://.rsnotify/state.db", ChangeType.DELETED, changed_at=T1),
+            ResourceChange("http://victimhost/notes.txt", ChangeType.DELETED, changed_at=T1),
+            ResourceChange(f"http://127.0.0.1:{free_port()}/x.txt", ChangeType.CREATED, changed_at=T1),
+            ResourceChange(hostile.base + "/a.txt", ChangeType.DELETED, changed_at=T1),   # a fair one
+        ))
+        engine.state.add_to_inbox("http://hub.example/", 1, "n-1", "application/xml", to_xml(notification))
+        await engine.drain_inbox()
+        assert (dest / ".rsnotify" / "state.db").is_file() and victim.read_bytes() == b"the user's own notes"
+        assert not (copy_of(hostile, dest) / "a.txt").exists()
+        assert sorted(e.data["rule"] for e in seen if e.event == "refused") == ["host", "host", "origin"]
+        assert engine.state.high_water == t2 and engine.exit_code() == 1
+    finally:
+        await engine.close()
