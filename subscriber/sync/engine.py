@@ -11,7 +11,6 @@ Lists, else a re-baseline from its Resource List. A gap nothing can fill is repo
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import time
@@ -24,6 +23,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from rsnotify.datetimes import format_datetime
+from rsnotify.filelocks import lock as lock_file
 
 from ..discovery import DiscoveredTopic, discover_capabilities, source_capability_lists
 from ..errors import DiscoveryError, SubscriberError
@@ -131,7 +131,7 @@ class SyncEngine:
         path = self.state.path.with_name("lock")
         self._lock_file = path.open("a+")
         try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            lock_file(self._lock_file, wait=False)
         except OSError:
             self._lock_file.seek(0)
             holder = self._lock_file.read().strip() or "another process"
