@@ -44,7 +44,7 @@ from .store import (
     SubscriptionStore,
     open_store,
 )
-from .sync.netguard import source_networks
+from .sync.remote import source_networks
 
 if TYPE_CHECKING:
     from .sync.runner import SyncCommand
@@ -395,7 +395,7 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
 def _sync_command(directory: Path, source: str | None, capability_list: str | None, allow_network: tuple[str, ...],
                   allow_host: tuple[str, ...], concurrency: int, json_events: bool, verbose: bool,
                   **extra: Any) -> SyncCommand:
-    from .sync.netguard import parse_networks
+    from rsnotify.netguard import parse_networks
     if directory is None:
         raise click.UsageError("--dir DIR is required")
     from .sync.runner import SyncCommand as _SyncCommand

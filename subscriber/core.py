@@ -34,6 +34,7 @@ from rsnotify.websub import (
     HeaderLink,
     normalize_url,
     parse_link_header,
+    parse_sequence,
     verify_signature,
 )
 from rsnotify.xml import parse_notification
@@ -587,13 +588,10 @@ def _repeat(subscription: Subscription, notification_id: str | None, done: str) 
 
 
 def _sequence(value: str | None) -> int | None:
-    if value is None:
-        return None
-    text = value.strip()
-    if not text.isdigit():
+    sequence = parse_sequence(value)
+    if value is not None and sequence is None:
         log.warning("ignored %s %r: expected a positive integer", SEQUENCE_HEADER, value)
-        return None
-    return int(text)
+    return sequence
 
 
 def _remember(ids: tuple[str, ...], new: str | None, keep: int) -> tuple[str, ...]:

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rsnotify.netguard import Network
 from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
 
 from .core import ReceivedNotification
 from .sync import fetcher as outcomes
 from .sync.fetcher import Fetcher
-from .sync.netguard import Network
 from .sync.sink import INDEX_NAME, FolderSink
 
 log = logging.getLogger(__name__)

@@ -24,6 +24,7 @@ import aiohttp
 
 from rsnotify.datetimes import format_datetime
 from rsnotify.filelocks import lock as lock_file
+from rsnotify.netguard import Network
 
 from ..discovery import DiscoveredTopic, discover_capabilities, source_capability_lists
 from ..errors import DiscoveryError, SubscriberError
@@ -37,9 +38,13 @@ from .context import SyncContext, SyncOptions
 from .events import Events
 from .fetcher import USER_AGENT, Fetcher
 from .live import GAP, WAIT, drain
-from .netguard import Network, make_session, source_networks
 from .push import Push
-from .remote import SourceDocumentError, SourceUnreachableError
+from .remote import (
+    SourceDocumentError,
+    SourceUnreachableError,
+    make_session,
+    source_networks,
+)
 from .sink import FolderSink
 from .state import CONFLICT, FAILED, REFUSED, STALE, SyncState
 

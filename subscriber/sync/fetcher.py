@@ -26,8 +26,9 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 
 from rsnotify import __version__
+from rsnotify.netguard import Network
 
-from .netguard import Network, make_session
+from .remote import make_session
 from .sink import FolderSink, PathConflictError
 
 log = logging.getLogger(__name__)

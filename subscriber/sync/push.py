@@ -15,7 +15,12 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER
+from rsnotify.websub import (
+    NOTIFICATION_ID_HEADER,
+    REPLAY_FIELD,
+    SEQUENCE_HEADER,
+    parse_sequence,
+)
 
 from ..aiohttp_adapter import add_callback_routes
 from ..client import Subscriber
@@ -29,12 +34,6 @@ from .state import SyncState
 log = logging.getLogger(__name__)
 
 SUBSCRIPTIONS_FILE = "subscriptions.db"  # beside the state database, in DIR/.rsnotify/
-REPLAY_FIELD = "rsnotify.replay_from"   # rsnotify hub extension: deliver from this sequence on
-
-
-def _sequence(value: str | None) -> int | None:
-    text = (value or "").strip()
-    return int(text) if text.isdigit() else None
 
 
 class Push:
@@ -61,7 +60,7 @@ class Push:
     async def _receive(self, subscription: Subscription, request: CallbackRequest) -> None:
         # Runs before the hub's answer; raising answers 503, so the hub keeps it and retries.
         # Parsing waits for the engine: the inbox holds the bytes as delivered.
-        self.state.add_to_inbox(subscription.hub, _sequence(request.header(SEQUENCE_HEADER)),
+        self.state.add_to_inbox(subscription.hub, parse_sequence(request.header(SEQUENCE_HEADER)),
                                 request.header(NOTIFICATION_ID_HEADER),
                                 request.header("Content-Type") or "application/octet-stream", request.body)
         self.wake.set()

@@ -1,4 +1,5 @@
-"""Reading a Source's lists over HTTP: each document is streamed to a temp file (bounded), then
+"""Reaching a Source over HTTP: the guarded session (only public addresses, the Source's own, or
+networks allowed explicitly; the policy is rsnotify.netguard), and reading its lists: each document is streamed to a temp file (bounded), then
 read with `rsnotify.lists.open_list` in a worker thread, a chunk of entries at a time, so memory
 stays flat however many resources the Source has.
 """
@@ -6,17 +7,34 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, BinaryIO, cast
 
 import aiohttp
 
+from rsnotify import netguard
 from rsnotify.errors import DocumentParseError
 from rsnotify.lists import Entry, ListInfo, ListStream, open_list
+from rsnotify.netguard import Network
+from rsnotify.netguard import private_networks_of as source_networks
+
+from ..errors import OutboundRefusedError
+
+__all__ = ["RemoteList", "SourceDocumentError", "SourceUnreachableError", "make_session", "source_networks"]
 
 MAX_LIST_BYTES = 52_428_800 + 1_048_576   # the Sitemap limit, with room for an XML prologue
 _SPOOL = 1_048_576
+
+
+def make_session(allowed: Iterable[Network] | None, *, limit: int, limit_per_host: int, timeout: float,
+                 user_agent: str) -> aiohttp.ClientSession:
+    """The guarded keep-alive session for a Source's lists and resources. A Source's own
+    non-public addresses (`source_networks`) are allowed since the user chose that Source."""
+    return netguard.make_session(
+        allowed, OutboundRefusedError, "not the Source's own either; allow it with --allow-network CIDR",
+        limit=limit, limit_per_host=limit_per_host, headers={"User-Agent": user_agent},
+        timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout))
 
 
 class SourceUnreachableError(Exception):

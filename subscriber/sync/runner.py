@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from rsnotify.datetimes import format_datetime
+from rsnotify.netguard import Network
 
 from ..errors import SubscriberError
 from ..settings import SubscriberSettings
 from .context import SyncOptions
 from .engine import EXIT_DIFFERENCES, EXIT_IN_SYNC, EXIT_UNREACHABLE, SyncEngine
 from .events import SyncEvent
-from .netguard import Network
 from .remote import SourceDocumentError, SourceUnreachableError
 from .state import STATE_DIR, STATE_FILE, SyncState
 

@@ -23,7 +23,7 @@ from rsnotify.subscriber.settings import SubscriberSettings
 from rsnotify.subscriber.store import Subscription
 from rsnotify.subscriber.sync import SyncEngine, SyncOptions, SyncState
 from rsnotify.subscriber.sync.fetcher import Fetcher
-from rsnotify.subscriber.sync.netguard import parse_networks
+from rsnotify.netguard import parse_networks
 from rsnotify.subscriber.sync.push import Push
 from rsnotify.subscriber.sync.remote import SourceDocumentError
 from rsnotify.subscriber.sync.sink import FolderSink
