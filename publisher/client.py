@@ -10,7 +10,6 @@ import asyncio
 import hashlib
 import json
 import logging
-import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from typing import Any, Self
 
 import aiohttp
 
+from rsnotify.backoff import backoff_delay
 from rsnotify.datetimes import format_datetime
 from rsnotify.errors import (
     DocumentParseError,
@@ -396,10 +396,7 @@ class Publisher:
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with jitter (so many publishers don't retry in step), capped."""
-        delay = self.retry_delay * 2 ** (attempt - 1) * random.uniform(0.5, 1.0)
-        if retry_after is not None:
-            delay = max(delay, retry_after)
-        return min(delay, self.max_retry_delay)
+        return backoff_delay(attempt, self.retry_delay, self.max_retry_delay, retry_after=retry_after)
 
 
 # -- helpers -------------------------------------------------------------------------------
