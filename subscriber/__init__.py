@@ -1,16 +1,16 @@
 """The Destination side: callback endpoint, subscription lifecycle, discovery, signatures, mirror.
 
     from rsnotify.subscriber import Subscriber, SubscriberSettings, ReceivedNotification
-    from rsnotify.subscriber.aiohttp_adapter import add_callback_routes, subscriber_context
-    from rsnotify.subscriber.asgi import ASGICallbackApp, subscriber_lifespan   # FastAPI, Starlette
-    from rsnotify.subscriber.wsgi import SubscriberThread, subscriber_thread
-    from rsnotify.subscriber.flask import callback_blueprint
-    from rsnotify.subscriber.django import callback_urls
+    from rsnotify.subscriber.callback.aiohttp_adapter import add_callback_routes, subscriber_context
+    from rsnotify.subscriber.callback.asgi import ASGICallbackApp, subscriber_lifespan   # FastAPI, Starlette
+    from rsnotify.subscriber.callback.wsgi import SubscriberThread, subscriber_thread
+    from rsnotify.subscriber.callback.flask import callback_blueprint
+    from rsnotify.subscriber.callback.django import callback_urls
 
 The framework modules are imported on their own, so each framework stays optional.
 """
 from .client import Subscriber
-from .core import (
+from .callback.core import (
     ACK_AFTER_HANDLER,
     ACK_AFTER_RESPONSE,
     CallbackCore,

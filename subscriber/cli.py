@@ -23,9 +23,9 @@ import aiohttp
 import click
 from aiohttp import web
 
-from .aiohttp_adapter import add_callback_routes
+from .callback.aiohttp_adapter import add_callback_routes
 from .client import Subscriber
-from .core import ACK_AFTER_HANDLER, ReceivedNotification
+from .callback.core import ACK_AFTER_HANDLER, ReceivedNotification
 from .diagnostics import print_status
 from .discovery import (
     DiscoveredTopic,
@@ -192,7 +192,7 @@ async def _run(settings: SubscriberSettings, mirror_dir: str | None, unsubscribe
 
     subscriber = Subscriber(store=store, settings=settings, on_notification=on_notification,
                             on_denial=_report_denial, ack=ACK_AFTER_HANDLER)
-    logging.getLogger("rsnotify.subscriber.core").addFilter(_NoTracebackForClosedStdout())
+    logging.getLogger("rsnotify.subscriber.callback.core").addFilter(_NoTracebackForClosedStdout())
     app = web.Application()
     route_path = urlsplit(settings.callback_url).path.rstrip("/") if settings.callback_url else CALLBACK_PATH
     add_callback_routes(app, subscriber.core, route_path)

@@ -33,7 +33,7 @@ from rsnotify.websub import (
     normalize_url,
 )
 
-from .core import (
+from .callback.core import (
     ACK_AFTER_RESPONSE,
     CallbackCore,
     DenialHandler,

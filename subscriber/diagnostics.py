@@ -19,7 +19,7 @@ import aiohttp
 
 from rsnotify.websub import SIGNATURE_HEADER, sign
 
-from .core import CallbackCore
+from .callback.core import CallbackCore
 from .errors import DiagnosticsError
 from .store import Subscription, SubscriptionStore
 

@@ -22,9 +22,9 @@ from rsnotify.websub import (
     parse_sequence,
 )
 
-from ..aiohttp_adapter import add_callback_routes
+from ..callback.aiohttp_adapter import add_callback_routes
 from ..client import Subscriber
-from ..core import CallbackRequest
+from ..callback.core import CallbackRequest
 from ..discovery import DiscoveredTopic
 from ..errors import SubscriberError
 from ..settings import CALLBACK_PATH, SubscriberSettings

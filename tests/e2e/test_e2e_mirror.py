@@ -12,7 +12,7 @@ from rsnotify.notification import CapabilityEntry, SourceDescription
 from rsnotify.publisher import Publisher
 from rsnotify.publisher.advertise import new_capability_list
 from rsnotify.subscriber import MemoryStore, Subscriber, discover_source
-from rsnotify.subscriber.aiohttp_adapter import add_callback_routes
+from rsnotify.subscriber.callback.aiohttp_adapter import add_callback_routes
 from rsnotify.subscriber.mirror import Mirror
 from rsnotify.xml import capability_list_to_xml, source_description_to_xml
 from tests.support.waiting import eventually

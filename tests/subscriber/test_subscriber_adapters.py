@@ -12,11 +12,11 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import pytest
 import uvicorn
 
-from rsnotify.subscriber.asgi import ASGICallbackApp
+from rsnotify.subscriber.callback.asgi import ASGICallbackApp
 from rsnotify.subscriber.client import Subscriber
 from rsnotify.subscriber.settings import SubscriberSettings
 from rsnotify.subscriber.store import MemoryStore, Subscription
-from rsnotify.subscriber.wsgi import SubscriberThread
+from rsnotify.subscriber.callback.wsgi import SubscriberThread
 
 from .conftest import Recorder, make_notification
 

@@ -9,7 +9,7 @@ import pytest
 from aiohttp import web
 
 from rsnotify.subscriber import DiscoveryError, Subscriber, discover, discover_topic
-from rsnotify.subscriber.aiohttp_adapter import add_callback_routes, subscriber_context
+from rsnotify.subscriber.callback.aiohttp_adapter import add_callback_routes, subscriber_context
 from rsnotify.subscriber.errors import SettingsError, SubscriptionDeniedError
 from rsnotify.subscriber.settings import SubscriberSettings
 from rsnotify.subscriber.store import MemoryStore

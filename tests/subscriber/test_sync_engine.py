@@ -18,7 +18,7 @@ from rsnotify.notification import (
     ChangeType,
     ResourceChange,
 )
-from rsnotify.subscriber.core import CallbackRequest
+from rsnotify.subscriber.callback.core import CallbackRequest
 from rsnotify.subscriber.settings import SubscriberSettings
 from rsnotify.subscriber.store import Subscription
 from rsnotify.subscriber.sync import SyncEngine, SyncOptions, SyncState

@@ -23,9 +23,9 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 from urllib.parse import parse_qsl
 
-from .client import Subscriber
+from ..client import Subscriber
+from ..store import Subscription
 from .core import CallbackRequest, CallbackResponse, too_large
-from .store import Subscription
 
 T = TypeVar("T")
 StartResponse = Callable[..., Any]

@@ -39,9 +39,9 @@ from rsnotify.websub import (
 )
 from rsnotify.xml import parse_notification
 
-from .errors import SettingsError, SubscriptionDeniedError
-from .settings import SubscriberSettings
-from .store import ACTIVE, DENIED, UNSUBSCRIBED, Subscription, SubscriptionStore
+from ..errors import SettingsError, SubscriptionDeniedError
+from ..settings import SubscriberSettings
+from ..store import ACTIVE, DENIED, UNSUBSCRIBED, Subscription, SubscriptionStore
 
 log = logging.getLogger(__name__)
 
