@@ -52,6 +52,11 @@ def parse_sequence(value: str | None) -> int | None:
     return int(text) if text.isdigit() else None
 
 
+def missing_sequences(last: int, sequence: int) -> str:
+    """The sequences a jump from `last` to `sequence` skipped: "5", or "5..9"."""
+    return f"{last + 1}" if sequence == last + 2 else f"{last + 1}..{sequence - 1}"
+
+
 def _quote(value: str) -> str:
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
 

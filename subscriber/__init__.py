@@ -9,16 +9,21 @@
 
 The framework modules are imported on their own, so each framework stays optional.
 """
-from .client import Subscriber
 from .callback.core import (
-    ACK_AFTER_HANDLER,
-    ACK_AFTER_RESPONSE,
     CallbackCore,
     CallbackRequest,
     CallbackResponse,
+    Delivery,
+    Receiver,
+)
+from .callback.receiver import (
+    ACK_AFTER_HANDLER,
+    ACK_AFTER_RESPONSE,
     Gap,
+    HookReceiver,
     ReceivedNotification,
 )
+from .client import Subscriber
 from .discovery import (
     DiscoveredTopic,
     discover,
@@ -44,13 +49,16 @@ __all__ = [
     "CallbackCore",
     "CallbackRequest",
     "CallbackResponse",
+    "Delivery",
     "DiagnosticsError",
     "DiscoveredTopic",
     "DiscoveryError",
     "Gap",
+    "HookReceiver",
     "JsonFileStore",
     "MemoryStore",
     "ReceivedNotification",
+    "Receiver",
     "SettingsError",
     "StoreError",
     "Subscriber",

@@ -24,8 +24,8 @@ import click
 from aiohttp import web
 
 from .callback.aiohttp_adapter import add_callback_routes
+from .callback.receiver import ACK_AFTER_HANDLER, ReceivedNotification
 from .client import Subscriber
-from .callback.core import ACK_AFTER_HANDLER, ReceivedNotification
 from .diagnostics import print_status
 from .discovery import (
     DiscoveredTopic,
@@ -192,7 +192,7 @@ async def _run(settings: SubscriberSettings, mirror_dir: str | None, unsubscribe
 
     subscriber = Subscriber(store=store, settings=settings, on_notification=on_notification,
                             on_denial=_report_denial, ack=ACK_AFTER_HANDLER)
-    logging.getLogger("rsnotify.subscriber.callback.core").addFilter(_NoTracebackForClosedStdout())
+    logging.getLogger("rsnotify.subscriber.hooks").addFilter(_NoTracebackForClosedStdout())
     app = web.Application()
     route_path = urlsplit(settings.callback_url).path.rstrip("/") if settings.callback_url else CALLBACK_PATH
     add_callback_routes(app, subscriber.core, route_path)
@@ -325,7 +325,7 @@ def _print_notification(received: ReceivedNotification, outcomes: tuple[MirrorOu
 
 
 class _NoTracebackForClosedStdout(logging.Filter):
-    """The core logs a handler failure with its traceback; a closed stdout is expected here
+    """hooks.call_hook logs a handler failure with its traceback; a closed stdout is expected here
     (said once on stderr), so its records lose the traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:

@@ -23,7 +23,7 @@ from typing import Any
 from rsnotify.netguard import Network
 from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
 
-from .callback.core import ReceivedNotification
+from .callback.receiver import ReceivedNotification
 from .sync import fetcher as outcomes
 from .sync.fetcher import Fetcher
 from .sync.sink import INDEX_NAME, FolderSink

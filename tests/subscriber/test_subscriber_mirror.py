@@ -9,8 +9,8 @@ import pytest
 from aiohttp import web
 
 from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
-from rsnotify.xml import to_xml
 from rsnotify.subscriber.mirror import Mirror
+from rsnotify.xml import to_xml
 
 from .conftest import T0, Recorder
 
