@@ -1,4 +1,4 @@
-"""The Destination side: callback endpoint, subscription lifecycle, discovery, signatures, mirror.
+"""The Destination side: callback endpoint, subscription lifecycle, discovery, signatures, sync.
 
     from rsnotify.subscriber import Subscriber, SubscriberSettings, ReceivedNotification
     from rsnotify.subscriber.callback.aiohttp_adapter import add_callback_routes, subscriber_context

@@ -8,6 +8,7 @@ gets its 2xx; status on stderr. Ctrl-C (SIGINT) or SIGTERM stops and keeps the s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -34,7 +35,6 @@ from .discovery import (
     discover_topic,
 )
 from .errors import SubscriberError
-from .mirror import Mirror, MirrorOutcome
 from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
 from .store import (
     ACTIVE,
@@ -44,7 +44,6 @@ from .store import (
     SubscriptionStore,
     open_store,
 )
-from .sync.remote import source_networks
 
 if TYPE_CHECKING:
     from .sync.runner import SyncCommand
@@ -86,8 +85,8 @@ def _status(message: str) -> None:
               envvar="RSNOTIFY_SUBSCRIBER_VERIFICATION_TIMEOUT", show_envvar=True,
               help="Seconds to wait for the hub to verify a (un)subscription.")
 @click.option("--mirror", metavar="DIR", envvar="RSNOTIFY_SUBSCRIBER_MIRROR", show_envvar=True,
-              help="Keep a copy of the resources in DIR: fetch created/updated ones (length and hash "
-                   "checked), delete deleted ones; each JSON line then says what was done.")
+              help="Keep a copy of the Source's resources in DIR: the same as `rsnotify sync --dir DIR --json` "
+                   "(needs --source or --capability-list; its state is in DIR/.rsnotify, not --state-file).")
 @click.option("-v", "--verbose", is_flag=True, help="Log each request and renewal on stderr.")
 @click.option("--status", is_flag=True,
               help="Print the hub's view of each subscription in --state-file (signed diagnostics request) as "
@@ -123,11 +122,26 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if mirror:
-        _status("--mirror keeps no per-resource state and cannot catch up what it missed; "
-                "`rsnotify sync --dir DIR` keeps a copy equal to the Source")
-    exit_code = asyncio.run(_run(settings, mirror, unsubscribe_on_exit, hub=hub, topic=topic,
+        sys.exit(_mirror(Path(mirror), settings, unsubscribe_on_exit, verbose, topic=topic, source=source,
+                         capability_list=capability_list))
+    exit_code = asyncio.run(_run(settings, unsubscribe_on_exit, hub=hub, topic=topic,
                                  capability_list=capability_list, source=source))
     sys.exit(exit_code)
+
+
+def _mirror(directory: Path, settings: SubscriberSettings, unsubscribe_on_exit: bool, verbose: bool, *,
+            topic: str | None, source: str | None, capability_list: str | None) -> int:
+    """`subscribe --mirror DIR`: `rsnotify sync --dir DIR --json` with this command's listen,
+    callback, lease and secret choices; the sync engine keeps the copy (baseline, live, catch-up)."""
+    if topic:
+        raise click.UsageError("--mirror needs --source or --capability-list: it runs `rsnotify sync --dir DIR`, "
+                               "which reads the Source's lists; got --topic")
+    from .sync.runner import run_sync
+    command = _sync_command(directory, source, capability_list, (), (), 16, True, verbose)
+    command.prog = "rsnotify subscribe --mirror"
+    command.unsubscribe_on_exit = unsubscribe_on_exit
+    command.push = dataclasses.replace(settings, remembered_ids=50)
+    return asyncio.run(run_sync(command, once=False))
 
 
 def _open_state(state_file: str) -> SubscriptionStore:
@@ -154,8 +168,7 @@ def _stdout_gone() -> bool:
         return True
 
 
-async def _run(settings: SubscriberSettings, mirror_dir: str | None, unsubscribe_on_exit: bool,
-               **start: str | None) -> int:
+async def _run(settings: SubscriberSettings, unsubscribe_on_exit: bool, **start: str | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -171,11 +184,6 @@ async def _run(settings: SubscriberSettings, mirror_dir: str | None, unsubscribe
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal)
     store = _open_state(settings.state_file)
-    mirror = None
-    if mirror_dir:
-        networks = await source_networks(start.get("source") or start.get("capability_list") or start.get("topic")
-                                         or "")
-        mirror = Mirror(mirror_dir, allow_networks=networks)
 
     async def on_notification(received: ReceivedNotification) -> None:
         # Runs before the hub gets its answer: a line that cannot be written is answered 503,
@@ -183,9 +191,8 @@ async def _run(settings: SubscriberSettings, mirror_dir: str | None, unsubscribe
         if signals["stdout_gone"] or _stdout_gone():
             _lose_stdout(signals, stop)
             raise BrokenPipeError("stdout is gone")
-        outcomes = await mirror(received) if mirror is not None else None
         try:
-            _print_notification(received, outcomes)
+            _print_notification(received)
         except (BrokenPipeError, OSError, ValueError):
             _lose_stdout(signals, stop)
             raise
@@ -239,8 +246,6 @@ async def _run(settings: SubscriberSettings, mirror_dir: str | None, unsubscribe
     finally:
         await subscriber.close()
         await runner.cleanup()
-        if mirror is not None:
-            await mirror.close()
 
 
 async def _subscribe_all(subscriber: Subscriber, settings: SubscriberSettings, subscribed: list[Subscription],
@@ -311,10 +316,8 @@ async def _unsubscribe_all(subscriber: Subscriber, subscribed: list[Subscription
     return code
 
 
-def _print_notification(received: ReceivedNotification, outcomes: tuple[MirrorOutcome, ...] | None) -> None:
+def _print_notification(received: ReceivedNotification) -> None:
     line = received.to_json()
-    if outcomes is not None:
-        line["mirror"] = [outcome.to_json() for outcome in outcomes]
     sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
     sys.stdout.flush()
     for gap in received.gaps:
