@@ -12,7 +12,6 @@ import json
 import logging
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Self
 
@@ -40,6 +39,7 @@ from .chain import LocalChain
 from .changes import ChangeLike, to_resource_changes
 from .errors import ChangeInputError, HubUnreachableError, PublishError, SettingsError
 from .memory import ChangeMemory
+from .receipt import Receipt
 from .settings import PublisherSettings
 
 log = logging.getLogger(__name__)
@@ -52,20 +52,6 @@ _RETRY_STATUSES = {408, 425, 429}  # 4xx that mean "try again later", retried li
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    """A hub's acknowledgement of one notification."""
-
-    notification_id: str | None   # the id the hub gave (None when a third-party hub gave none)
-    hub_url: str
-    topic_url: str
-    status: int                   # the hub's 2xx status (the spec requires 200)
-    sequence: int | None = None   # the notification's position in the topic's log, when told
-    from_time: datetime | None = None
-    until_time: datetime | None = None
-    change_count: int = 0
 
 
 class Publisher:

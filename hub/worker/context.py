@@ -27,7 +27,7 @@ from ..settings import HubSettings
 from .batch import RedisBatcher
 from .deliveries import Deliveries
 from .heartbeat import Heartbeat
-from .verifying import VerificationLane
+from .lane import VerificationLane
 
 log = logging.getLogger(__name__)
 
