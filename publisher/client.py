@@ -35,10 +35,10 @@ from rsnotify.websub import (
 )
 from rsnotify.xml import parse_notification, to_xml
 
-from .chain import LocalChain
 from .changes import ChangeLike, to_resource_changes
 from .errors import ChangeInputError, HubUnreachableError, PublishError, SettingsError
-from .memory import ChangeMemory
+from .memory.chain import LocalChain
+from .memory.store import ChangeMemory
 from .receipt import Receipt
 from .settings import PublisherSettings
 

@@ -30,7 +30,7 @@ from rsnotify.xml import to_xml
 from .changes import ChangeLike
 from .client import Publisher, Receipt
 from .errors import ChangeInputError, PublishError, StateError
-from .memory import ListPolicy, connect, immediate, last_until, record
+from .memory.store import ListPolicy, connect, immediate, last_until, record
 
 log = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ LAZY_COMMANDS = {
     "subscribe": "rsnotify.subscriber.cli:subscribe",
     "sync": "rsnotify.subscriber.cli:sync",
     "audit": "rsnotify.subscriber.cli:audit",
-    "source": "rsnotify.publisher.source_cli:source",
+    "source": "rsnotify.publisher.source.cli:source",
 }
 
 

@@ -16,12 +16,12 @@ import aiohttp
 import click
 from aiohttp import web
 
-from .client import Publisher
-from .errors import SettingsError, StateError
+from ..client import Publisher
+from ..errors import SettingsError, StateError
+from ..memory.store import ChangeMemory, ListPolicy
+from ..outbox import Outbox
 from .folder import Folder
-from .memory import ChangeMemory, ListPolicy
-from .outbox import Outbox
-from .source import RESERVED_NAMES, Source, SourceUrls
+from .server import RESERVED_NAMES, Source, SourceUrls
 
 log = logging.getLogger(__name__)
 _HUB_CHECK_SECONDS = 10.0
