@@ -18,7 +18,7 @@ from tests.support import cli
 from tests.support.sources import NS
 
 from .test_subscriber_cli import Process
-from .test_sync_engine import T0, ListSource
+from .test_sync_engine import T0, ListSource, source  # noqa: F401  (source: the Source fixture)
 
 
 def test_urls_cannot_escape_the_mirror_folder(tmp_path):
@@ -41,7 +41,7 @@ def test_mirror_needs_the_sources_lists_not_a_bare_topic(tmp_path):
     assert "--mirror needs --source or --capability-list" in result.output and "Traceback" not in result.output
 
 
-async def test_subscribe_mirror_keeps_the_copy_with_the_sync_engine(fake_hub, source: ListSource, tmp_path):
+async def test_subscribe_mirror_keeps_the_copy_with_the_sync_engine(fake_hub, source: ListSource, tmp_path):  # noqa: F811
     source.resources["/a.txt"] = b"alpha\n"
     caps = (f'<urlset {NS}><rs:ln rel="up" href="{source.url("/sd.xml")}"/><rs:md capability="capabilitylist"/>'
             f'<url><loc>{source.url("/resourcelist.xml")}</loc><rs:md capability="resourcelist"/></url>'
@@ -84,13 +84,3 @@ async def until(condition, process: Process, timeout: float = 15.0) -> None:
     while not condition():
         assert loop.time() < deadline, f"timed out; stderr so far: {''.join(process.stderr)}"
         await asyncio.sleep(0.05)
-
-
-@pytest.fixture
-async def source(aiohttp_server):
-    made = ListSource()
-    app = web.Application()
-    app.router.add_route("GET", "/{tail:.*}", made.handle)
-    server = await aiohttp_server(app)
-    made.base = str(server.make_url("")).rstrip("/")
-    return made
