@@ -17,7 +17,7 @@ from typing import Any
 
 _EXPORTS = {
     "Publisher": "rsnotify.publisher.client",
-    "Receipt": "rsnotify.publisher.client",
+    "Receipt": "rsnotify.publisher.receipt",
     "Outbox": "rsnotify.publisher.outbox",
     "OutboxEntry": "rsnotify.publisher.outbox",
     "ChangeMemory": "rsnotify.publisher.memory.store",
