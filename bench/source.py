@@ -31,7 +31,7 @@ import sys
 from datetime import UTC, datetime
 from rsnotify.notification import ChangeType, ResourceChange
 from rsnotify.publisher import Publisher
-from rsnotify.publisher.memory import ChangeMemory
+from rsnotify.publisher.memory.store import ChangeMemory
 
 db, topic, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 memory = ChangeMemory(db)
@@ -46,8 +46,8 @@ memory.update_resources(topic)  # as `rsnotify source` keeps it between renders
 """
 _RENDER = """
 import json, resource, sys, time
-from rsnotify.publisher.memory import ChangeMemory
-from rsnotify.publisher.resourcelist import snapshot_resource_list
+from rsnotify.publisher.memory.store import ChangeMemory
+from rsnotify.publisher.memory.resourcelist import snapshot_resource_list
 
 db, topic, folder = sys.argv[1:4]
 started = time.perf_counter()

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import signal
@@ -23,6 +22,10 @@ import redis as redis_sync
 from aiohttp import web
 from redis.backoff import NoBackoff
 from redis.retry import Retry
+
+from rsnotify.filelocks import LockBusyError
+from rsnotify.filelocks import lock as lock_file
+from rsnotify.filelocks import unlock as unlock_file
 
 from .redis_server import RedisServer, RedisServerError, start_redis_server
 
@@ -94,15 +97,15 @@ def data_dir_lock(data: Path) -> Iterator[None]:
     data.mkdir(parents=True, exist_ok=True)
     with open(data / LOCK_FILE, "w") as handle:
         try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            lock_file(handle, wait=False)
+        except LockBusyError:
             raise EmbeddedError(f"another rsnotify hub is using the data dir {data}") from None
         handle.write(f"{os.getpid()}\n")
         handle.flush()
         try:
             yield
         finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            unlock_file(handle)
 
 
 def stop_stale_redis(data: Path) -> None:

@@ -1,38 +1,27 @@
-"""The outbound-address guard: every request the hub makes (verification, denial, thin-ping
-fetch, delivery) goes through a connector that refuses non-public addresses.
-
-The check sits in the connector's socket factory, so it sees the very address the socket
-then connects to (no second DNS lookup can swap it), for host names and IP literals alike.
+"""The hub's side of the outbound-address guard (the policy is rsnotify.netguard): every
+request the hub makes (verification, denial, thin-ping fetch, delivery) goes through a
+connector that refuses non-public addresses with OutboundRefusedError; intake refuses an
+IP-literal URL at once. Also the bounded reading of an answer's body.
 """
 from __future__ import annotations
 
 import ipaddress
-import socket
 from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
 import aiohttp
 
+from rsnotify import netguard
+from rsnotify.netguard import Network, is_allowed_address
+
 from .errors import OutboundRefusedError
 from .settings import HubSettings
 
-Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+__all__ = ["Network", "ResponseTooLargeError", "check_address", "describe_refusal", "is_allowed_address",
+           "literal_refusal", "make_session", "read_limited"]
 
-
-def is_allowed_address(address: Address | str, allowed: Iterable[Network] = ()) -> bool:
-    """True for a public unicast address, or one inside an explicitly allowed network.
-
-    Private, loopback, link-local, multicast, reserved, unspecified and other non-global
-    addresses are refused; an IPv4-mapped IPv6 address is judged as its IPv4 address.
-    """
-    ip = ipaddress.ip_address(address) if isinstance(address, str) else address
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    if any(ip.version == net.version and ip in net for net in allowed):
-        return True
-    return ip.is_global and not ip.is_multicast and not ip.is_reserved
+HINT = "allow its network with --allow-network CIDR"
 
 
 def check_address(address: str, allowed: Iterable[Network] = ()) -> None:
@@ -42,9 +31,7 @@ def check_address(address: str, allowed: Iterable[Network] = ()) -> None:
     except ValueError:
         raise OutboundRefusedError(f"outbound address must be an IP address, got {address!r}") from None
     if not is_allowed_address(ip, allowed):
-        raise OutboundRefusedError(
-            f"outbound connection to {address} refused: not a public address "
-            "(allow its network with --allow-network CIDR)")
+        raise OutboundRefusedError(netguard.refusal_message(address, HINT))
 
 
 def literal_refusal(url: str, allowed: Iterable[Network] = ()) -> str | None:
@@ -66,38 +53,13 @@ def literal_refusal(url: str, allowed: Iterable[Network] = ()) -> str | None:
     return None
 
 
-def guarded_socket_factory(allowed: Iterable[Network]) -> Any:
-    """A socket factory for aiohttp.TCPConnector that refuses disallowed target addresses."""
-    networks = tuple(allowed)
-
-    def factory(addr_info: tuple[Any, ...]) -> socket.socket:
-        family, type_, proto, _, sockaddr = addr_info
-        check_address(str(sockaddr[0]), networks)
-        sock = socket.socket(family=family, type=type_, proto=proto)
-        sock.setblocking(False)
-        return sock
-
-    return factory
-
-
-def make_connector(settings: HubSettings, *, limit: int = 100, limit_per_host: int = 0) -> aiohttp.TCPConnector:
-    """A TCPConnector for outbound requests that only connects to allowed addresses.
-
-    Use it with `allow_redirects=False` on every request and a ClientTimeout.
-    """
-    return aiohttp.TCPConnector(
-        socket_factory=guarded_socket_factory(settings.allowed_networks),
-        limit=limit, limit_per_host=limit_per_host, ttl_dns_cache=60,
-    )
-
-
-def make_session(settings: HubSettings, *, limit: int = 100) -> aiohttp.ClientSession:
-    """A ClientSession on the guarded connector: no proxies from the environment, no cookies kept."""
-    return aiohttp.ClientSession(
-        connector=make_connector(settings, limit=limit),
-        timeout=aiohttp.ClientTimeout(total=settings.fetch_timeout, sock_connect=settings.connect_timeout),
-        cookie_jar=aiohttp.DummyCookieJar(), trust_env=False, auto_decompress=True,
-    )
+def make_session(settings: HubSettings, *, limit: int = 100, timeout: aiohttp.ClientTimeout | None = None,
+                 **options: Any) -> aiohttp.ClientSession:
+    """A ClientSession on the guarded connector (rsnotify.netguard.make_session); `timeout`
+    defaults to the settings' fetch and connect timeouts."""
+    timeout = timeout or aiohttp.ClientTimeout(total=settings.fetch_timeout, sock_connect=settings.connect_timeout)
+    return netguard.make_session(settings.allowed_networks, OutboundRefusedError, HINT, limit=limit,
+                                 timeout=timeout, **options)
 
 
 def describe_refusal(exc: BaseException) -> str | None:

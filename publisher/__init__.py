@@ -5,8 +5,8 @@
         ids = await publisher.publish([("https://example.org/a", "updated")])
 
 Framework glue, imported on its own so each framework stays optional:
-`rsnotify.publisher.flask` (add_topic_rule, publish_after_request) and
-`rsnotify.publisher.django` (topic_path, publish_on_commit).
+`rsnotify.publisher.web.flask` (add_topic_rule, publish_after_request) and
+`rsnotify.publisher.web.django` (topic_path, publish_on_commit).
 
 Importing this package starts nothing; the names below load their modules on first use.
 """
@@ -17,18 +17,18 @@ from typing import Any
 
 _EXPORTS = {
     "Publisher": "rsnotify.publisher.client",
-    "Receipt": "rsnotify.publisher.client",
+    "Receipt": "rsnotify.publisher.receipt",
     "Outbox": "rsnotify.publisher.outbox",
     "OutboxEntry": "rsnotify.publisher.outbox",
-    "ChangeMemory": "rsnotify.publisher.memory",
-    "ListPolicy": "rsnotify.publisher.memory",
-    "Topic": "rsnotify.publisher.topic",
-    "TopicResponse": "rsnotify.publisher.topic",
-    "topic_response": "rsnotify.publisher.topic",
-    "topic_handler": "rsnotify.publisher.topic",
-    "add_topic_route": "rsnotify.publisher.topic",
-    "asgi_topic_app": "rsnotify.publisher.topic",
-    "wsgi_topic_app": "rsnotify.publisher.topic",
+    "ChangeMemory": "rsnotify.publisher.memory.store",
+    "ListPolicy": "rsnotify.publisher.memory.store",
+    "Topic": "rsnotify.publisher.web.topic",
+    "TopicResponse": "rsnotify.publisher.web.topic",
+    "topic_response": "rsnotify.publisher.web.topic",
+    "topic_handler": "rsnotify.publisher.web.topic",
+    "add_topic_route": "rsnotify.publisher.web.topic",
+    "asgi_topic_app": "rsnotify.publisher.web.topic",
+    "wsgi_topic_app": "rsnotify.publisher.web.topic",
     "add_channel": "rsnotify.publisher.advertise",
     "add_channel_to_document": "rsnotify.publisher.advertise",
     "new_capability_list": "rsnotify.publisher.advertise",

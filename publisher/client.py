@@ -10,15 +10,14 @@ import asyncio
 import hashlib
 import json
 import logging
-import random
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Self
 
 import aiohttp
 
+from rsnotify.backoff import backoff_delay
 from rsnotify.datetimes import format_datetime
 from rsnotify.errors import (
     DocumentParseError,
@@ -37,10 +36,11 @@ from rsnotify.websub import (
 )
 from rsnotify.xml import parse_notification, to_xml
 
-from .chain import LocalChain
 from .changes import ChangeLike, to_resource_changes
 from .errors import ChangeInputError, HubUnreachableError, PublishError, SettingsError
-from .memory import ChangeMemory
+from .memory.chain import LocalChain
+from .memory.store import ChangeMemory
+from .receipt import Receipt
 from .settings import PublisherSettings
 
 log = logging.getLogger(__name__)
@@ -53,20 +53,6 @@ _RETRY_STATUSES = {408, 425, 429}  # 4xx that mean "try again later", retried li
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
-
-
-@dataclass(frozen=True, slots=True)
-class Receipt:
-    """A hub's acknowledgement of one notification."""
-
-    notification_id: str | None   # the id the hub gave (None when a third-party hub gave none)
-    hub_url: str
-    topic_url: str
-    status: int                   # the hub's 2xx status (the spec requires 200)
-    sequence: int | None = None   # the notification's position in the topic's log, when told
-    from_time: datetime | None = None
-    until_time: datetime | None = None
-    change_count: int = 0
 
 
 class Publisher:
@@ -397,10 +383,7 @@ class Publisher:
 
     def _backoff(self, attempt: int, retry_after: float | None) -> float:
         """Exponential backoff with jitter (so many publishers don't retry in step), capped."""
-        delay = self.retry_delay * 2 ** (attempt - 1) * random.uniform(0.5, 1.0)
-        if retry_after is not None:
-            delay = max(delay, retry_after)
-        return min(delay, self.max_retry_delay)
+        return backoff_delay(attempt, self.retry_delay, self.max_retry_delay, retry_after=retry_after)
 
 
 # -- helpers -------------------------------------------------------------------------------

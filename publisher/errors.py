@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from .receipt import Receipt
+
 if TYPE_CHECKING:
     from rsnotify.notification import ResourceChange
-
-    from .client import Receipt
 
 
 class PublisherError(Exception):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import random
 import sqlite3
 import threading
 import time
@@ -23,6 +22,7 @@ from typing import Self
 
 import aiohttp
 
+from rsnotify.backoff import backoff_delay
 from rsnotify.datetimes import format_datetime
 from rsnotify.notification import ChangeNotification
 from rsnotify.xml import to_xml
@@ -30,7 +30,7 @@ from rsnotify.xml import to_xml
 from .changes import ChangeLike
 from .client import Publisher, Receipt
 from .errors import ChangeInputError, PublishError, StateError
-from .memory import ListPolicy, connect, immediate, last_until, record
+from .memory.store import ListPolicy, connect, immediate, last_until, record
 
 log = logging.getLogger(__name__)
 
@@ -272,7 +272,7 @@ class Outbox:
                     (attempts, getattr(outcome, "status", None), str(outcome), document_id, hub),
                 )
             else:
-                delay = min(self.max_retry_delay, self.retry_delay * 2 ** (attempts - 1)) * random.uniform(0.5, 1.0)
+                delay = backoff_delay(attempts, self.retry_delay, self.max_retry_delay)
                 log.warning("outbox %s: document %d to %s, attempt %d: %s; retry in %.2fs",
                             self.path, document_id, hub, attempts, outcome, delay)
                 self._db.execute(

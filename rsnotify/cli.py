@@ -25,7 +25,7 @@ LAZY_COMMANDS = {
     "sync": "rsnotify.subscriber.cli:sync",
     "audit": "rsnotify.subscriber.cli:audit",
     "inspect": "rsnotify.subscriber.inspect_cli:inspect",
-    "source": "rsnotify.publisher.source_cli:source",
+    "source": "rsnotify.publisher.source.cli:source",
 }
 
 # commands that need an optional extra -> the extra; and the modules each extra must bring (the

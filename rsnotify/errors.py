@@ -11,6 +11,11 @@ RsnotifyError
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
 
 class RsnotifyError(Exception):
     """Base of every error raised by the rsnotify vocabulary."""
@@ -46,3 +51,34 @@ class ValidationError(_ProblemsError):
 
 class WireError(_ProblemsError):
     """A WebSub wire value (Link header, signature, form field) is malformed."""
+
+
+class Problems:
+    """Parse several values and report every problem at once, not only the first.
+
+        problems = Problems()
+        topic = problems.check(check_url, "hub.topic", form.get("hub.topic"))
+        ...
+        problems.raise_if_any(WireError)     # one error listing each problem, one line each
+    """
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def check(self, parse: Callable[..., T], *args: Any) -> T | None:
+        """`parse(*args)`, or None with its problems noted when it raises a problems error."""
+        try:
+            return parse(*args)
+        except _ProblemsError as exc:
+            self.items.extend(exc.problems)
+            return None
+
+    def add(self, problem: str) -> None:
+        self.items.append(problem)
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+    def raise_if_any(self, error: Callable[[list[str]], BaseException]) -> None:
+        if self.items:
+            raise error(self.items)

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
-from .errors import WireError
+from .errors import Problems, WireError
 
 SIGNATURE_HEADER = "X-Hub-Signature"
 SIGNATURE_ALGORITHMS = ("sha1", "sha256", "sha384", "sha512")
@@ -25,6 +25,9 @@ MAX_LEASE_DIGITS = 20
 # Headers rsnotify's hub adds to every content distribution (documented in the README):
 NOTIFICATION_ID_HEADER = "X-RSNotify-Id"         # stable id of the notification (same on every retry)
 SEQUENCE_HEADER = "X-RSNotify-Sequence"          # the notification's position in its topic log: 1, 2, 3...
+# rsnotify hub extension to the subscribe form: deliver from this sequence on (a returning
+# Destination asks for what it missed; other hubs ignore unknown fields, WebSub §5.1).
+REPLAY_FIELD = "rsnotify.replay_from"
 
 
 # --- Link headers (RFC 8288) -------------------------------------------------------------
@@ -42,6 +45,18 @@ class HeaderLink:
 
     def param(self, name: str) -> str | None:
         return next((v for n, v in self.params if n == name), None)
+
+
+def parse_sequence(value: str | None) -> int | None:
+    """An X-RSNotify-Sequence value as its number; None when absent or not a whole number (a
+    delivery is never refused for it: the sequence only serves to see gaps)."""
+    text = (value or "").strip()
+    return int(text) if text.isdigit() else None
+
+
+def missing_sequences(last: int, sequence: int) -> str:
+    """The sequences a jump from `last` to `sequence` skipped: "5", or "5..9"."""
+    return f"{last + 1}" if sequence == last + 2 else f"{last + 1}..{sequence - 1}"
 
 
 def _quote(value: str) -> str:
@@ -238,29 +253,18 @@ def parse_subscription_form(form: Mapping[str, str]) -> SubscriptionRequest:
     Unknown parameters are ignored (WebSub §5.1). `hub.lease_seconds` and `hub.secret` are
     ignored for unsubscriptions.
     """
-    problems: list[str] = []
+    problems = Problems()
     mode = form.get("hub.mode")
     if mode not in MODES:
-        problems.append(f"hub.mode must be subscribe or unsubscribe, got {mode!r}")
-    checked: dict[str, object] = {}
-    for name, check in (("hub.topic", check_url), ("hub.callback", check_url)):
-        try:
-            checked[name] = check(name, form.get(name))
-        except WireError as exc:
-            problems.extend(exc.problems)
+        problems.add(f"hub.mode must be subscribe or unsubscribe, got {mode!r}")
+    topic = problems.check(check_url, "hub.topic", form.get("hub.topic"))
+    callback = problems.check(check_url, "hub.callback", form.get("hub.callback"))
     lease = secret = None
     if mode == "subscribe":
-        try:
-            lease = check_lease_seconds(form.get("hub.lease_seconds"))
-        except WireError as exc:
-            problems.extend(exc.problems)
-        try:
-            secret = check_secret(form.get("hub.secret"))
-        except WireError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise WireError(problems)
+        lease = problems.check(check_lease_seconds, form.get("hub.lease_seconds"))
+        secret = problems.check(check_secret, form.get("hub.secret"))
+    problems.raise_if_any(WireError)
     return SubscriptionRequest(
-        mode=str(mode), topic=str(checked["hub.topic"]), callback=str(checked["hub.callback"]),
+        mode=str(mode), topic=str(topic), callback=str(callback),
         lease_seconds=lease, secret=secret,
     )

@@ -1,24 +1,29 @@
-"""The Destination side: callback endpoint, subscription lifecycle, discovery, signatures, mirror.
+"""The Destination side: callback endpoint, subscription lifecycle, discovery, signatures, sync.
 
     from rsnotify.subscriber import Subscriber, SubscriberSettings, ReceivedNotification
-    from rsnotify.subscriber.aiohttp_adapter import add_callback_routes, subscriber_context
-    from rsnotify.subscriber.asgi import ASGICallbackApp, subscriber_lifespan   # FastAPI, Starlette
-    from rsnotify.subscriber.wsgi import SubscriberThread, subscriber_thread
-    from rsnotify.subscriber.flask import callback_blueprint
-    from rsnotify.subscriber.django import callback_urls
+    from rsnotify.subscriber.callback.aiohttp_adapter import add_callback_routes, subscriber_context
+    from rsnotify.subscriber.callback.asgi import ASGICallbackApp, subscriber_lifespan   # FastAPI, Starlette
+    from rsnotify.subscriber.callback.wsgi import SubscriberThread, subscriber_thread
+    from rsnotify.subscriber.callback.flask import callback_blueprint
+    from rsnotify.subscriber.callback.django import callback_urls
 
 The framework modules are imported on their own, so each framework stays optional.
 """
-from .client import Subscriber
-from .core import (
-    ACK_AFTER_HANDLER,
-    ACK_AFTER_RESPONSE,
+from .callback.core import (
     CallbackCore,
     CallbackRequest,
     CallbackResponse,
+    Delivery,
+    Receiver,
+)
+from .callback.receiver import (
+    ACK_AFTER_HANDLER,
+    ACK_AFTER_RESPONSE,
     Gap,
+    HookReceiver,
     ReceivedNotification,
 )
+from .client import Subscriber
 from .discovery import (
     DiscoveredTopic,
     discover,
@@ -44,13 +49,16 @@ __all__ = [
     "CallbackCore",
     "CallbackRequest",
     "CallbackResponse",
+    "Delivery",
     "DiagnosticsError",
     "DiscoveredTopic",
     "DiscoveryError",
     "Gap",
+    "HookReceiver",
     "JsonFileStore",
     "MemoryStore",
     "ReceivedNotification",
+    "Receiver",
     "SettingsError",
     "StoreError",
     "Subscriber",

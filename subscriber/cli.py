@@ -8,6 +8,7 @@ gets its 2xx; status on stderr. Ctrl-C (SIGINT) or SIGTERM stops and keeps the s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import os
@@ -26,9 +27,9 @@ from aiohttp import web
 from rsnotify.errors import WireError
 from rsnotify.websub import check_url
 
-from .aiohttp_adapter import add_callback_routes
+from .callback.aiohttp_adapter import add_callback_routes
+from .callback.receiver import ACK_AFTER_HANDLER, ReceivedNotification
 from .client import Subscriber
-from .core import ACK_AFTER_HANDLER, ReceivedNotification
 from .diagnostics import print_status
 from .discovery import (
     DiscoveredTopic,
@@ -37,7 +38,6 @@ from .discovery import (
     discover_topic,
 )
 from .errors import SubscriberError
-from .mirror import Mirror, MirrorOutcome
 from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
 from .store import (
     ACTIVE,
@@ -47,7 +47,6 @@ from .store import (
     SubscriptionStore,
     open_store,
 )
-from .sync.netguard import source_networks
 
 if TYPE_CHECKING:
     from .sync.runner import SyncCommand
@@ -89,8 +88,8 @@ def _status(message: str) -> None:
               envvar="RSNOTIFY_SUBSCRIBER_VERIFICATION_TIMEOUT", show_envvar=True,
               help="Seconds to wait for the hub to verify a (un)subscription.")
 @click.option("--mirror", metavar="DIR", envvar="RSNOTIFY_SUBSCRIBER_MIRROR", show_envvar=True,
-              help="Keep a copy of the resources in DIR: fetch created/updated ones (length and hash "
-                   "checked), delete deleted ones; each JSON line then says what was done.")
+              help="Keep a copy of the Source's resources in DIR: the same as `rsnotify sync --dir DIR --json` "
+                   "(needs --source or --capability-list; its state is in DIR/.rsnotify, not --state-file).")
 @click.option("-v", "--verbose", is_flag=True, help="Log each request and renewal on stderr.")
 @click.option("--status", is_flag=True,
               help="Print the hub's view of each subscription in --state-file (signed diagnostics request) as "
@@ -134,11 +133,26 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if mirror:
-        _status("--mirror keeps no per-resource state and cannot catch up what it missed; "
-                "`rsnotify sync --dir DIR` keeps a copy equal to the Source")
-    exit_code = asyncio.run(_run(settings, mirror, unsubscribe_on_exit, hub=hub, topic=topic,
+        sys.exit(_mirror(Path(mirror), settings, unsubscribe_on_exit, verbose, topic=topic, source=source,
+                         capability_list=capability_list))
+    exit_code = asyncio.run(_run(settings, unsubscribe_on_exit, hub=hub, topic=topic,
                                  capability_list=capability_list, source=source))
     sys.exit(exit_code)
+
+
+def _mirror(directory: Path, settings: SubscriberSettings, unsubscribe_on_exit: bool, verbose: bool, *,
+            topic: str | None, source: str | None, capability_list: str | None) -> int:
+    """`subscribe --mirror DIR`: `rsnotify sync --dir DIR --json` with this command's listen,
+    callback, lease and secret choices; the sync engine keeps the copy (baseline, live, catch-up)."""
+    if topic:
+        raise click.UsageError("--mirror needs --source or --capability-list: it runs `rsnotify sync --dir DIR`, "
+                               "which reads the Source's lists; got --topic")
+    from .sync.runner import run_sync
+    command = _sync_command(directory, source, capability_list, (), (), 16, True, verbose)
+    command.prog = "rsnotify subscribe --mirror"
+    command.unsubscribe_on_exit = unsubscribe_on_exit
+    command.push = dataclasses.replace(settings, remembered_ids=50)
+    return asyncio.run(run_sync(command, once=False))
 
 
 def _open_state(state_file: str) -> SubscriptionStore:
@@ -165,8 +179,7 @@ def _stdout_gone() -> bool:
         return True
 
 
-async def _run(settings: SubscriberSettings, mirror_dir: str | None, unsubscribe_on_exit: bool,
-               **start: str | None) -> int:
+async def _run(settings: SubscriberSettings, unsubscribe_on_exit: bool, **start: str | None) -> int:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -182,11 +195,6 @@ async def _run(settings: SubscriberSettings, mirror_dir: str | None, unsubscribe
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, on_signal)
     store = _open_state(settings.state_file)
-    mirror = None
-    if mirror_dir:
-        networks = await source_networks(start.get("source") or start.get("capability_list") or start.get("topic")
-                                         or "")
-        mirror = Mirror(mirror_dir, allow_networks=networks)
 
     async def on_notification(received: ReceivedNotification) -> None:
         # Runs before the hub gets its answer: a line that cannot be written is answered 503,
@@ -194,16 +202,15 @@ async def _run(settings: SubscriberSettings, mirror_dir: str | None, unsubscribe
         if signals["stdout_gone"] or _stdout_gone():
             _lose_stdout(signals, stop)
             raise BrokenPipeError("stdout is gone")
-        outcomes = await mirror(received) if mirror is not None else None
         try:
-            _print_notification(received, outcomes)
+            _print_notification(received)
         except (BrokenPipeError, OSError, ValueError):
             _lose_stdout(signals, stop)
             raise
 
     subscriber = Subscriber(store=store, settings=settings, on_notification=on_notification,
                             on_denial=_report_denial, ack=ACK_AFTER_HANDLER)
-    logging.getLogger("rsnotify.subscriber.core").addFilter(_NoTracebackForClosedStdout())
+    logging.getLogger("rsnotify.subscriber.hooks").addFilter(_NoTracebackForClosedStdout())
     app = web.Application()
     route_path = urlsplit(settings.callback_url).path.rstrip("/") if settings.callback_url else CALLBACK_PATH
     add_callback_routes(app, subscriber.core, route_path)
@@ -250,8 +257,6 @@ async def _run(settings: SubscriberSettings, mirror_dir: str | None, unsubscribe
     finally:
         await subscriber.close()
         await runner.cleanup()
-        if mirror is not None:
-            await mirror.close()
 
 
 async def _subscribe_all(subscriber: Subscriber, settings: SubscriberSettings, subscribed: list[Subscription],
@@ -323,10 +328,8 @@ async def _unsubscribe_all(subscriber: Subscriber, subscribed: list[Subscription
     return code
 
 
-def _print_notification(received: ReceivedNotification, outcomes: tuple[MirrorOutcome, ...] | None) -> None:
+def _print_notification(received: ReceivedNotification) -> None:
     line = received.to_json()
-    if outcomes is not None:
-        line["mirror"] = [outcome.to_json() for outcome in outcomes]
     sys.stdout.write(json.dumps(line, ensure_ascii=False) + "\n")
     sys.stdout.flush()
     for gap in received.gaps:
@@ -337,7 +340,7 @@ def _print_notification(received: ReceivedNotification, outcomes: tuple[MirrorOu
 
 
 class _NoTracebackForClosedStdout(logging.Filter):
-    """The core logs a handler failure with its traceback; a closed stdout is expected here
+    """hooks.call_hook logs a handler failure with its traceback; a closed stdout is expected here
     (said once on stderr), so its records lose the traceback."""
 
     def filter(self, record: logging.LogRecord) -> bool:
@@ -462,7 +465,7 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
                   allow_host: tuple[str, ...], concurrency: int, json_events: bool, verbose: bool,
                   headers: tuple[tuple[str, str], ...] = (), timeout: float = 30.0, tries: int = 5,
                   rate: float | None = None, max_resource_size: str = "1GiB", **extra: Any) -> SyncCommand:
-    from .sync.netguard import parse_networks
+    from rsnotify.netguard import parse_networks
     if directory is None:
         raise click.UsageError("--dir DIR is required")
     from .sync.runner import SyncCommand as _SyncCommand

@@ -34,22 +34,19 @@ from rsnotify.websub import (
     normalize_url,
 )
 
-from .core import (
-    ACK_AFTER_RESPONSE,
-    CallbackCore,
-    DenialHandler,
-    Hook,
-    NotificationHandler,
-    utc_now,
-)
+from .callback.core import CallbackCore, Receiver, utc_now
+from .callback.receiver import ACK_AFTER_RESPONSE, HookReceiver, NotificationHandler
 from .diagnostics import read_diagnostics
 from .discovery import discover, discover_capability_list, discover_topic
 from .errors import (
     DiscoveryError,
+    SettingsError,
     SubscriberError,
     SubscriptionDeniedError,
     SubscriptionError,
 )
+from .hooks import Hook
+from .lifecycle import DenialHandler, Lifecycle
 from .settings import SubscriberSettings
 from .store import (
     ACTIVE,
@@ -92,6 +89,9 @@ class Subscriber:
     Use as `async with Subscriber(...) as subscriber:` or call `start()` / `close()`.
     Serve `subscriber.core` at `callback_base_url` with one of the adapters.
 
+    The core hands each accepted delivery to `receiver`: by default a HookReceiver running
+    the `on_notification` / `on_gap` hooks; sync gives its inbox receiver instead.
+
     `ack="after_response"` (the default) answers the hub as soon as a notification is checked
     and recorded, then runs the handler; `ack="after_handler"` runs the handler first and
     answers 503 when it raises, so the hub delivers the notification again (keep handlers
@@ -110,13 +110,21 @@ class Subscriber:
         rng: random.Random | None = None,
         session: aiohttp.ClientSession | None = None,
         ack: str = ACK_AFTER_RESPONSE,
+        receiver: Receiver | None = None,
     ) -> None:
         self.settings = settings or SubscriberSettings()
         self.callback_base_url = callback_base_url or self.settings.callback_url
         self.store: SubscriptionStore = store if store is not None else open_store(self.settings.state_file)
         self.now = now
-        self.core = CallbackCore(self.store, on_notification=on_notification, on_denial=on_denial,
-                                 settings=self.settings, now=now, rng=rng, ack=ack)
+        if receiver is not None and (on_notification is not None or ack != ACK_AFTER_RESPONSE):
+            raise SettingsError("give on_notification and ack to the default receiver, or a receiver of your own")
+        self.receiver = receiver or HookReceiver(self.store, settings=self.settings, ack=ack,
+                                                 on_notification=on_notification)
+        self.lifecycle = Lifecycle()
+        if on_denial is not None:
+            self.lifecycle.hooks.add("denied", on_denial)
+        self.core = CallbackCore(self.store, self.receiver, lifecycle=self.lifecycle, settings=self.settings,
+                                 now=now, rng=rng)
         self._session = session
         self._owns_session = session is None
         self._renewal_task: asyncio.Task[None] | None = None
@@ -129,29 +137,34 @@ class Subscriber:
         # A verification can bring the next renewal closer than the renewal loop's sleep (a
         # short lease): it wakes the loop, so a lease under renew_check_seconds is renewed in time.
         self._renewal_wake = asyncio.Event()
-        self.core.add_hook("verified", self._wake_renewals)
+        self.lifecycle.hooks.add("verified", self._wake_renewals)
 
     # --- hooks (decorators) ----------------------------------------------------------------
 
     def on_notification(self, hook: H) -> H:
         """Decorator: `hook(received)` for each notification, in order per subscription."""
-        return self.core.add_hook("notification", hook)  # type: ignore[return-value]
+        return self._hook_receiver().add_hook("notification", hook)  # type: ignore[return-value]
 
     def on_verified(self, hook: H) -> H:
         """Decorator: `hook(subscription)` when the hub verified a subscribe (or renewal) or unsubscribe."""
-        return self.core.add_hook("verified", hook)  # type: ignore[return-value]
+        return self.lifecycle.hooks.add("verified", hook)  # type: ignore[return-value]
 
     def on_denied(self, hook: H) -> H:
         """Decorator: `hook(subscription)` when the hub denied a subscription (hub.mode=denied)."""
-        return self.core.add_hook("denied", hook)  # type: ignore[return-value]
+        return self.lifecycle.hooks.add("denied", hook)  # type: ignore[return-value]
 
     def on_renewal_failed(self, hook: H) -> H:
         """Decorator: `hook(subscription, error)` when a renewal was refused or not verified."""
-        return self.core.add_hook("renewal_failed", hook)  # type: ignore[return-value]
+        return self.lifecycle.hooks.add("renewal_failed", hook)  # type: ignore[return-value]
 
     def on_gap(self, hook: H) -> H:
         """Decorator: `hook(received)` before the notification hooks when `received.gaps` is not empty."""
-        return self.core.add_hook("gap", hook)  # type: ignore[return-value]
+        return self._hook_receiver().add_hook("gap", hook)  # type: ignore[return-value]
+
+    def _hook_receiver(self) -> HookReceiver:
+        if not isinstance(self.receiver, HookReceiver):
+            raise SettingsError("notification and gap hooks need the default receiver (HookReceiver)")
+        return self.receiver
 
     # --- start and stop --------------------------------------------------------------------
 
@@ -189,9 +202,19 @@ class Subscriber:
                 pass
             self._renewal_task = None
         await self.core.close()
+        try:
+            await self.lifecycle.hooks.drain(10.0)
+        except TimeoutError:
+            log.warning("some lifecycle hooks were still running at shutdown")
         if self._owns_session and self._session is not None:
             await self._session.close()
             self._session = None
+
+    async def drain(self, timeout: float | None = None) -> None:
+        """Wait until what was received so far has been handed over and the hooks fired so far ran."""
+        if isinstance(self.receiver, HookReceiver):
+            await self.receiver.drain(timeout)
+        await self.lifecycle.hooks.drain(timeout)
 
     @property
     def session(self) -> aiohttp.ClientSession:
@@ -239,7 +262,7 @@ class Subscriber:
             pending_mode="subscribe", created_at=now, intent_sent_at=now, discovered_from=discovered_from,
             discovery=discovery if discovered_from else None, advertised_hub=hub,
         )
-        waiter = self.core.expect(subscription.id, "subscribe")
+        waiter = self.lifecycle.expect(subscription.id, "subscribe")
         try:
             await self.store.put(subscription)  # S-12: before the POST
             subscription = await self._send_intent(subscription, "subscribe")
@@ -255,7 +278,7 @@ class Subscriber:
                 await self.store.put(current.evolve(status=FAILED, pending_mode=None, ended_at=self.now()))
             raise
         finally:
-            self.core.forget_waiter(subscription.id, "subscribe", waiter)
+            self.lifecycle.forget_waiter(subscription.id, "subscribe", waiter)
 
     async def unsubscribe(self, subscription: Subscription | str, *, wait: bool = True) -> Subscription:
         """Ask the hub to end the subscription; with `wait`, until it verifies the unsubscription."""
@@ -266,7 +289,7 @@ class Subscriber:
         if current.status in (UNSUBSCRIBED, DENIED, FAILED):
             return current
         current = current.evolve(pending_mode="unsubscribe", intent_sent_at=self.now())
-        waiter = self.core.expect(current.id, "unsubscribe")
+        waiter = self.lifecycle.expect(current.id, "unsubscribe")
         try:
             await self.store.put(current)
             current = await self._send_intent(current, "unsubscribe")
@@ -280,7 +303,7 @@ class Subscriber:
                 await self.store.put(latest.evolve(pending_mode=None, intent_sent_at=None))
             raise
         finally:
-            self.core.forget_waiter(current.id, "unsubscribe", waiter)
+            self.lifecycle.forget_waiter(current.id, "unsubscribe", waiter)
 
     async def ensure(self, topic: str, hub: str, lease_seconds: int | None = None,
                      secret: bool | str | None = True, *, wait: bool = False, **options: Any) -> Subscription:
@@ -397,7 +420,7 @@ class Subscriber:
         current = await self.store.get(subscription_id)
         if current is None:
             raise SubscriptionError(f"no subscription with id {subscription_id!r} in the store")
-        return await read_diagnostics(self.session, self.core, current,
+        return await read_diagnostics(self.session, self.lifecycle, current,
                                       link_timeout=timeout or self.settings.verification_timeout)
 
     async def subscriptions(self) -> list[Subscription]:
@@ -481,7 +504,7 @@ class Subscriber:
         """
         now = self.now()
         pending = subscription.evolve(pending_mode="subscribe", intent_sent_at=now)
-        waiter = self.core.expect(subscription.id, "subscribe")
+        waiter = self.lifecycle.expect(subscription.id, "subscribe")
         try:
             await self.store.put(pending)
             sent = await self._send_intent(pending, "subscribe")
@@ -496,12 +519,12 @@ class Subscriber:
             latest = await self.store.get(subscription.id) or pending
             failed = latest.evolve(pending_mode=None, intent_sent_at=None, renew_at=retry_at)
             await self.store.put(failed)
-            self.core.fire("renewal_failed", failed, exc)
+            self.lifecycle.hooks.fire("renewal_failed", failed, exc)
             if wait:
                 raise
             return failed
         finally:
-            self.core.forget_waiter(subscription.id, "subscribe", waiter)
+            self.lifecycle.forget_waiter(subscription.id, "subscribe", waiter)
 
     def _intent_lost(self, subscription: Subscription, now: datetime) -> bool:
         sent = subscription.intent_sent_at

@@ -3,7 +3,7 @@ delivery attempts, as the hub sees them.
 
 A subscription with a secret signs `"{sid}\\n{timestamp}"` (GET /diagnostics/{sid}); one without
 asks the hub (POST /diagnostics) to send a link to its callback (hub.mode=diagnostics), which
-the callback core keeps, and reads that link. sid is the hub's id of (topic, callback).
+the subscription client's lifecycle keeps, and reads that link. sid is the hub's id of (topic, callback).
 """
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ import aiohttp
 
 from rsnotify.websub import SIGNATURE_HEADER, sign
 
-from .core import CallbackCore
 from .errors import DiagnosticsError
+from .lifecycle import Lifecycle
 from .store import Subscription, SubscriptionStore
 
 TIMESTAMP_HEADER = "X-RSNotify-Timestamp"
@@ -35,7 +35,7 @@ def diagnostics_url(subscription: Subscription) -> str:
     return urljoin(subscription.hub, f"diagnostics/{hub_subscription_id(subscription.topic, subscription.callback)}")
 
 
-async def read_diagnostics(session: aiohttp.ClientSession, core: CallbackCore, subscription: Subscription,
+async def read_diagnostics(session: aiohttp.ClientSession, lifecycle: Lifecycle, subscription: Subscription,
                            *, link_timeout: float = 30.0) -> dict[str, Any]:
     """The hub's JSON report on `subscription`; DiagnosticsError when the hub does not give it.
 
@@ -48,20 +48,20 @@ async def read_diagnostics(session: aiohttp.ClientSession, core: CallbackCore, s
         headers = {TIMESTAMP_HEADER: timestamp,
                    SIGNATURE_HEADER: sign(f"{sid}\n{timestamp}".encode(), subscription.secret)}
         return await _get(session, diagnostics_url(subscription), headers, subscription)
-    link = core.diagnostics_links.get(subscription.id)
+    link = lifecycle.diagnostics_links.get(subscription.id)
     if link is not None:
         try:
             return await _get(session, link, {}, subscription)
         except DiagnosticsError as exc:
             if exc.status != 401:
                 raise
-            core.diagnostics_links.pop(subscription.id, None)  # expired: ask for a new one
-    return await _get(session, await _request_link(session, core, subscription, link_timeout), {}, subscription)
+            lifecycle.diagnostics_links.pop(subscription.id, None)  # expired: ask for a new one
+    return await _get(session, await _request_link(session, lifecycle, subscription, link_timeout), {}, subscription)
 
 
-async def _request_link(session: aiohttp.ClientSession, core: CallbackCore, subscription: Subscription,
+async def _request_link(session: aiohttp.ClientSession, lifecycle: Lifecycle, subscription: Subscription,
                         timeout: float) -> str:
-    waiter = core.expect(subscription.id, "diagnostics")
+    waiter = lifecycle.expect(subscription.id, "diagnostics")
     try:
         url = urljoin(subscription.hub, "diagnostics")
         form = {"hub.topic": subscription.topic, "hub.callback": subscription.callback}
@@ -82,8 +82,8 @@ async def _request_link(session: aiohttp.ClientSession, core: CallbackCore, subs
                 "(it sends at most one a minute, only for a subscription it holds, and the callback must be "
                 "served meanwhile)") from None
     finally:
-        core.forget_waiter(subscription.id, "diagnostics", waiter)
-    return core.diagnostics_links[subscription.id]
+        lifecycle.forget_waiter(subscription.id, "diagnostics", waiter)
+    return lifecycle.diagnostics_links[subscription.id]
 
 
 async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str],
@@ -109,7 +109,7 @@ async def _get(session: aiohttp.ClientSession, url: str, headers: dict[str, str]
     return report
 
 
-async def diagnose_all(session: aiohttp.ClientSession, core: CallbackCore, subscriptions: list[Subscription],
+async def diagnose_all(session: aiohttp.ClientSession, lifecycle: Lifecycle, subscriptions: list[Subscription],
                        *, signed_only: bool = False) -> list[tuple[Subscription, dict[str, Any] | DiagnosticsError]]:
     """The hub's report (or why there is none) for each subscription that has not ended.
 
@@ -126,7 +126,7 @@ async def diagnose_all(session: aiohttp.ClientSession, core: CallbackCore, subsc
                 "link; ask from the running application (Subscriber.diagnostics)")))
             continue
         try:
-            results.append((subscription, await read_diagnostics(session, core, subscription)))
+            results.append((subscription, await read_diagnostics(session, lifecycle, subscription)))
         except DiagnosticsError as exc:
             results.append((subscription, exc))
     return results
@@ -152,7 +152,7 @@ async def print_status(state_file: str, store: SubscriptionStore, echo: Callable
         echo(f"rsnotify subscribe: no subscription in {state_file}", err=True)
         return 1
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
-        results = await diagnose_all(session, CallbackCore(store), subscriptions, signed_only=True)
+        results = await diagnose_all(session, Lifecycle(), subscriptions, signed_only=True)
     for subscription, outcome in results:
         echo(json.dumps(status_line(subscription, outcome), ensure_ascii=False))
     return 0 if all(not isinstance(outcome, DiagnosticsError) for _, outcome in results) else 1

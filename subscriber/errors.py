@@ -10,10 +10,16 @@ SubscriberError
 ├── StoreError              the subscription state could not be read or written
 └── SettingsError           a setting (option or RSNOTIFY_SUBSCRIBER_* variable) has a bad value
 
+OutboundRefusedError (an aiohttp.ClientConnectionError, so fetch code handles it like any
+other connection failure): a fetch made on a Source's word reached for an address the
+outbound guard (rsnotify.netguard) does not allow.
+
 Problems with an incoming callback request are not exceptions: the callback core answers
 them with a typed `CallbackResponse` (4xx, text/plain reason).
 """
 from __future__ import annotations
+
+import aiohttp
 
 
 class SubscriberError(Exception):
@@ -51,3 +57,7 @@ class StoreError(SubscriberError):
 
 class SettingsError(SubscriberError, ValueError):
     """A subscriber setting has a value that cannot be used."""
+
+
+class OutboundRefusedError(aiohttp.ClientConnectionError):
+    """A connection to an address the outbound guard does not allow."""

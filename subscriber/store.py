@@ -11,7 +11,6 @@ JSON, anything else SQLite.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import json
 import os
 import sqlite3
@@ -21,6 +20,8 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Protocol
+
+from rsnotify.filelocks import lock as lock_file
 
 from .errors import StoreError
 
@@ -182,7 +183,7 @@ class JsonFileStore:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self._lock, open(self.path.with_name(self.path.name + ".lock"), "a") as lock:
-                fcntl.flock(lock, fcntl.LOCK_EX)
+                lock_file(lock)
                 items = dict(self._read())
                 if subscription is None:
                     items.pop(subscription_id, None)

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from rsnotify.errors import WireError
+from rsnotify.errors import Problems
 from rsnotify.websub import SIGNATURE_HEADER, check_url, verify_signature
 
 from .. import keys, store
@@ -132,14 +132,9 @@ async def check_holder(request: web.Request, sid: str) -> None:
 async def request_link(request: web.Request) -> web.Response:
     """POST /diagnostics (hub.topic, hub.callback): send a diagnostics link to that callback; 202."""
     form = await read_form(request)
-    problems, values = [], {}
-    for name in ("hub.topic", "hub.callback"):
-        try:
-            values[name] = check_url(name, form.get(name))
-        except WireError as exc:
-            problems.extend(exc.problems)
-    if problems:
-        raise BadRequestError(problems)
+    problems = Problems()
+    values = {name: problems.check(check_url, name, form.get(name)) or "" for name in ("hub.topic", "hub.callback")}
+    problems.raise_if_any(BadRequestError)
     app = request.app
     sid = keys.subscription_id(values["hub.topic"], values["hub.callback"])
     subscription = await store.get_subscription(app[REDIS], sid)

@@ -20,12 +20,14 @@ from multidict import MultiDict, MultiDictProxy
 from rsnotify.errors import (
     DocumentParseError,
     NotificationParseError,
+    Problems,
     ValidationError,
     WireError,
 )
 from rsnotify.safexml import parse_in_thread
 from rsnotify.websub import (
     NOTIFICATION_ID_HEADER,
+    REPLAY_FIELD,
     SubscriptionRequest,
     check_url,
     links_by_rel,
@@ -59,7 +61,6 @@ XML_TYPE = "application/xml"
 MAX_PING_TOPICS = 100
 MAX_FORM_FIELDS = 200  # a subscribe form has five; a thin ping names at most MAX_PING_TOPICS
 CHALLENGE_BYTES = 32
-REPLAY_FIELD = "rsnotify.replay_from"       # subscribe form: deliver from this sequence (a returning Destination)
 IDEMPOTENCY_HEADER = "Idempotency-Key"      # a publisher's name for one publish, kept for log_max_age
 REPLAYED_HEADER = "Idempotent-Replayed"     # "true" on the answer to a repeat: nothing was stored
 MAX_IDEMPOTENCY_KEY = 200
@@ -182,26 +183,22 @@ def check_submission_links(values: list[str], hub_url: str) -> SubmissionLinks:
         links = parse_link_header(values)
     except WireError as exc:
         raise BadRequestError(exc.problems) from None
-    problems: list[str] = []
+    problems = Problems()
     selves, hubs = links_by_rel(links, "self"), links_by_rel(links, "hub")
-    topic = ""
+    topic: str | None = ""
     if not selves:
-        problems.append('the Link header must carry rel="self" (the topic), got none')
+        problems.add('the Link header must carry rel="self" (the topic), got none')
     elif len(set(selves)) > 1:
-        problems.append(f'the Link header must carry one rel="self" topic, got {", ".join(selves)}')
+        problems.add(f'the Link header must carry one rel="self" topic, got {", ".join(selves)}')
     else:
-        try:
-            topic = check_url('the rel="self" link', selves[0])
-        except WireError as exc:
-            problems.extend(exc.problems)
+        topic = problems.check(check_url, 'the rel="self" link', selves[0])
     if not hubs:
-        problems.append(f'the Link header must carry rel="hub" naming this hub ({hub_url}), got none')
+        problems.add(f'the Link header must carry rel="hub" naming this hub ({hub_url}), got none')
     elif not any(_same_url(h, hub_url) for h in hubs):
-        problems.append(f'the Link header\'s rel="hub" must name this hub ({hub_url}), got {", ".join(hubs)}')
-    if problems:
-        raise BadRequestError(problems)
+        problems.add(f'the Link header\'s rel="hub" must name this hub ({hub_url}), got {", ".join(hubs)}')
+    problems.raise_if_any(BadRequestError)
     rs = links_by_rel(links, "resourcesync")
-    return SubmissionLinks(topic, rs[0] if rs else "")
+    return SubmissionLinks(topic or "", rs[0] if rs else "")
 
 
 def _same_url(url: str, hub_url: str) -> bool:
@@ -299,22 +296,17 @@ async def validate_notification(body: bytes) -> None:
 async def thin_ping(request: web.Request, form: MultiDictProxy[str]) -> web.Response:
     """hub.mode=publish with one or more hub.url / hub.topic: queue a fetch of each: 202."""
     topics: list[str] = []
-    problems: list[str] = []
+    problems = Problems()
     for name in ("hub.url", "hub.topic"):
         for value in form.getall(name, []):
-            try:
-                url = check_url(name, value)
-            except WireError as exc:
-                problems.extend(exc.problems)
-                continue
-            if url not in topics:
+            url = problems.check(check_url, name, value)
+            if url is not None and url not in topics:
                 topics.append(url)
     if not topics and not problems:
-        problems.append("hub.mode=publish needs at least one hub.url or hub.topic, got none")
+        problems.add("hub.mode=publish needs at least one hub.url or hub.topic, got none")
     if len(topics) > MAX_PING_TOPICS:
-        problems.append(f"a ping may name at most {MAX_PING_TOPICS} topics, got {len(topics)}")
-    if problems:
-        raise BadRequestError(problems)
+        problems.add(f"a ping may name at most {MAX_PING_TOPICS} topics, got {len(topics)}")
+    problems.raise_if_any(BadRequestError)
     allowed = request.app[SETTINGS].allowed_networks
     refused = [f"{topic} cannot be fetched from this hub: {why}" for topic in topics
                if (why := literal_refusal(topic, allowed))]

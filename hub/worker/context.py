@@ -27,7 +27,7 @@ from ..settings import HubSettings
 from .batch import RedisBatcher
 from .deliveries import Deliveries
 from .heartbeat import Heartbeat
-from .verifying import VerificationLane
+from .lane import VerificationLane
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +131,9 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
         raise
     # every lane's requests at once, so no lane waits for another's connections
     limit = settings.delivery_concurrency + settings.retry_concurrency + settings.verify_concurrency + 50
-    session = aiohttp.ClientSession(
-        connector=netguard.make_connector(settings, limit=limit),
-        cookie_jar=aiohttp.DummyCookieJar(), trust_env=False, auto_decompress=False,
-        headers={"User-Agent": USER_AGENT})
+    # aiohttp's default session timeout, as before: each delivery and verification sets its own
+    session = netguard.make_session(settings, limit=limit, timeout=aiohttp.client.DEFAULT_TIMEOUT,
+                                    auto_decompress=False, headers={"User-Agent": USER_AGENT})
     ctx = WorkerContext(settings, redis, session, fernet, queue, RedisBatcher(redis), clock)
     ctx.deliveries = Deliveries(settings, ctx.batch, fernet, settings.delivery_concurrency,
                                 follow_seconds=follow_seconds)

@@ -5,13 +5,15 @@ from __future__ import annotations
 import logging
 import math
 
+from rsnotify.backoff import backoff_delay
+
 from .. import store
 from ..logs import delivery_fields, escape, redact_callback, redact_in
 from ..records import Attempt, DeadLetter, LogEntry
 from . import batched, claims
 from .context import WorkerContext
 from .runs import Item, SubRun, make_item
-from .sending import Response, retry_delay
+from .sending import Response
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,7 @@ async def apply_outcome(ctx: WorkerContext, run: SubRun, item: Item, response: R
             else:
                 outcome, verdict = "retry", "retry"
                 run.attempts = attempt
-                run.next_attempt = now + retry_delay(attempt, settings.retry_base, settings.retry_cap)
+                run.next_attempt = now + backoff_delay(attempt, settings.retry_base, settings.retry_cap)
                 log.warning("delivery of %s (seq %d) to %s failed (attempt %d): %s; retry in %.1f s",
                             entry.notification_id, entry.sequence, redact_callback(run.callback), attempt,
                             redact_in(reason, run.callback),

@@ -1,7 +1,6 @@
-"""Sending one notification to one subscriber, and how long to wait before trying again."""
+"""Sending one notification to one subscriber (how long to wait before trying again is rsnotify.backoff)."""
 from __future__ import annotations
 
-import random
 import time
 from dataclasses import dataclass
 
@@ -12,14 +11,6 @@ from rsnotify.websub import SIGNATURE_HEADER, sign
 from ..netguard import describe_refusal
 from .context import WorkerContext
 from .runs import Item, SubRun
-
-
-def retry_delay(failures: int, base: float, cap: float, rand: float | None = None) -> float:
-    """Seconds before the next attempt after `failures` failed ones: base * 2^(failures-1), capped,
-    half of it fixed and half random (jitter), so retries of many subscribers spread out."""
-    ceiling = min(cap, base * 2.0 ** min(failures - 1, 60))
-    return ceiling / 2 + (random.random() if rand is None else rand) * ceiling / 2
-
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,18 +10,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter
-from typing import TYPE_CHECKING
 
 from redis.exceptions import RedisError
 
 from .. import store
 from ..logs import OutageLog
+from .context import WorkerContext
 from .hosts import host_of
 from .verification import verify
-
-if TYPE_CHECKING:
-    from .context import WorkerContext
 
 log = logging.getLogger(__name__)
 
@@ -30,27 +26,6 @@ HOST_HELD = 1000     # of them for one callback host; more go back to the end of
                      # from one host never fills the worker and leaves others' requests unread
 TAKE_BATCH = 500     # challenges taken from the line at once
 POLL = 0.5           # s between looks at the line when no job woke the lane
-
-
-class VerificationLane:
-    """This worker's verification lane: its slots, what it holds, and the bell that wakes it."""
-
-    def __init__(self, wid: str, concurrency: int) -> None:
-        self.wid = wid
-        self.slots = asyncio.Semaphore(concurrency)
-        self.held = 0
-        self.sent_back = 0           # challenges put back in line since the lane last looked
-        self.by_host: Counter[str] = Counter()
-        self.bell = asyncio.Event()
-        self.room = asyncio.Event()
-        self.task: asyncio.Task[None] | None = None
-
-    @property
-    def is_running(self) -> bool:
-        return self.task is not None and not self.task.done()
-
-    def wake(self) -> None:
-        self.bell.set()
 
 
 async def run_lane(ctx: WorkerContext) -> None:

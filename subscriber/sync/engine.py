@@ -11,7 +11,6 @@ Lists, else a re-baseline from its Resource List. A gap nothing can fill is repo
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import time
@@ -23,6 +22,8 @@ from typing import IO
 import aiohttp
 
 from rsnotify.datetimes import format_datetime
+from rsnotify.filelocks import LockBusyError, lock, unlock
+from rsnotify.netguard import Network
 
 from ..discovery import (
     DiscoveredTopic,
@@ -41,9 +42,9 @@ from .context import SyncContext, SyncOptions
 from .events import Events
 from .fetcher import USER_AGENT, Fetcher
 from .live import GAP, WAIT, drain
-from .netguard import Network, make_session, source_networks
 from .push import Push
 from .remote import SourceDocumentError, SourceUnreachableError
+from .session import make_session, source_networks
 from .sink import FolderSink
 from .state import CONFLICT, FAILED, REFUSED, STALE, STATE_DIR, SyncState
 
@@ -526,14 +527,14 @@ def lock_holder(root: Path, *, take: bool = False) -> str | None:
     path.parent.mkdir(parents=True, exist_ok=True)
     file = path.open("a+")
     try:
-        fcntl.flock(file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
+        lock(file, wait=False)
+    except LockBusyError:
         file.seek(0)
         holder = file.read().strip() or "another process"
         file.close()
         return holder
     if not take:
-        fcntl.flock(file, fcntl.LOCK_UN)
+        unlock(file)
         file.close()
         return None
     file.seek(0)
@@ -547,7 +548,7 @@ def lock_holder(root: Path, *, take: bool = False) -> str | None:
 def release_lock(root: Path) -> None:
     file = _held_locks.pop(root.resolve(), None)
     if file is not None:
-        file.close()   # releases the flock
+        file.close()   # releases the lock
 
 
 async def _wait(stop: asyncio.Event, seconds: float) -> None:

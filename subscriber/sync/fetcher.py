@@ -17,7 +17,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import random
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
@@ -31,9 +30,11 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 
 from rsnotify import __version__
+from rsnotify.backoff import backoff_delay
+from rsnotify.netguard import Network
 
-from .netguard import Network, make_session
 from .outcomes import FetchOutcome, Refusal
+from .session import make_session
 from .sink import FolderSink, PathConflictError, SymlinkRefusedError
 
 log = logging.getLogger(__name__)
@@ -42,6 +43,7 @@ USER_AGENT = f"rsnotify-sync/{__version__}"
 HASHLIB_NAMES = {"md5": "md5", "sha-1": "sha1", "sha1": "sha1", "sha-256": "sha256", "sha256": "sha256",
                  "sha-512": "sha512"}
 MAX_REDIRECTS = 5
+MAX_RETRY_WAIT = 300.0  # s: the longest wait between two tries of one resource (also for Retry-After)
 _REDIRECTS = (301, 302, 303, 307, 308)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
 DEFAULT_MAX_BYTES = 1024**3      # --max-resource-size
@@ -208,8 +210,7 @@ class Fetcher:
                     return FetchResult(loc, FetchOutcome.REFUSED, detail=str(exc), rule=exc.rule)
                 if not exc.retry or attempt >= self.tries:
                     return FetchResult(loc, FetchOutcome.FAILED, detail=str(exc))
-                delay = exc.retry_after if exc.retry_after is not None else \
-                    self.retry_base * 2 ** (attempt - 1) * random.uniform(0.8, 1.2)
+                delay = backoff_delay(attempt, self.retry_base, MAX_RETRY_WAIT, retry_after=exc.retry_after)
                 log.info("retrying %s in %.1f s (try %d of %d): %s", loc, delay, attempt + 1, self.tries, exc)
             except SymlinkRefusedError as exc:
                 return FetchResult(loc, FetchOutcome.REFUSED, detail=str(exc), rule=Refusal.SYMLINK)
@@ -220,7 +221,7 @@ class Fetcher:
                 return result
             finally:
                 self._release()
-            await asyncio.sleep(min(delay, 300.0))
+            await asyncio.sleep(delay)
 
     async def _fetch_once(self, loc: str, path: Path, length: int | None,
                           hashes: tuple[tuple[str, str], ...]) -> FetchResult:

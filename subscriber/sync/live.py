@@ -18,6 +18,7 @@ from rsnotify.datetimes import format_datetime, parse_w3c_datetime
 from rsnotify.errors import DocumentParseError, NotificationParseError, ValidationError
 from rsnotify.notification import ChangeNotification
 from rsnotify.safexml import parse_in_thread
+from rsnotify.websub import missing_sequences
 from rsnotify.xml import parse_notification
 
 from . import events as ev
@@ -154,7 +155,7 @@ def _check_sequence(ctx: SyncContext, row: InboxRow, last_sequences: dict[str, i
     hub = row.hub or ""
     last = last_sequences.get(hub)
     if last is not None and row.sequence > last + 1:
-        missing = f"{last + 1}" if row.sequence == last + 2 else f"{last + 1}..{row.sequence - 1}"
+        missing = missing_sequences(last, row.sequence)
         ctx.events.emit(ev.GAP, kind="sequence", hub=hub, missing=missing, after=last, sequence=row.sequence)
         log.warning("sequence jump at %s: %s missing", hub, missing)
     last_sequences[hub] = max(last or 0, row.sequence)

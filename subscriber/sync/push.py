@@ -1,8 +1,9 @@
 """Push for sync: the callback server, the subscription (reused across restarts), and the
-inbox hook that stores each delivery before the hub gets its 2xx.
+inbox receiver that stores each delivery before the hub gets its 2xx.
 
-The core's `on_receive` stores each delivery's bytes in the inbox before the answer; when that
-fails the hub is answered 503 and delivers again. Subscriptions live beside the engine's state
+The callback core hands each delivery it accepted to the `InboxReceiver`, which keeps its
+bytes in the inbox before the answer; when that fails the hub is answered 503 and delivers
+again. Subscriptions live beside the engine's state
 (DIR/.rsnotify/subscriptions.db), so a restart finds the callback URL and secret again and the
 hub keeps the subscription's place in its log.
 """
@@ -15,11 +16,11 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER
+from rsnotify.websub import REPLAY_FIELD
 
-from ..aiohttp_adapter import add_callback_routes
+from ..callback.aiohttp_adapter import add_callback_routes
+from ..callback.core import CallbackResponse, Delivery
 from ..client import Subscriber
-from ..core import CallbackRequest
 from ..discovery import DiscoveredTopic
 from ..errors import SubscriberError
 from ..settings import CALLBACK_PATH, SubscriberSettings
@@ -29,12 +30,31 @@ from .state import SyncState
 log = logging.getLogger(__name__)
 
 SUBSCRIPTIONS_FILE = "subscriptions.db"  # beside the state database, in DIR/.rsnotify/
-REPLAY_FIELD = "rsnotify.replay_from"   # rsnotify hub extension: deliver from this sequence on
 
 
-def _sequence(value: str | None) -> int | None:
-    text = (value or "").strip()
-    return int(text) if text.isdigit() else None
+class InboxReceiver:
+    """The callback core's receiver for sync: each delivery's bytes into the inbox, nothing else.
+
+    Runs before the hub's answer: a failed write answers 503, so the hub keeps the delivery and
+    retries. Parsing, de-duplication by notification id and gaps wait for the engine, which
+    reads the inbox (live.py)."""
+
+    def __init__(self, state: SyncState, wake: asyncio.Event) -> None:
+        self.state = state
+        self.wake = wake
+
+    async def receive(self, delivery: Delivery) -> CallbackResponse:
+        try:
+            self.state.add_to_inbox(delivery.subscription.hub, delivery.sequence, delivery.notification_id,
+                                    delivery.content_type, delivery.body)
+        except Exception as exc:
+            log.exception("could not store the delivery to %s", delivery.subscription.id)
+            return CallbackResponse(503, f"the notification could not be stored ({exc}); deliver it again later")
+        self.wake.set()
+        return CallbackResponse(200, "stored")
+
+    async def close(self) -> None:
+        """Nothing is held: every delivery was written before its answer."""
 
 
 class Push:
@@ -49,22 +69,13 @@ class Push:
         # Its own file: the inbox writes to the state file on every delivery, which would make
         # the store re-read its subscription each time (its cache follows the file's version).
         self.store = SqliteStore(state.path.with_name(SUBSCRIPTIONS_FILE))
-        self.subscriber = Subscriber(None, self.store, settings=settings)
-        self.subscriber.core.on_receive = self._receive
-        self.subscriber.core.add_hook("denied", self._lost)
-        self.subscriber.core.add_hook("renewal_failed", self._lost)
+        self.subscriber = Subscriber(None, self.store, settings=settings, receiver=InboxReceiver(state, wake))
+        self.subscriber.on_denied(self._lost)
+        self.subscriber.on_renewal_failed(self._lost)
         self.subscriber.intent_extras = self._replay_field
         self.subscription: Subscription | None = None
         self._runner: web.AppRunner | None = None
         self.port: int | None = None
-
-    async def _receive(self, subscription: Subscription, request: CallbackRequest) -> None:
-        # Runs before the hub's answer; raising answers 503, so the hub keeps it and retries.
-        # Parsing waits for the engine: the inbox holds the bytes as delivered.
-        self.state.add_to_inbox(subscription.hub, _sequence(request.header(SEQUENCE_HEADER)),
-                                request.header(NOTIFICATION_ID_HEADER),
-                                request.header("Content-Type") or "application/octet-stream", request.body)
-        self.wake.set()
 
     async def _lost(self, subscription: Subscription, *details: object) -> None:
         # A denied subscription or a failed renewal: push is unhealthy until a new subscription

@@ -1,6 +1,6 @@
-"""Reading a Source's lists over HTTP: each document is streamed to a temp file (bounded), then
-read with `rsnotify.lists.open_list` in a worker thread, a chunk of entries at a time, so memory
-stays flat however many resources the Source has.
+"""Reading a Source's lists over HTTP (on the guarded session of sync/session.py): each document
+is streamed to a temp file (bounded), then read with `rsnotify.lists.open_list` in a worker
+thread, a chunk of entries at a time, so memory stays flat however many resources it has.
 """
 from __future__ import annotations
 
@@ -16,6 +16,8 @@ from rsnotify.errors import DocumentParseError
 from rsnotify.lists import Entry, ListInfo, ListStream, open_list
 
 from .fetcher import RedirectRefusedError, get_in_origin
+
+__all__ = ["RemoteList", "SourceDocumentError", "SourceUnreachableError"]
 
 MAX_LIST_BYTES = 52_428_800 + 1_048_576   # the Sitemap limit, with room for an XML prologue
 _SPOOL = 1_048_576

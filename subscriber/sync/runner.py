@@ -20,6 +20,7 @@ from typing import Any, TextIO
 from aiohttp import ClientMiddlewareType
 
 from rsnotify.datetimes import format_datetime
+from rsnotify.netguard import Network
 
 from ..errors import SubscriberError
 from ..settings import SubscriberSettings
@@ -38,7 +39,6 @@ from .events import DEGRADED as DEGRADED_EVENT
 from .events import SyncEvent
 from .headers import Header, source_header_middleware
 from .politeness import rate_limit_middleware
-from .netguard import Network
 from .remote import SourceDocumentError, SourceUnreachableError
 from .state import STATE_DIR, STATE_FILE, SyncState
 

@@ -1,10 +1,10 @@
 """The whole product from the outside: a Source advertises its channel and publishes with the
 publisher library, `rsnotify hub` (embedded Redis, its own workers) relays, and a Destination
-that discovered the channel keeps a mirror of the Source in sync."""
+that discovered the channel gets every notification, in order, with no gap. (Files on disk
+through the real hub: tests/e2e/test_e2e_sync.py, where `rsnotify sync` keeps the copy.)"""
 from __future__ import annotations
 
 import hashlib
-from pathlib import Path
 
 from aiohttp import web
 
@@ -12,8 +12,7 @@ from rsnotify.notification import CapabilityEntry, SourceDescription
 from rsnotify.publisher import Publisher
 from rsnotify.publisher.advertise import new_capability_list
 from rsnotify.subscriber import MemoryStore, Subscriber, discover_source
-from rsnotify.subscriber.aiohttp_adapter import add_callback_routes
-from rsnotify.subscriber.mirror import Mirror
+from rsnotify.subscriber.callback.aiohttp_adapter import add_callback_routes
 from rsnotify.xml import capability_list_to_xml, source_description_to_xml
 from tests.support.waiting import eventually
 
@@ -60,11 +59,7 @@ async def serve(app: web.Application) -> tuple[web.AppRunner, str]:
     return runner, f"http://127.0.0.1:{port}"
 
 
-def mirrored(root: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
-async def test_destination_mirror_follows_the_source_through_the_embedded_hub(hub_process, tmp_path):
+async def test_destination_follows_the_source_through_the_embedded_hub(hub_process, tmp_path):
     hub = hub_process(data_dir=tmp_path / "hub", workers=1)
     source = Source()
     source_app = web.Application()
@@ -72,12 +67,10 @@ async def test_destination_mirror_follows_the_source_through_the_embedded_hub(hu
     source_runner, source.base = await serve(source_app)
     source.hub = hub.url
 
-    mirror = Mirror(tmp_path / "mirror")
     received = []
 
     async def on_notification(notification):
         received.append(notification)
-        await mirror(notification)
 
     destination_app = web.Application()
     subscriber = Subscriber(None, MemoryStore(), on_notification=on_notification)
@@ -97,14 +90,12 @@ async def test_destination_mirror_follows_the_source_through_the_embedded_hub(hu
                 await publisher.publish([source.change("/b.txt", "deleted")])
 
             await eventually(lambda: len(received) == 3, what="three notifications")
-            await eventually(lambda: mirrored(tmp_path / "mirror") == {"a.txt": b"alpha v2"}, what="the mirror in sync")
             assert [r.sequence for r in received] == [1, 2, 3]
             assert all(not r.gaps for r in received)
             # consecutive notifications cover consecutive intervals
             notes = [r.notification for r in received]
             assert notes[0].until_time == notes[1].from_time and notes[1].until_time == notes[2].from_time
     finally:
-        await mirror.close()
         await destination_runner.cleanup()
         await source_runner.cleanup()
     assert hub.stop() == 0

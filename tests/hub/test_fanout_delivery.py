@@ -10,7 +10,7 @@ from aiohttp import web
 
 from rsnotify.hub import keys, store
 from rsnotify.hub.enqueue import make_queue
-from rsnotify.hub.worker import fanout, sending
+from rsnotify.hub.worker import fanout
 from rsnotify.websub import (
     NOTIFICATION_ID_HEADER,
     SEQUENCE_HEADER,
@@ -354,15 +354,6 @@ async def test_a_publish_during_a_run_is_picked_up_by_the_run_that_owns_the_subs
     release.set()
     await first
     assert [r.body for r in callback_server.seen("/owned")] == [body(0), body(1)]
-
-
-def test_retry_delay_grows_exponentially_with_jitter_up_to_the_cap() -> None:
-    assert sending.retry_delay(1, 2.0, 3600.0, rand=0.0) == 1.0
-    assert sending.retry_delay(1, 2.0, 3600.0, rand=1.0) == 2.0
-    assert sending.retry_delay(5, 2.0, 3600.0, rand=1.0) == 32.0
-    assert sending.retry_delay(40, 2.0, 3600.0, rand=1.0) == 3600.0
-    total = sum(sending.retry_delay(n, 2.0, 3600.0, rand=0.5) for n in range(1, 40))
-    assert 0.7 * 86400 < total < 1.5 * 86400        # the defaults give up after about a day
 
 
 async def test_a_worker_follows_a_busy_topic_so_publishes_need_no_job(fanout_settings, clock, callback_server, redis) -> None:

@@ -22,12 +22,12 @@ from rsnotify.documents import parse_document
 from rsnotify.lists import ListRef, open_list
 from rsnotify.notification import ResourceChange
 from rsnotify.publisher import HubUnreachableError, Outbox, Publisher
-from rsnotify.publisher.changelist import (
+from rsnotify.publisher.memory.changelist import (
     changelist_name,
     write_changelist,
     write_changelist_document,
 )
-from rsnotify.publisher.memory import (
+from rsnotify.publisher.memory.store import (
     ChangeMemory,
     ListPolicy,
     changelists,
@@ -222,7 +222,7 @@ def test_an_old_json_state_file_becomes_a_change_memory_keeping_the_chain(tmp_pa
 
 
 def test_resource_list_snapshot_has_at_on_the_chain_and_an_index_past_the_limit(tmp_path):
-    from rsnotify.publisher.resourcelist import snapshot_resource_list
+    from rsnotify.publisher.memory.resourcelist import snapshot_resource_list
 
     memory = ChangeMemory(tmp_path / "memory.db")
     publisher = Publisher("http://127.0.0.1:9/", TOPIC, memory=memory)

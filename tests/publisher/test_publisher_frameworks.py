@@ -12,8 +12,8 @@ from wsgiref.simple_server import WSGIRequestHandler, make_server
 
 import pytest
 
-from rsnotify.publisher import Outbox, Publisher, Topic
 from rsnotify.hub.redis_server import RedisServer
+from rsnotify.publisher import Outbox, Publisher, Topic
 from rsnotify.websub import parse_link_header
 from tests.support.http import fetch, get_json
 from tests.support.hubproc import HubProcess, start_hub_on_emptied_redis
@@ -73,7 +73,7 @@ def check_topic_uri(url: str, topic: Topic) -> None:
 def test_flask_topic_view_and_publish_after_request(hub: HubProcess, outbox: Outbox):
     from flask import Flask
 
-    from rsnotify.publisher.flask import add_topic_rule, publish_after_request
+    from rsnotify.publisher.web.flask import add_topic_rule, publish_after_request
 
     topic = Topic(outbox.publisher.topic_url, hub.url)
     app = Flask(__name__)
@@ -112,7 +112,7 @@ def test_django_topic_view_and_publish_on_commit(hub: HubProcess, outbox: Outbox
     from django.urls import clear_url_caches, path
     from django.views.decorators.csrf import csrf_exempt
 
-    from rsnotify.publisher.django import publish_on_commit, topic_path
+    from rsnotify.publisher.web.django import publish_on_commit, topic_path
 
     topic = Topic(outbox.publisher.topic_url, hub.url)
 

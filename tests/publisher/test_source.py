@@ -22,8 +22,8 @@ from resync.resource_list import ResourceList as ResyncResourceList
 from rsnotify.datetimes import format_datetime
 from rsnotify.documents import parse_document
 from rsnotify.lists import ListInfo, Resource, open_list
-from rsnotify.publisher.resourcelist import write_resource_list
-from rsnotify.publisher.source import SourceUrls
+from rsnotify.publisher.memory.resourcelist import write_resource_list
+from rsnotify.publisher.source.server import SourceUrls
 from rsnotify.xml import parse_capability_list, parse_source_description
 from tests.support import cli
 from tests.support.http import fetch
@@ -249,7 +249,7 @@ def test_source_keeps_going_while_the_hub_is_down(hub_process, run_source, tmp_p
 
 
 def test_a_folder_lists_regular_files_inside_it_only(tmp_path):
-    from rsnotify.publisher.folder import Folder, changes_against
+    from rsnotify.publisher.source.folder import Folder, changes_against
 
     root = tmp_path / "src"
     (root / "ü dir").mkdir(parents=True)

@@ -3,7 +3,7 @@ events that made it: the delete of the old shape goes out with (and before) the 
 at the next full rescan."""
 from __future__ import annotations
 
-from rsnotify.publisher.folder import Folder, changes_against
+from rsnotify.publisher.source.folder import Folder, changes_against
 
 BASE = "http://127.0.0.1:1/d/"
 

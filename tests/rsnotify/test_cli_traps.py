@@ -114,7 +114,7 @@ def test_an_at_sign_not_followed_by_a_datetime_is_refused(tmp_path):
         "Error: --updated https://example.org/a@yesterday: 'yesterday' after the last @ is not a W3C datetime "
         "(e.g. 2024-05-01T10:00:00Z); write an @ that belongs to the URI as %40")
     if state.exists():   # opened before the changes are read: it must hold nothing
-        from rsnotify.publisher.memory import ChangeMemory
+        from rsnotify.publisher.memory.store import ChangeMemory
         memory = ChangeMemory(state)
         try:
             assert memory.last_until("https://example.org/changes") is None

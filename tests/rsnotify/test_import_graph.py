@@ -1,5 +1,5 @@
 """The hub's and the roles' arrows, on the import graph test_house.py reads from the source
-(imports inside functions count; typing-only ones under `if TYPE_CHECKING:` do not; that file
+(imports inside functions and typing-only ones under `if TYPE_CHECKING:` count; that file
 checks there is no circle): the roles never import each other and the vocabulary imports no
 role; in the hub, web/ and worker/ never import each other, and only RQ runs the job bodies (no
 module imports rsnotify.hub.worker.jobs; every job path rsnotify.hub.enqueue queues names one of

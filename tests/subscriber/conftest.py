@@ -184,7 +184,7 @@ class Recorder:
 @pytest.fixture
 async def make_subscriber(aiohttp_server: Callable[..., Any]) -> AsyncIterator[Callable[..., Any]]:
     """A factory of started Subscribers, each served by its own loopback aiohttp server."""
-    from rsnotify.subscriber.aiohttp_adapter import add_callback_routes
+    from rsnotify.subscriber.callback.aiohttp_adapter import add_callback_routes
     from rsnotify.subscriber.client import Subscriber
     from rsnotify.subscriber.settings import SubscriberSettings
     from rsnotify.subscriber.store import MemoryStore

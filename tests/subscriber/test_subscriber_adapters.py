@@ -12,11 +12,11 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 import pytest
 import uvicorn
 
-from rsnotify.subscriber.asgi import ASGICallbackApp
+from rsnotify.subscriber.callback.asgi import ASGICallbackApp
+from rsnotify.subscriber.callback.wsgi import SubscriberThread
 from rsnotify.subscriber.client import Subscriber
 from rsnotify.subscriber.settings import SubscriberSettings
 from rsnotify.subscriber.store import MemoryStore, Subscription
-from rsnotify.subscriber.wsgi import SubscriberThread
 
 from .conftest import Recorder, make_notification
 
@@ -38,7 +38,7 @@ class Harness:
         return await self.subscriber.unsubscribe(subscription)
 
     async def drain(self) -> None:
-        await self.subscriber.core.drain(5)
+        await self.subscriber.drain(5)
 
 
 class AiohttpHarness(Harness):
@@ -63,7 +63,7 @@ class WSGIHarness(Harness):
         return await asyncio.to_thread(self.runner.unsubscribe, subscription, wait=True)
 
     async def drain(self) -> None:
-        await asyncio.to_thread(self.runner.call, self.subscriber.core.drain(5))
+        await asyncio.to_thread(self.runner.call, self.subscriber.drain(5))
 
 
 class _ThreadingWSGIServer(ThreadingMixIn, WSGIServer):

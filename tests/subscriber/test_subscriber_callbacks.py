@@ -50,10 +50,34 @@ async def test_verification_without_a_pending_intent_is_refused_with_404(fake_hu
         verification = await fake_hub.verify(subscription.callback, {
             "hub.mode": mode, "hub.topic": topic, "hub.challenge": "abc", "hub.lease_seconds": "600"})
         assert verification.status == 404
+    assert (await subscriber.store.get(subscription.id)).status == "active"
     unknown = subscriber.callback_base_url + "/" + "x" * 43
     verification = await fake_hub.verify(unknown, {"hub.mode": "subscribe", "hub.topic": TOPIC,
                                                    "hub.challenge": "abc"})
     assert verification.status == 404
+
+
+async def test_a_repeated_subscribe_verification_of_a_wanted_subscription_is_confirmed(fake_hub, make_subscriber):
+    # Issue 21 item 7: a hub may verify an active subscription again (same topic, same
+    # callback), e.g. a renewal it started itself; the callback still wants it, so it says yes
+    # and takes the new lease. One it ended, or another topic, stays refused.
+    subscriber = await make_subscriber()
+    subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
+    verification = await fake_hub.verify(subscription.callback, {
+        "hub.mode": "subscribe", "hub.topic": TOPIC, "hub.challenge": "again", "hub.lease_seconds": "900"})
+    assert (verification.status, verification.body) == (200, "again")
+    renewed = await subscriber.store.get(subscription.id)
+    assert renewed.status == "active" and renewed.lease_seconds == 900
+    assert renewed.expires_at == renewed.verified_at + timedelta(seconds=900)
+    assert renewed.verified_at >= subscription.verified_at
+    other = await fake_hub.verify(subscription.callback, {
+        "hub.mode": "subscribe", "hub.topic": "http://example.com/other/", "hub.challenge": "abc"})
+    assert other.status == 404
+    await subscriber.unsubscribe(subscription)
+    after_end = await fake_hub.verify(subscription.callback, {
+        "hub.mode": "subscribe", "hub.topic": TOPIC, "hub.challenge": "abc", "hub.lease_seconds": "600"})
+    assert after_end.status == 404
+    assert (await subscriber.store.get(subscription.id)).status == "unsubscribed"
 
 
 async def test_denial_is_recorded_and_reported(fake_hub, make_subscriber):
@@ -98,7 +122,7 @@ async def test_missing_or_wrong_signature_is_refused_and_never_seen(fake_hub, ma
     # A signature made with another secret is refused too.
     status, _ = await fake_hub.deliver(subscription.callback, make_notification(), secret="not-the-secret")
     assert status == 403
-    await subscriber.core.drain(2)
+    await subscriber.drain(2)
     assert recorder.received == []
 
 
@@ -121,7 +145,7 @@ async def test_repeated_notification_id_is_acknowledged_but_dropped(fake_hub, ma
         status, _ = await fake_hub.deliver(subscription.callback, body, secret=subscription.secret,
                                            notification_id="n-1", sequence=1)
         assert status == 200
-    await subscriber.core.drain(2)
+    await subscriber.drain(2)
     assert [r.notification_id for r in recorder.received] == ["n-1"]
 
 
@@ -177,7 +201,7 @@ async def test_body_over_the_limit_is_refused_with_413(fake_hub, make_subscriber
     subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
     status, reply = await fake_hub.deliver(subscription.callback, b"<x/>" * 1000, secret=subscription.secret)
     assert status == 413 and "1000" in reply
-    await subscriber.core.drain(2)
+    await subscriber.drain(2)
     assert recorder.received == []
 
 
@@ -198,7 +222,7 @@ async def test_slow_application_never_makes_the_hub_wait(fake_hub, make_subscrib
         assert status == 200
     assert seen == []
     release.set()
-    await subscriber.core.drain(2)
+    await subscriber.drain(2)
     assert seen == ["n-1", "n-2"]  # in order
 
 
@@ -207,7 +231,7 @@ async def test_plain_function_handler_runs_too(fake_hub, make_subscriber):
     subscriber = await make_subscriber(on_notification=lambda received: seen.append(received.sequence))
     subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
     await fake_hub.deliver(subscription.callback, make_notification(), secret=subscription.secret, sequence=7)
-    await subscriber.core.drain(2)
+    await subscriber.drain(2)
     assert seen == [7]
 
 

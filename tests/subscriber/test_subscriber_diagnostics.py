@@ -46,7 +46,7 @@ async def test_diagnostics_signed_by_link_and_from_the_command_line(hub: HubProc
     assert (report["state"], report["has_secret"], report["callback"]) == ("active", True, signed.callback)
     report = await subscriber.diagnostics(unsigned)  # the hub sends a link to the callback first
     assert (report["state"], report["has_secret"], report["callback"]) == ("active", False, unsigned.callback)
-    assert unsigned.id in subscriber.core.diagnostics_links
+    assert unsigned.id in subscriber.lifecycle.diagnostics_links
     assert (await subscriber.diagnostics(unsigned))["callback"] == unsigned.callback  # the link is reused
 
     status = await cli.start_async("subscribe", "--status", "--state-file", str(state_file))

@@ -236,8 +236,8 @@ def test_a_request_on_a_single_threaded_flask_server_subscribes_without_waiting(
     from flask import Flask
     from werkzeug.serving import make_server
 
-    from rsnotify.subscriber.flask import callback_blueprint
-    from rsnotify.subscriber.wsgi import subscriber_thread
+    from rsnotify.subscriber.callback.flask import callback_blueprint
+    from rsnotify.subscriber.callback.wsgi import subscriber_thread
 
     port = free_port()
     settings = SubscriberSettings(callback_url=f"http://127.0.0.1:{port}/websub",

@@ -9,7 +9,10 @@ import pytest
 from aiohttp import web
 
 from rsnotify.subscriber import DiscoveryError, Subscriber, discover, discover_topic
-from rsnotify.subscriber.aiohttp_adapter import add_callback_routes, subscriber_context
+from rsnotify.subscriber.callback.aiohttp_adapter import (
+    add_callback_routes,
+    subscriber_context,
+)
 from rsnotify.subscriber.errors import SettingsError, SubscriptionDeniedError
 from rsnotify.subscriber.settings import SubscriberSettings
 from rsnotify.subscriber.store import MemoryStore
@@ -148,7 +151,7 @@ async def test_hooks_are_called_for_verified_denied_and_gap(fake_hub, make_subsc
     fake_hub.mode = "deny"
     with pytest.raises(SubscriptionDeniedError):
         await subscriber.subscribe("http://example.com/dataset2/change/", fake_hub.url)
-    await subscriber.core.drain(5)
+    await subscriber.drain(5)
     # Gap and notification hooks run in delivery order; the others in the background.
     assert [item for item in seen if item[0] in ("gap", "notification")] == [
         ("notification", 1), ("gap", ["sequence"]), ("notification", 3)]
@@ -163,7 +166,7 @@ async def test_renewal_failed_hook_gets_the_subscription_and_the_error(fake_hub,
     subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
     fake_hub.mode = "refuse"
     await subscriber.renew(subscription)
-    await subscriber.core.drain(5)
+    await subscriber.drain(5)
     assert failures == [(subscription.id, failures[0][1])] and "400" in failures[0][1]
 
 
@@ -203,10 +206,43 @@ async def test_default_ack_answers_before_the_handler_and_only_logs_its_error(fa
     subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
     status, _ = await fake_hub.deliver(subscription.callback, make_notification(T0), secret=subscription.secret,
                                        notification_id="n1")
-    await subscriber.core.drain(5)
+    await subscriber.drain(5)
     assert status == 200 and "notification handler failed" in caplog.text
 
 
 def test_an_unknown_ack_mode_is_refused():
     with pytest.raises(SettingsError, match="ack must be after_response or after_handler, got 'later'"):
         Subscriber("http://127.0.0.1/websub", MemoryStore(), ack="later")
+
+
+async def test_a_receiver_of_its_own_gets_each_accepted_delivery_as_one_value(fake_hub, make_subscriber):
+    # The receive seam: the core answers the hub (lookup, signature) and hands what it accepted
+    # to the one receiver it was built with; the receiver's answer is the hub's answer.
+    from rsnotify.subscriber import CallbackResponse, Delivery
+
+    class Keep:
+        def __init__(self) -> None:
+            self.deliveries: list[Delivery] = []
+
+        async def receive(self, delivery: Delivery) -> CallbackResponse:
+            self.deliveries.append(delivery)
+            return CallbackResponse(202, "kept")
+
+        async def close(self) -> None:
+            pass
+
+    keep = Keep()
+    subscriber = await make_subscriber(receiver=keep)
+    subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
+    body = make_notification()
+    assert await fake_hub.deliver(subscription.callback, body, secret="wrong") == (403, "X-Hub-Signature does not match the body")
+    assert await fake_hub.deliver(subscription.callback, body, secret=subscription.secret, notification_id="n-1",
+                                  sequence=7) == (202, "kept")
+    [delivery] = keep.deliveries
+    assert (delivery.subscription.id, delivery.notification_id, delivery.sequence, delivery.body) == \
+        (subscription.id, "n-1", 7, body)
+    assert delivery.content_type == "application/xml"
+    with pytest.raises(SettingsError, match="default receiver"):
+        subscriber.on_notification(lambda received: None)
+    with pytest.raises(SettingsError, match="default receiver"):
+        Subscriber("http://127.0.0.1:9/websub", MemoryStore(), receiver=keep, on_notification=lambda r: None)

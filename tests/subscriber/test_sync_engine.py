@@ -12,18 +12,18 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from rsnotify.lists import ListInfo, ListRef, ListWriter, Resource
+from rsnotify.netguard import parse_networks
 from rsnotify.notification import (
     CapabilityEntry,
     CapabilityList,
     ChangeType,
     ResourceChange,
 )
-from rsnotify.subscriber.core import CallbackRequest
+from rsnotify.subscriber.callback.core import CallbackRequest
 from rsnotify.subscriber.settings import SubscriberSettings
 from rsnotify.subscriber.store import Subscription
 from rsnotify.subscriber.sync import SyncEngine, SyncOptions, SyncState
 from rsnotify.subscriber.sync.fetcher import Fetcher
-from rsnotify.subscriber.sync.netguard import parse_networks
 from rsnotify.subscriber.sync.push import Push
 from rsnotify.subscriber.sync.remote import SourceDocumentError
 from rsnotify.subscriber.sync.sink import FolderSink

@@ -12,7 +12,7 @@ from __future__ import annotations
 from flask import Blueprint, request
 from werkzeug.wrappers import Response  # Flask's own dependency; what Response.from_app returns
 
-from .client import Subscriber
+from ..client import Subscriber
 from .wsgi import subscriber_thread
 
 

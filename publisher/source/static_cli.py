@@ -12,12 +12,12 @@ from pathlib import Path
 
 import click
 
-from .client import Publisher
+from ..client import Publisher
 from .folder import Exclusions, Folder
-from .memory import ChangeMemory
-from .outbox import Outbox
-from .source import RESERVED_NAMES, SourceUrls
-from .static_source import TEMPORARY_PREFIX, StaticSource
+from ..memory.store import ChangeMemory
+from ..outbox import Outbox
+from .server import RESERVED_NAMES, SourceUrls
+from .static import TEMPORARY_PREFIX, StaticSource
 
 ONCE_FLUSH_SECONDS = 60.0  # how long --once waits for the hub(s) to accept what it recorded
 

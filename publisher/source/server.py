@@ -26,19 +26,19 @@ from aiohttp import web
 from rsnotify.notification import CapabilityEntry, CapabilityList, SourceDescription
 from rsnotify.xml import capability_list_to_xml, source_description_to_xml
 
-from .advertise import set_capabilities
-from .changelist import (
+from ..advertise import set_capabilities
+from ..client import Publisher
+from ..memory.changelist import (
     changelist_name,
     find_changelist,
     write_changelist,
     write_changelist_document,
 )
-from .client import Publisher
+from ..memory.resourcelist import ResourceListFiles, snapshot_resource_list
+from ..memory.store import ChangeMemory
+from ..outbox import Outbox
+from ..web.topic import Topic, topic_handler
 from .folder import Folder, changes_against, media_type
-from .memory import ChangeMemory
-from .outbox import Outbox
-from .resourcelist import ResourceListFiles, snapshot_resource_list
-from .topic import Topic, topic_handler
 
 log = logging.getLogger(__name__)
 

@@ -19,13 +19,13 @@ from aiohttp import web
 
 from rsnotify.neterrors import describe_client_error
 
+from ..client import Publisher
+from ..errors import SettingsError, StateError
+from ..memory.store import ChangeMemory, ListPolicy
+from ..outbox import Outbox
 from . import static_cli
-from .client import Publisher
-from .errors import SettingsError, StateError
 from .folder import Exclusions, Folder
-from .memory import ChangeMemory, ListPolicy
-from .outbox import Outbox
-from .source import RESERVED_NAMES, Source, SourceUrls
+from .server import RESERVED_NAMES, Source, SourceUrls
 
 log = logging.getLogger(__name__)
 _HUB_CHECK_SECONDS = 10.0

@@ -16,7 +16,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 from django.views.decorators.csrf import csrf_exempt
 
-from .client import Subscriber
+from ..client import Subscriber
 from .core import CallbackRequest, CallbackResponse, header_pairs, too_large
 from .wsgi import subscriber_thread
 

@@ -3,7 +3,7 @@
 WSGI servers call applications from their own threads with no event loop, so the
 subscriber (its store, renewals and HTTP client) runs on an event loop in one background
 thread, `SubscriberThread`, and `WSGICallbackApp` hands each request to it. Flask and Django
-users take `rsnotify.subscriber.flask` / `.django`; any other WSGI app mounts the callback app:
+users take `rsnotify.subscriber.callback.flask` / `.django`; any other WSGI app mounts the callback app:
 
     subscriber = Subscriber("https://dest.example.org/websub", on_notification=handle)
     subscriber.ensure_when_listening(topic, hub)     # subscribes once the server answers
@@ -23,9 +23,9 @@ from types import TracebackType
 from typing import Any, Self, TypeVar
 from urllib.parse import parse_qsl
 
-from .client import Subscriber
+from ..client import Subscriber
+from ..store import Subscription
 from .core import CallbackRequest, CallbackResponse, too_large
-from .store import Subscription
 
 T = TypeVar("T")
 StartResponse = Callable[..., Any]

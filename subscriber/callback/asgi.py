@@ -16,7 +16,7 @@ from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Any
 from urllib.parse import parse_qsl
 
-from .client import Subscriber
+from ..client import Subscriber
 from .core import CallbackRequest, CallbackResponse, too_large
 
 Scope = MutableMapping[str, Any]

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from flask import Blueprint, Flask, after_this_request, request
 from werkzeug.wrappers import Response
 
-from .changes import ChangeLike
+from ..changes import ChangeLike
 from .deferred import Sink, send_changes, take_changes
 from .topic import Topic, topic_response
 

@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 from aiohttp import web
 
-from .client import Subscriber
+from ..client import Subscriber
 from .core import (
     CallbackCore,
     CallbackRequest,

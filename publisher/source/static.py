@@ -19,10 +19,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from .changelist import changelist_name, write_changelist, write_changelist_document
-from .memory import changelists
-from .resourcelist import RESOURCE_LIST_NAME, snapshot_resource_list
-from .source import Source
+from ..memory.changelist import changelist_name, write_changelist, write_changelist_document
+from ..memory.store import changelists
+from ..memory.resourcelist import RESOURCE_LIST_NAME, snapshot_resource_list
+from .server import Source
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import BinaryIO
 from rsnotify.lists import CHANGE_LIST, ListInfo, ListRef, ListWriter
 from rsnotify.notification import Link
 
-from .memory import ChangeListRecord, changelists, iter_changes, last_until
+from .store import ChangeListRecord, changelists, iter_changes, last_until
 
 _TIME_FORMAT = "%Y%m%dT%H%M%S.%fZ"
 

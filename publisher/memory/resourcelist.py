@@ -18,7 +18,7 @@ from pathlib import Path
 from rsnotify.lists import RESOURCE_LIST, ListInfo, ListRef, ListWriter, Resource
 from rsnotify.notification import Link
 
-from .memory import ChangeMemory, iter_resources, resource_count, resources_at
+from .store import ChangeMemory, iter_resources, resource_count, resources_at
 
 RESOURCE_LIST_NAME = "resourcelist.xml"
 MAX_ENTRIES = 50_000

@@ -15,7 +15,7 @@ from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 
-from .changes import ChangeLike
+from ..changes import ChangeLike
 from .deferred import Sink, send_changes, take_changes
 from .topic import Topic, topic_response
 

@@ -25,7 +25,7 @@ from rsnotify.errors import NotificationError
 from rsnotify.lists import Resource
 from rsnotify.notification import ChangeNotification, ChangeType, Link, ResourceChange
 
-from .errors import StateError
+from ..errors import StateError
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS chain (topic TEXT PRIMARY KEY, until_time TEXT NOT NULL);

@@ -4,7 +4,7 @@ body is the latest notification, or empty with `Content-Length: 0`.
 
 One pure `topic_response`, and three thin adapters: an aiohttp handler, an ASGI app and a
 WSGI app, for whatever framework the Source runs. Flask and Django apps take
-`rsnotify.publisher.flask.add_topic_rule` / `rsnotify.publisher.django.topic_path`; the WSGI
+`rsnotify.publisher.web.flask.add_topic_rule` / `rsnotify.publisher.web.django.topic_path`; the WSGI
 app is mounted at the topic's path in any other WSGI app, e.g. with werkzeug:
 
     app.wsgi_app = DispatcherMiddleware(app.wsgi_app, {"/dataset1/change": wsgi_topic_app(topic)})
@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 from rsnotify.errors import WireError
 from rsnotify.websub import build_link_header, check_url
 
-from .errors import SettingsError
+from ..errors import SettingsError
 
 if TYPE_CHECKING:
     from aiohttp import web
 
-    from .client import Publisher
+    from ..client import Publisher
 
 XML_CONTENT_TYPE = "application/xml"
 _ALLOWED = ("GET", "HEAD")

@@ -8,9 +8,9 @@ from datetime import UTC, datetime
 
 from rsnotify.notification import ResourceChange
 
-from .changes import ChangeLike, to_resource_changes
-from .client import Publisher
-from .outbox import Outbox
+from ..changes import ChangeLike, to_resource_changes
+from ..client import Publisher
+from ..outbox import Outbox
 
 Sink = Outbox | Publisher
 

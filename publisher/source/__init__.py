@@ -1,0 +1,1 @@
+"""`rsnotify source`: a folder served as a ResourceSync Source, its changes published."""
