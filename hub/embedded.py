@@ -21,11 +21,10 @@ from pathlib import Path
 
 import redis as redis_sync
 from aiohttp import web
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from .redis_server import RedisServer, RedisServerError, start_redis_server
 
+from . import redis_clients
 from .crypto import load_fernet
 from .settings import HubSettings
 from .web.app import build_app
@@ -110,8 +109,8 @@ def stop_stale_redis(data: Path) -> None:
     sock = data / "redis.sock"
     if not sock.exists():
         return
-    # no retries: after SHUTDOWN the connection drops by design, and a retry would only wait
-    client = redis_sync.Redis(unix_socket_path=str(sock), socket_timeout=5, retry=Retry(NoBackoff(), 0))
+    # no retries (command_timeout): after SHUTDOWN the connection drops by design, and a retry would only wait
+    client = redis_clients.sync_client(f"unix://{sock}", 1, command_timeout=True)
     try:
         client.ping()
     except (redis_sync.RedisError, OSError):
@@ -180,7 +179,7 @@ def _start_redis(data: Path) -> RedisServer:
 def tune_redis(url: str) -> None:
     """Keep subscription hashes compact: with Redis's default 64-byte limit a long callback URL
     or an encrypted secret turns a ~450-byte hash into a ~1,450-byte hashtable."""
-    client = redis_sync.Redis.from_url(url)
+    client = redis_clients.sync_client(url, 1)
     try:
         client.config_set("hash-max-ziplist-value", HASH_MAX_VALUE)  # = hash-max-listpack-value in Redis 7
     finally:

@@ -10,7 +10,7 @@ Callers use `store.<operation>`; the submodules group the operations by what the
 """
 from __future__ import annotations
 
-from . import liveness, maintenance, queued
+from . import liveness, maintenance, queued, replication
 from .access import (
     diagnostics_token_digest,
     keep_diagnostics_token,
@@ -130,6 +130,7 @@ __all__ = [
     "recent_attempts",
     "recent_entries",
     "remove_subscription",
+    "replication",
     "replay_start",
     "resend_all_dead_letters",
     "resend_dead_letter",
