@@ -21,6 +21,7 @@ from rsnotify.websub import SIGNATURE_ALGORITHMS
 
 from .errors import SettingsError
 from .logs import LOG_FORMATS, configure_logging
+from .redis_url import redacted
 from .settings import HubSettings, env_name, parse_token
 
 # option names that differ from the field name (singular, because they repeat)
@@ -210,7 +211,7 @@ def hub(log_level: str, **values: Any) -> None:
     except OSError as exc:  # Redis unreachable at --redis-url, and the like
         raise click.ClickException(f"cannot start the hub: {exc}") from None
     except _redis_errors() as exc:
-        raise click.ClickException(f"cannot use Redis at {settings.redis_url}: {exc}") from None
+        raise click.ClickException(f"cannot use Redis at {redacted(str(settings.redis_url))}: {exc}") from None
 
 
 @click.command(cls=GroupedCommand)
@@ -243,7 +244,7 @@ def worker(burst: bool, queues: tuple[str, ...], concurrency: int | None, name: 
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
     except _redis_errors() as exc:
-        raise click.ClickException(f"cannot use Redis at {settings.redis_url}: {exc}") from None
+        raise click.ClickException(f"cannot use Redis at {redacted(str(settings.redis_url))}: {exc}") from None
 
 
 ORPHAN_STOP_TIMEOUT = 30.0  # s an orphaned worker gets to finish its job before it kills itself

@@ -25,6 +25,7 @@ from aiohttp import web
 from .redis_server import RedisServer, RedisServerError, start_redis_server
 
 from . import redis_clients
+from .redis_url import redacted
 from .crypto import load_fernet
 from .settings import HubSettings
 from .web.app import build_app
@@ -198,8 +199,8 @@ async def _serve(app: web.Application, sock: socket.socket, settings: HubSetting
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    where = f"{settings.data_path} (Redis {settings.redis_url}, AOF)" if redis_server else \
-        f"Redis at {settings.redis_url}"
+    shown = redacted(str(settings.redis_url))    # the data password stays out of logs
+    where = f"{settings.data_path} (Redis {shown}, AOF)" if redis_server else f"Redis at {shown}"
     announce(f"rsnotify hub serving at {settings.hub_url}\n"
              f"  listening on {settings.host}:{settings.port}\n"
              f"  data: {where}\n"

@@ -37,6 +37,8 @@ DOWN_AFTER_MS = 1000
 # it are answered 503 and sent again: the path under test. No answer may take much longer.
 REDIS_TIMEOUT = 1.0
 REPLICA_TIMEOUT = 0.5
+DATA_PASSWORD = "data-nodes-secret"
+SENTINEL_PASSWORD = "sentinels-secret"
 PUBLISH_DEADLINE = 60.0         # s one notification may take to be answered 200, retries included
 
 
@@ -91,13 +93,16 @@ def numbers(subscriber: RecordingSubscriber, path: str) -> list[int]:
 
 def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGroup | None = None,
                  extra_env: dict[str, str] | None = None) -> None:
-    group = group or start_sentinel_group(tmp_path / "redis", down_after_ms=DOWN_AFTER_MS, failover_timeout_ms=2000)
+    # the data nodes and the Sentinels have passwords of their own: the URL carries the first,
+    # --sentinel-password (RSNOTIFY_SENTINEL_PASSWORD) the second
+    group = group or start_sentinel_group(tmp_path / "redis", down_after_ms=DOWN_AFTER_MS, failover_timeout_ms=2000,
+                                          password=DATA_PASSWORD, sentinel_password=SENTINEL_PASSWORD)
     subscriber = RecordingSubscriber(default_status=204)
     server = subscriber.serve_in_thread()
     hub: HubProcess | None = None
     workers = []
     try:
-        env = {"RSNOTIFY_REDIS_URL": group.url(), "RSNOTIFY_SECRET_KEY": Fernet.generate_key().decode(),
+        env = {"RSNOTIFY_REDIS_URL": group.url(), "RSNOTIFY_SENTINEL_PASSWORD": SENTINEL_PASSWORD, "RSNOTIFY_SECRET_KEY": Fernet.generate_key().decode(),
                "RSNOTIFY_PUBLIC_URL": PUBLIC_URL, "RSNOTIFY_ALLOW_NETWORK": "127.0.0.0/8",
                "RSNOTIFY_REDIS_TIMEOUT": str(REDIS_TIMEOUT),
                "RSNOTIFY_REPLICA_TIMEOUT": str(REPLICA_TIMEOUT), "RSNOTIFY_LOCK_TTL": "2",
@@ -143,14 +148,15 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
             finally:
                 client.close()
             assert stored == list(range(1, NOTIFICATIONS + 1)), node.address
+        assert DATA_PASSWORD not in hub.output() and SENTINEL_PASSWORD not in hub.output()
         # no process exits
         assert hub.process.poll() is None and all(w.poll() is None for w in workers)
     finally:
         server.stop()
-        for process in workers:
-            cli.stop(process, signal.SIGTERM, timeout=10)
-        if hub is not None:
-            hub.stop(signal.SIGTERM, timeout=10)
+        for process in [*workers, *([hub.process] if hub else [])]:
+            process.send_signal(signal.SIGTERM)     # all at once: each may take seconds to stop
+        for process in [*workers, *([hub.process] if hub else [])]:
+            cli.stop(process, signal.SIGTERM, timeout=5)    # asserted on above; a slow stop is not under test
         group.stop()
 
     # every publish was answered 200 in the end; the failover only ever got 503 + Retry-After

@@ -77,15 +77,20 @@ class SentinelGroup:
     binary: str
     tls: TlsFiles | None = None
     down_after_ms: int = 1000
+    password: str | None = None             # the data nodes' (requirepass, masterauth)
+    sentinel_password: str | None = None    # the Sentinels' own (requirepass), another one
     service: str = SERVICE
     logs: list[Path] = field(default_factory=list)
 
     def url(self) -> str:
+        """The hub's --redis-url (the Sentinel password goes apart, in --sentinel-password)."""
         scheme = "rediss+sentinel" if self.tls else "redis+sentinel"
-        return f"{scheme}://{','.join(s.address for s in self.sentinels)}/{self.service}/0"
+        auth = f":{self.password}@" if self.password else ""
+        return f"{scheme}://{auth}{','.join(s.address for s in self.sentinels)}/{self.service}/0"
 
     def client(self, node: Node) -> redis_lib.Redis:
-        kwargs: dict = {"socket_timeout": 2, "socket_connect_timeout": 2}
+        password = self.sentinel_password if node in self.sentinels else self.password
+        kwargs: dict = {"socket_timeout": 2, "socket_connect_timeout": 2, "password": password}
         if self.tls:
             kwargs.update(ssl=True, ssl_ca_certs=str(self.tls.ca), ssl_certfile=str(self.tls.cert),
                           ssl_keyfile=str(self.tls.key))
@@ -163,7 +168,8 @@ def _tls_lines(tls: TlsFiles | None, port: int) -> list[str]:
 
 def start_sentinel_group(workdir: Path, *, replicas: int = 2, sentinels: int = 3, down_after_ms: int = 1000,
                          failover_timeout_ms: int = 3000, tls: TlsFiles | None = None,
-                         binary: str | None = None) -> SentinelGroup:
+                         binary: str | None = None, password: str | None = None,
+                         sentinel_password: str | None = None) -> SentinelGroup:
     """Start 1 + `replicas` data nodes and `sentinels` Sentinels (quorum 2) on free loopback
     ports, with their files in `workdir`; return once replication and the Sentinels are settled."""
     binary = binary or find_redis_server()
@@ -180,6 +186,8 @@ def start_sentinel_group(workdir: Path, *, replicas: int = 2, sentinels: int = 3
                  "replica-read-only yes"]
         if index > 0:
             lines.append(f"replicaof 127.0.0.1 {primary_port}")
+        if password:      # every node may become the primary, or a replica of another
+            lines += [f"requirepass {password}", f"masterauth {password}"]
         config = data / "redis.conf"
         config.write_text("\n".join(lines) + "\n")
         nodes.append(Node(port, config, workdir / f"node-{port}.log", [binary, str(config)]))
@@ -193,9 +201,12 @@ def start_sentinel_group(workdir: Path, *, replicas: int = 2, sentinels: int = 3
             f"sentinel down-after-milliseconds {SERVICE} {down_after_ms}",
             f"sentinel failover-timeout {SERVICE} {failover_timeout_ms}",
             f"sentinel parallel-syncs {SERVICE} 2",
+            *([f"sentinel auth-pass {SERVICE} {password}"] if password else []),
+            *([f"requirepass {sentinel_password}", f"sentinel sentinel-pass {sentinel_password}"]
+              if sentinel_password else []),
         ]) + "\n")
         watchers.append(Node(port, config, workdir / f"sentinel-{port}.log", [binary, str(config), "--sentinel"]))
-    group = SentinelGroup(nodes, watchers, binary, tls, down_after_ms)
+    group = SentinelGroup(nodes, watchers, binary, tls, down_after_ms, password, sentinel_password)
     try:
         for node in nodes:
             node.start()
