@@ -145,6 +145,8 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
         assert status == 200 and health["replication"]["primary"] == new_primary.address, health
         assert health["replication"]["last_failover"]["from"] == first_primary.address, health
         assert health["replication"]["last_failover"]["to"] == new_primary.address, health
+        status, overview = get_json(hub.url + "admin/overview")       # the status page's Redis section
+        assert status == 200 and overview["replication"]["last_failover"] == health["replication"]["last_failover"]
         # each notification is in the topic's log once (a repeat with the same key stored nothing),
         # on the new primary and on the old one, now its replica
         log_key = keys.topic_log_key(keys.topic_id(TOPIC))
