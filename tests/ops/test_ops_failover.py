@@ -114,7 +114,8 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
         env = {"RSNOTIFY_REDIS_URL": group.url(), "RSNOTIFY_SENTINEL_PASSWORD": SENTINEL_PASSWORD, "RSNOTIFY_SECRET_KEY": Fernet.generate_key().decode(),
                "RSNOTIFY_PUBLIC_URL": PUBLIC_URL, "RSNOTIFY_ALLOW_NETWORK": "127.0.0.0/8",
                "RSNOTIFY_REDIS_TIMEOUT": str(REDIS_TIMEOUT),
-               "RSNOTIFY_REPLICA_TIMEOUT": str(REPLICA_TIMEOUT), "RSNOTIFY_LOCK_TTL": "2",
+               "RSNOTIFY_REPLICA_TIMEOUT": str(REPLICA_TIMEOUT),
+               # --lock-ttl stays at its 60 s: a worker hands its claims back once Redis answers
                "RSNOTIFY_RECONCILE_INTERVAL": "0.5", "RSNOTIFY_RETRY_BASE": "0.1", **(extra_env or {})}
         hub = start_hub(tmp_path, data_dir=tmp_path / "web", workers=0, env=env)
         for name in ("worker-a", "worker-b"):
