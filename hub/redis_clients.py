@@ -29,6 +29,7 @@ from .redis_url import RedisAddress, parse_redis_url
 from .settings import HubSettings
 
 POOL_WAIT = 30.0        # s a command waits for a free connection before it fails
+ROLE_CHECK_EVERY = 1.0  # s between two questions to the Sentinels: which server is the primary now?
 DEMOTED = "the Redis server is now a replica (READONLY); reconnecting to the primary"
 
 
@@ -108,9 +109,29 @@ class PrimaryChange:
 
 
 class AsyncSentinelPool(sentinel_async.SentinelConnectionPool, redis_async.BlockingConnectionPool):
-    """redis-py's Sentinel pool with the waiting behaviour of BlockingConnectionPool."""
+    """redis-py's Sentinel pool with the waiting behaviour of BlockingConnectionPool, that asks the
+    Sentinels at most every ROLE_CHECK_EVERY s which server is the primary, and drops every
+    connection to the old one when that changed.
+
+    redis-py asks only when it opens a connection, so without the check a process keeps writing
+    to a primary the Sentinels have replaced (cut off from them, it does not know yet) until it
+    is demoted: those writes are lost then."""
 
     last_change: PrimaryChange | None = None
+    _checked_at = 0.0
+
+    async def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
+        now = time.monotonic()
+        if self.master_address is not None and now - self._checked_at >= ROLE_CHECK_EVERY:
+            self._checked_at = now
+            before = self.master_address
+            try:
+                await self.get_master_address()
+            except RedisConnectionError:
+                pass                    # no Sentinel answers: the command's own connection tells
+            if self.master_address != before:
+                await self.disconnect(inuse_connections=True)
+        return await super().get_connection(command_name, *keys, **options)
 
     async def get_master_address(self) -> Any:
         before = self.master_address
@@ -124,6 +145,20 @@ class SyncSentinelPool(sentinel_sync.SentinelConnectionPool, redis_sync.Blocking
     """The synchronous twin of AsyncSentinelPool (RQ, the heartbeat, the admin paths)."""
 
     last_change: PrimaryChange | None = None
+    _checked_at = 0.0
+
+    def get_connection(self, command_name: Any = None, *keys: Any, **options: Any) -> Any:
+        now = time.monotonic()
+        if self.master_address is not None and now - self._checked_at >= ROLE_CHECK_EVERY:
+            self._checked_at = now
+            before = self.master_address
+            try:
+                self.get_master_address()
+            except RedisConnectionError:
+                pass
+            if self.master_address != before:
+                self.disconnect(inuse_connections=True)
+        return super().get_connection(command_name, *keys, **options)
 
     def get_master_address(self) -> Any:
         before = self.master_address
