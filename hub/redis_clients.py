@@ -12,6 +12,7 @@ service's endpoint) for the primary again. No write is ever taken by a replica.
 """
 from __future__ import annotations
 
+import asyncio
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -23,6 +24,7 @@ import redis.sentinel as sentinel_sync
 from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
 from .redis_url import RedisAddress, parse_redis_url
@@ -30,6 +32,7 @@ from .settings import HubSettings
 
 POOL_WAIT = 30.0        # s a command waits for a free connection before it fails
 ROLE_CHECK_EVERY = 1.0  # s between two questions to the Sentinels: which server is the primary now?
+ROLE_CHECK_TIMEOUT = 0.5  # s a command waits for that answer before it goes on with what it knows
 DEMOTED = "the Redis server is now a replica (READONLY); reconnecting to the primary"
 
 
@@ -126,9 +129,10 @@ class AsyncSentinelPool(sentinel_async.SentinelConnectionPool, redis_async.Block
             self._checked_at = now
             before = self.master_address
             try:
-                await self.get_master_address()
-            except RedisConnectionError:
-                pass                    # no Sentinel answers: the command's own connection tells
+                # bounded: a Sentinel cut off by the network must not hold the command up
+                await asyncio.wait_for(self.get_master_address(), ROLE_CHECK_TIMEOUT)
+            except (RedisConnectionError, RedisTimeoutError, TimeoutError):
+                pass                    # no Sentinel answers now: the command's own connection tells
             if self.master_address != before:
                 await self.disconnect(inuse_connections=True)
         return await super().get_connection(command_name, *keys, **options)
