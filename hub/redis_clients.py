@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import redis as redis_sync
@@ -66,8 +66,9 @@ class RedisTarget:
 Target = RedisTarget | str
 
 
-def _target(target: Target) -> RedisTarget:
-    return target if isinstance(target, RedisTarget) else RedisTarget(parse_redis_url(target))
+def _target(target: Target, connect_timeout: float | None = None) -> RedisTarget:
+    chosen = target if isinstance(target, RedisTarget) else RedisTarget(parse_redis_url(target))
+    return chosen if connect_timeout is None else replace(chosen, timeout=connect_timeout)
 
 
 # --- connections that notice a demoted primary ---------------------------------------------------
@@ -219,10 +220,12 @@ def _sentinel_kwargs(target: RedisTarget) -> tuple[list[tuple[str, int]], dict[s
     return list(address.sentinels), on_sentinels, data
 
 
-def async_client(target: Target, max_connections: int, *, command_timeout: bool = False) -> redis_async.Redis:
+def async_client(target: Target, max_connections: int, *, command_timeout: bool = False,
+                 connect_timeout: float | None = None) -> redis_async.Redis:
     """An asyncio client (bytes replies) owning a waiting pool of at most `max_connections`.
-    With `command_timeout` every command fails past the target's timeout (the web process)."""
-    t = _target(target)
+    With `command_timeout` every command fails past the target's timeout (the web process);
+    `connect_timeout` replaces the target's timeout (for connecting, and for commands with `command_timeout`)."""
+    t = _target(target, connect_timeout)
     common = _common_kwargs(t, command_timeout)
     if t.address.is_sentinel:
         sentinels, on_sentinels, data = _sentinel_kwargs(t)
@@ -241,9 +244,10 @@ def async_client(target: Target, max_connections: int, *, command_timeout: bool 
     return redis_async.Redis.from_pool(pool)
 
 
-def sync_client(target: Target, max_connections: int, *, command_timeout: bool = False) -> redis_sync.Redis:
+def sync_client(target: Target, max_connections: int, *, command_timeout: bool = False,
+                connect_timeout: float | None = None) -> redis_sync.Redis:
     """A synchronous client (bytes replies) owning a waiting pool of at most `max_connections`."""
-    t = _target(target)
+    t = _target(target, connect_timeout)
     common = _common_kwargs(t, command_timeout)
     if t.address.is_sentinel:
         sentinels, on_sentinels, data = _sentinel_kwargs(t)
