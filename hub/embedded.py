@@ -22,11 +22,10 @@ from pathlib import Path
 import redis as redis_sync
 from aiohttp import web
 
-from .redis_server import RedisServer, RedisServerError, start_redis_server
-
 from . import redis_clients
-from .redis_url import redacted
 from .crypto import load_fernet
+from .redis_server import RedisServer, RedisServerError, start_redis_server
+from .redis_url import redacted
 from .settings import HubSettings
 from .web.app import build_app
 

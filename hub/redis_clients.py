@@ -256,7 +256,7 @@ def sync_client(target: Target, max_connections: int, *, command_timeout: bool =
             t.address.service, redis_class=redis_sync.Redis, connection_pool_class=SyncSentinelPool,
             max_connections=max_connections, timeout=POOL_WAIT)
         return client
-    connection: type[redis_sync.Connection] | type[redis_sync.UnixDomainSocketConnection]
+    connection: type[redis_sync.Connection | redis_sync.UnixDomainSocketConnection]
     connection = _SyncPrimarySSLConnection if t.address.scheme == "rediss" else _SyncPrimaryConnection
     extra = _tls_kwargs(t) if t.address.scheme != "unix" else {}
     if t.address.scheme == "unix":

@@ -15,7 +15,13 @@ from redis.exceptions import RedisError
 from .. import redis_clients
 from ..crypto import check_key_matches, load_fernet
 from ..enqueue import make_queue
-from ..errors import AuthenticationError, HubError, SettingsError, TooManyRequestsError, UnavailableError
+from ..errors import (
+    AuthenticationError,
+    HubError,
+    SettingsError,
+    TooManyRequestsError,
+    UnavailableError,
+)
 from ..logs import escape
 from ..settings import HubSettings
 from . import admin, diagnostics, endpoint, health, metrics, status

@@ -5,6 +5,7 @@ entry already stored: one entry in the topic's log. Real servers: a primary and 
 attached to it during the test."""
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -65,7 +66,7 @@ async def test_a_publish_not_on_enough_replicas_is_503_and_its_retry_is_stored_o
     health = await (await client.get("/health")).json()
     assert health["replication"]["replicas"] == [] and health["replication"]["min_replicas"] == 1
 
-    replica = attach_replica(tmp_path, primary)
+    replica = await asyncio.to_thread(attach_replica, tmp_path, primary)
     try:
         accepted = await client.post("/", data=BODY, headers=headers)
         assert accepted.status == 200, await accepted.text()
@@ -115,7 +116,7 @@ async def test_a_primary_demoted_under_the_hub_gets_503_never_a_write(aiohttp_cl
         deadline = time.monotonic() + 15
         while admin.info("replication").get("master_link_status") != "up":   # and holds what that one has
             assert time.monotonic() < deadline, "the demoted primary never synchronised"
-            time.sleep(0.05)
+            await asyncio.sleep(0.05)
         refused = await client.post("/", data=BODY, headers=headers)
         assert refused.status == 503 and refused.headers["Retry-After"], await refused.text()
         health = await client.get("/health")

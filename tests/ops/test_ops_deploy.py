@@ -497,7 +497,7 @@ def test_sentinel_kubernetes_overlay_and_chart_values() -> None:
     from rsnotify.hub.redis_url import parse_redis_url
 
     overlay = DEPLOY / "k8s-sentinel"
-    kustomization, docs = sentinel_overlay()
+    _, docs = sentinel_overlay()
     text = (overlay / "kustomization.yaml").read_text()
     release = re.search(r"helm install (\S+) valkey/valkey -f deploy/k8s-sentinel/valkey-values.yaml", text).group(1)
     assert release in (DEPLOY / "README.md").read_text()

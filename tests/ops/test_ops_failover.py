@@ -157,7 +157,7 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
         for node in (new_primary, first_primary) if old_primary_returns else (new_primary,):
             client = group.client(node)
             try:
-                wait_until(lambda: client.xlen(log_key) == NOTIFICATIONS, 20,
+                wait_until(lambda client=client: client.xlen(log_key) == NOTIFICATIONS, 20,
                            f"{NOTIFICATIONS} log entries on {node.address}")
                 stored = [numbers_of_body(fields[b"body"]) for _, fields in client.xrange(log_key)]
             finally:

@@ -6,6 +6,7 @@ With `tls` (a TlsFiles), every node and Sentinel listens with TLS only, replicat
 """
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import redis as redis_lib
 
-from rsnotify.hub.redis_server import find_redis_server
+from rsnotify.hub.redis_server import RedisServerError, find_redis_server
 
 from .ports import free_port
 
@@ -103,7 +104,7 @@ class SentinelGroup:
                 continue
             client = self.client(sentinel)
             try:
-                host, port = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
+                _, port = client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", self.service)
             except redis_lib.RedisError:
                 continue
             finally:
@@ -252,7 +253,7 @@ def make_tls_files(folder: Path) -> TlsFiles:
     from cryptography.x509.oid import NameOID
 
     folder.mkdir(parents=True, exist_ok=True)
-    now = datetime.datetime.now(datetime.timezone.utc)
+    now = datetime.datetime.now(datetime.UTC)
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "rsnotify test CA")])
     ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
@@ -289,10 +290,8 @@ def tls_capable_server(files: TlsFiles) -> str | None:
     import shutil
 
     candidates = [shutil.which(name) for name in ("redis-server", "valkey-server")]
-    try:
+    with contextlib.suppress(RedisServerError):     # no server at all: then there is no TLS one either
         candidates.append(find_redis_server())
-    except Exception:      # no server at all: then there is no TLS one either
-        pass
     for binary in dict.fromkeys(c for c in candidates if c):
         process = subprocess.Popen([binary, "--port", "0", "--tls-port", str(free_port()), "--bind", "127.0.0.1",
                                     "--tls-cert-file", str(files.cert), "--tls-key-file", str(files.key),
