@@ -27,11 +27,13 @@ from .sinks import SinkProcess
 
 SCENARIOS = ("ceiling", "fanout", "latency", "ingest", "subscribe", "scale", "isolation", "failover", "source",
              "sync")
+# named only: not part of "all" (it starts six more servers; the suite's smoke run stays short)
+EXTRA_SCENARIOS = ("replication",)
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.argument("scenarios", nargs=-1, type=click.Choice(SCENARIOS + ("peer", "all")))
+@click.argument("scenarios", nargs=-1, type=click.Choice(SCENARIOS + EXTRA_SCENARIOS + ("peer", "all")))
 @click.option("--full", is_flag=True, help="The issue's sizes (100,000 subscriptions, 10 s latency, 5 runs) "
                                            "instead of the quick default.")
 @click.option("--smoke", is_flag=True, hidden=True, help="The smallest size of each scenario (the tests').")
@@ -60,7 +62,8 @@ def main(scenarios: Sequence[str], full: bool, smoke: bool, runs: int | None, wo
          hub_url: str | None, hub_log_level: str, hub_args: Sequence[str], peer: bool, peer_concurrency: int, profile_dir: str | None,
          out_path: str | None, timeout: float) -> None:
     """Benchmark an rsnotify hub on this machine: SCENARIOS from ceiling, fanout, latency, ingest,
-    subscribe, scale, isolation, failover, source [default: all of them], plus peer with --peer.
+    subscribe, scale, isolation, failover, source [default: all of them], plus peer with --peer, and
+    replication (plain Redis beside Sentinel with --min-replicas 1, and a primary kill) when named.
 
     Each scenario runs several times; every run prints one JSON line and a readable line
     (starting with '#'), and the end prints the medians against the targets."""
@@ -104,6 +107,7 @@ async def _run(chosen: list[str], sizes: Sizes, output: Output, *, workers: int,
                timeout: float) -> dict[str, list[dict]]:
     from .failover import scenario_failover
     from .isolation import scenario_isolation
+    from .replication import scenario_replication
     from .profiling import Profiler
     from .scale import scenario_scale
     from .source import scenario_source
@@ -134,6 +138,9 @@ async def _run(chosen: list[str], sizes: Sizes, output: Output, *, workers: int,
                     if needs_ceiling and not bench.ceiling_runs:
                         results["ceiling"] = await scenario_ceiling(bench)
                     results["scale"] = await scenario_scale(bench)
+                elif name == "replication":
+                    for run in await scenario_replication(bench):    # plain, sentinel and stall apart
+                        results.setdefault(run["scenario"], []).append(run)
                 elif name == "peer":
                     from .peer import scenario_peer
                     results["peer"] = await scenario_peer(bench, results.get("fanout", []), peer_concurrency)

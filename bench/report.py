@@ -121,7 +121,8 @@ def _cpu(result: Mapping) -> str:
 def medians(results: Mapping[str, Sequence[Mapping]]) -> dict[str, dict[str, float]]:
     keys = ("rate", "ceiling_ratio", "p50_ms", "p95_ms", "p99_ms", "max_ms", "used_memory_mb", "stall_s", "verify_ms",
             "bytes_per_subscription", "ratio", "delivery_rate", "projected_all_active_mb", "subscriptions",
-            "memory_slowdown_pct", "publish_rate_plain", "publish_rate_memory", "rl_peak_rss_mb", "rl_seconds")
+            "memory_slowdown_pct", "publish_rate_plain", "publish_rate_memory", "rl_peak_rss_mb", "rl_seconds",
+            "publish_p50_ms", "publish_p99_ms", "refusing_s")
     return {scenario: {k: median_of(runs, k) for k in keys if any(k in r for r in runs)}
             for scenario, runs in results.items() if runs}
 
@@ -148,6 +149,16 @@ def targets_table(results: Mapping[str, Sequence[Mapping]]) -> list[str]:
         if "projected_all_active_mb" in scale:
             lines.append(f"| Redis memory if every subscription had a full delivery history (projected) | — | "
                          f"{scale['projected_all_active_mb']:,.0f} MB | — |")
+    for variant in ("plain", "sentinel"):
+        if f"replication-{variant}" in med:
+            figures = med[f"replication-{variant}"]
+            lines.append(f"| fan-out / publish p50, p99 on {variant} Redis"
+                         f"{' (--min-replicas 1)' if variant == 'sentinel' else ''} | — | {figures['rate']:,.0f}/s / "
+                         f"{figures['publish_p50_ms']:,.1f} ms, {figures['publish_p99_ms']:,.1f} ms | — |")
+    if "replication-stall" in med:
+        stall = med["replication-stall"]
+        lines.append(f"| delivery stall around a primary SIGKILL (Sentinel down-after 1 s) | — | "
+                     f"{stall['stall_s']:,.1f} s (publishes refused for {stall['refusing_s']:,.1f} s) | — |")
     if "verify_ms" in med.get("isolation", {}):
         lines.append(f"| a new subscription verified beside the black holes (isolation) | — | "
                      f"{med['isolation']['verify_ms']:,.0f} ms | — |")

@@ -21,6 +21,7 @@ from rsnotify.websub import SIGNATURE_ALGORITHMS
 
 from .errors import SettingsError
 from .logs import LOG_FORMATS, configure_logging
+from .redis_url import redacted
 from .settings import HubSettings, env_name, parse_token
 
 # option names that differ from the field name (singular, because they repeat)
@@ -31,7 +32,8 @@ WORKER_SKIPS = frozenset({"workers"})  # meaningless for a worker process
 # child workers through RSNOTIFY_* variables; host and port make the default hub URL) but its
 # --help does not show them.
 WEB_ONLY = frozenset({"host", "port", "lease_default", "lease_min", "lease_max", "intent_ttl", "max_body",
-                      "publish_tokens", "tokens_file", "admin_token", "trusted_proxies", "dormant_after"})
+                      "publish_tokens", "tokens_file", "admin_token", "trusted_proxies",
+                      "min_replicas", "replica_timeout", "dormant_after"})
 # --help shows these first, then everything else under "Tuning options"
 ESSENTIAL = {
     "hub": frozenset({"host", "port", "public_url", "redis_url", "data_dir", "workers", "secret_key",
@@ -43,13 +45,15 @@ ESSENTIAL = {
 CHOICES = {"log_format": LOG_FORMATS, "signature_algorithm": tuple(SIGNATURE_ALGORITHMS)}
 # help that reads differently for a worker process
 WORKER_HELP = {
-    "redis_url": "The hub's Redis (redis://, rediss://, unix://): the one its web process uses. Required.",
+    "redis_url": "The hub's Redis (redis://, rediss://, unix://, redis+sentinel://, rediss+sentinel://): the one "
+                 "its web process uses. Required.",
     "public_url": "The hub's URL (its --public-url), sent to subscribers as rel=\"hub\" "
                   "[default: http://RSNOTIFY_HOST:RSNOTIFY_PORT/].",
     "data_dir": "Where the hub keeps its generated secret key (DATA_DIR/secret.key) when --secret-key is not given.",
 }
 METAVARS = {"host": "ADDRESS", "public_url": "URL", "redis_url": "URL", "data_dir": "DIR", "tokens_file": "FILE",
-            "admin_token": "TOKEN", "queue_name": "NAME"}
+            "admin_token": "TOKEN", "queue_name": "NAME", "sentinel_password": "PASSWORD", "redis_ca_file": "FILE",
+            "redis_cert_file": "FILE", "redis_key_file": "FILE", "min_replicas": "N"}
 LOG_LEVELS = click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False)
 WILDCARD_HOSTS = ("0.0.0.0", "::")
 
@@ -112,8 +116,9 @@ def settings_options(command_name: str, skip: frozenset[str] = frozenset(),
             elif f.name in CHOICES:
                 kwargs.update(default=default, show_default=True, type=click.Choice(CHOICES[f.name]))
             else:
+                like = default if f.metadata.get("like") is None else f.metadata["like"]
                 kwargs.update(default=default, show_default=default is not None,
-                              type=type(default) if default is not None else str)
+                              type=type(like) if like is not None else str)
             if f.name in METAVARS:
                 kwargs["metavar"] = METAVARS[f.name]
             command = click.option(option_name(f.name), f.name, cls=GroupedOption, **kwargs)(command)
@@ -134,10 +139,27 @@ def build_settings(values: dict[str, Any]) -> HubSettings:
     known = {f.name for f in fields(HubSettings)}
     chosen: dict[str, Any] = {k: (tuple(v) if isinstance(v, (list, tuple)) else v)
                               for k, v in values.items() if k in known}
+    check_redis_url(chosen.get("redis_url"))
     try:
         return HubSettings(**chosen)
     except SettingsError as exc:
         raise click.UsageError(_in_option_words(str(exc))) from None
+
+
+class RedisUrlError(click.ClickException):
+    exit_code = 2   # a usage error, said in one line (the URL is the whole problem)
+
+
+def check_redis_url(url: str | None) -> None:
+    """A bad --redis-url: one line naming what is wrong, exit 2."""
+    from .redis_url import parse_redis_url
+
+    if url is None:
+        return
+    try:
+        parse_redis_url(url)
+    except SettingsError as exc:
+        raise RedisUrlError(_in_option_words(str(exc))) from None
 
 
 def check_public_url(settings: HubSettings) -> None:
@@ -203,7 +225,7 @@ def hub(log_level: str, **values: Any) -> None:
     except OSError as exc:  # Redis unreachable at --redis-url, and the like
         raise click.ClickException(f"cannot start the hub: {exc}") from None
     except _redis_errors() as exc:
-        raise click.ClickException(f"cannot use Redis at {settings.redis_url}: {exc}") from None
+        raise click.ClickException(f"cannot use Redis at {redacted(str(settings.redis_url))}: {exc}") from None
 
 
 @click.command(cls=GroupedCommand)
@@ -237,7 +259,7 @@ def worker(burst: bool, queues: tuple[str, ...], concurrency: int | None, name: 
     except SettingsError as exc:
         raise click.ClickException(str(exc)) from None
     except _redis_errors() as exc:
-        raise click.ClickException(f"cannot use Redis at {settings.redis_url}: {exc}") from None
+        raise click.ClickException(f"cannot use Redis at {redacted(str(settings.redis_url))}: {exc}") from None
 
 
 ORPHAN_STOP_TIMEOUT = 30.0  # s an orphaned worker gets to finish its job before it kills itself

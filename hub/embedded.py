@@ -20,16 +20,15 @@ from pathlib import Path
 
 import redis as redis_sync
 from aiohttp import web
-from redis.backoff import NoBackoff
-from redis.retry import Retry
 
 from rsnotify.filelocks import LockBusyError
 from rsnotify.filelocks import lock as lock_file
 from rsnotify.filelocks import unlock as unlock_file
 
-from .redis_server import RedisServer, RedisServerError, start_redis_server
-
+from . import redis_clients
 from .crypto import load_fernet
+from .redis_server import RedisServer, RedisServerError, start_redis_server
+from .redis_url import redacted
 from .settings import HubSettings
 from .web.app import build_app
 
@@ -113,8 +112,8 @@ def stop_stale_redis(data: Path) -> None:
     sock = data / "redis.sock"
     if not sock.exists():
         return
-    # no retries: after SHUTDOWN the connection drops by design, and a retry would only wait
-    client = redis_sync.Redis(unix_socket_path=str(sock), socket_timeout=5, retry=Retry(NoBackoff(), 0))
+    # no retries (command_timeout): after SHUTDOWN the connection drops by design, and a retry would only wait
+    client = redis_clients.sync_client(f"unix://{sock}", 1, command_timeout=True)
     try:
         client.ping()
     except (redis_sync.RedisError, OSError):
@@ -183,7 +182,7 @@ def _start_redis(data: Path) -> RedisServer:
 def tune_redis(url: str) -> None:
     """Keep subscription hashes compact: with Redis's default 64-byte limit a long callback URL
     or an encrypted secret turns a ~450-byte hash into a ~1,450-byte hashtable."""
-    client = redis_sync.Redis.from_url(url)
+    client = redis_clients.sync_client(url, 1)
     try:
         client.config_set("hash-max-ziplist-value", HASH_MAX_VALUE)  # = hash-max-listpack-value in Redis 7
     finally:
@@ -202,8 +201,8 @@ async def _serve(app: web.Application, sock: socket.socket, settings: HubSetting
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    where = f"{settings.data_path} (Redis {settings.redis_url}, AOF)" if redis_server else \
-        f"Redis at {settings.redis_url}"
+    shown = redacted(str(settings.redis_url))    # the data password stays out of logs
+    where = f"{settings.data_path} (Redis {shown}, AOF)" if redis_server else f"Redis at {shown}"
     announce(f"rsnotify hub serving at {settings.hub_url}\n"
              f"  listening on {settings.host}:{settings.port}\n"
              f"  data: {where}\n"

@@ -11,8 +11,9 @@ HubError                      status 400 unless a subclass says otherwise
 ├── MisdirectedRequestError   421  the Host header names neither this hub nor localhost
 ├── IdempotencyConflictError  422  an Idempotency-Key already used with another body (nothing stored)
 ├── TooManyRequestsError      429  a rate limit is reached; `retry_after` (seconds) goes in Retry-After
-├── UnavailableError          503  Redis or the queue cannot be reached right now
-└── AppendUnknownError        500  a publish's append failed in a way that may have stored it
+├── UnavailableError          503  Redis or the queue cannot be reached right now (with Retry-After)
+│   ├── ReplicasBehindError   503  a publish is stored, but fewer than --min-replicas replicas confirmed it
+│   └── AppendUnknownError    503  a publish's append failed in a way that may have stored it
 SettingsError                 bad configuration (the CLI turns it into a usage error)
 OutboundRefusedError          an outbound request's target resolves to a refused address
 """
@@ -76,11 +77,22 @@ class TooManyRequestsError(HubError):
 class UnavailableError(HubError):
     status = 503
 
+    def __init__(self, problems: list[str] | str, retry_after: int = 5) -> None:
+        super().__init__(problems)
+        self.retry_after = max(1, retry_after)
 
-class AppendUnknownError(HubError):
-    # not 503 ("nothing happened, retry"): the notification may be stored; only a repeat with the
-    # same Idempotency-Key finds out without storing it twice
-    status = 500
+
+class ReplicasBehindError(UnavailableError):
+    # the publish may be lost with the primary: the publisher sends it again with the same
+    # Idempotency-Key, and the hub stores it once (or finds the stored one and waits again)
+    pass
+
+
+class AppendUnknownError(UnavailableError):
+    # a failover cuts a command off mid-flight: the notification may be stored. 503 + Retry-After
+    # (not 500: the hub is not broken, it is between primaries); the message tells the publisher
+    # that only a repeat with the same Idempotency-Key finds out without storing it twice
+    pass
 
 
 class SettingsError(Exception):

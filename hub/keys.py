@@ -136,6 +136,14 @@ def stats_key() -> str:                     # hash: delivery counters and latenc
     return f"{PREFIX}stats"
 
 
+def replication_probe_key() -> str:         # INCR after a publish: WAIT counts the replicas that have it (store.replication)
+    return f"{PREFIX}replication:probe"
+
+
+def primary_key() -> str:                   # hash: address of the primary last seen, and the last failover
+    return f"{PREFIX}replication:primary"
+
+
 def maintenance_key(task: str) -> str:      # one worker's claim on a periodic task (reconcile, retention, sweep)
     return f"{PREFIX}maintenance:{task}"
 

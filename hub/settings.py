@@ -21,8 +21,9 @@ LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
 ENV_PREFIX = "RSNOTIFY_"
 
 
-def _opt(default: Any, help: str, *, env: str | None = None, repr: bool = True) -> Any:
-    return field(default=default, repr=repr, metadata={"help": help, "env": env})
+def _opt(default: Any, help: str, *, env: str | None = None, repr: bool = True, like: Any = None) -> Any:
+    # `like`: a value of the field's type, for a field whose default (None) does not show it
+    return field(default=default, repr=repr, metadata={"help": help, "env": env, "like": like})
 
 
 @dataclass(frozen=True)
@@ -36,8 +37,9 @@ class HubSettings:
         None, "The hub URL advertised as rel=\"hub\" and required in publishers' Link headers "
               "[default: http://HOST:PORT/].")
     redis_url: str | None = _opt(
-        None, "A shared Redis (redis://, rediss://, unix://). Without it the hub runs its own "
-              "redis-server on a Unix socket in --data-dir, with AOF.")
+        None, "A shared Redis: redis://, rediss:// (TLS), unix://, or Sentinels as "
+              "redis+sentinel://[USER:PASSWORD@]HOST:PORT,HOST:PORT/SERVICE[/DB] (rediss+sentinel:// for TLS). "
+              "Without it the hub runs its own redis-server on a Unix socket in --data-dir, with AOF.")
     data_dir: str = _opt("./rsnotify-data", "Folder for the embedded Redis data and the generated secret key.")
     workers: int = _opt(2, "Worker processes to start as children; 0 for none (run `rsnotify worker` elsewhere).")
     # -- leases (seconds)
@@ -122,6 +124,20 @@ class HubSettings:
             "lifetime (-1: the whole retained log; 0: the extension is off).")
     dormant_after: float = _opt(86_400.0, "A subscription whose callback has refused every delivery for this long "
                                           "shows on the status page as dormant, apart from live trouble (seconds).")
+    # -- Redis high availability (hub/redis_url.py, hub/redis_clients.py): Sentinel, TLS, replica waits
+    sentinel_password: str | None = _opt(
+        None, "Password of the Sentinels named in a redis+sentinel:// URL (the URL's own password is the data "
+              "nodes').", repr=False)
+    redis_ca_file: str | None = _opt(None, "CA certificates (PEM) that a rediss:// server's certificate must chain to.")
+    redis_cert_file: str | None = _opt(None, "Client certificate (PEM) for a rediss:// server that asks for one.")
+    redis_key_file: str | None = _opt(None, "Private key (PEM) of --redis-cert-file.", repr=False)
+    redis_timeout: float = _opt(5.0, "A Redis command of a web request that has not answered within this fails, "
+                                     "and the request is answered 503 + Retry-After (seconds); also the connect "
+                                     "timeout of every process.")
+    min_replicas: int | None = _opt(
+        None, "Replicas that must hold a publish before it is answered 200 (Redis WAIT); 503 when fewer "
+              "acknowledge within --replica-timeout [default: 1 on a Sentinel URL, else 0].", like=0)
+    replica_timeout: float = _opt(1.0, "How long a publish waits for --min-replicas (seconds); below --redis-timeout.")
 
     def __post_init__(self) -> None:
         problems: list[str] = []
@@ -163,6 +179,7 @@ class HubSettings:
         if self.public_url is not None and not self.public_url.startswith(("http://", "https://")):
             problems.append(f"public_url must be an http or https URL, got {self.public_url!r}")
         problems += self._bound_problems()
+        problems.extend(self.redis_problems())
         if problems:
             raise SettingsError(problems)
 
@@ -237,7 +254,8 @@ class HubSettings:
         for f in fields(cls):
             name = env_name(f.name)
             if name in environ and environ[name] != "":
-                values[f.name] = _cast(f.name, name, environ[name], f.default)
+                like = f.default if f.metadata.get("like") is None else f.metadata["like"]
+                values[f.name] = _cast(f.name, name, environ[name], like)
         values.update(overrides)
         return cls(**values)
 
@@ -258,6 +276,52 @@ class HubSettings:
 
     def with_values(self, **changes: Any) -> HubSettings:
         return replace(self, **changes)
+
+    # -- Redis high availability
+
+    def redis_problems(self) -> list[str]:
+        """What is wrong with --redis-url and its companions (one line each; none: fine)."""
+        from .redis_url import parse_redis_url
+
+        problems: list[str] = []
+        address = None
+        if self.redis_url is not None:
+            try:
+                address = parse_redis_url(self.redis_url)
+            except SettingsError as exc:
+                problems.extend(exc.problems)
+        if self.redis_timeout <= 0:
+            problems.append(f"redis_timeout must be a positive number, got {self.redis_timeout}")
+        if self.min_replicas is not None and self.min_replicas < 0:
+            problems.append(f"min_replicas must be 0 or more, got {self.min_replicas}")
+        if not 0 < self.replica_timeout < self.redis_timeout:
+            problems.append(f"replica_timeout must be above 0 and below redis_timeout ({self.redis_timeout}), "
+                            f"got {self.replica_timeout}")
+        for name in ("redis_ca_file", "redis_cert_file", "redis_key_file"):
+            path = getattr(self, name)
+            if path is None:
+                continue
+            if address is not None and not address.is_tls:
+                problems.append(f"{name} needs a rediss:// or rediss+sentinel:// redis_url, got "
+                                f"{address.shown!r}")
+            elif not Path(path).expanduser().is_file():
+                problems.append(f"{name} {path!r} is not a readable file")
+        if (self.redis_cert_file is None) != (self.redis_key_file is None):
+            problems.append("redis_cert_file and redis_key_file go together: give both or neither")
+        return problems
+
+    @property
+    def is_sentinel(self) -> bool:
+        """Does --redis-url name Sentinels (redis+sentinel:// or rediss+sentinel://)?"""
+        return bool(self.redis_url) and str(self.redis_url).lower().startswith(("redis+sentinel://",
+                                                                                 "rediss+sentinel://"))
+
+    @property
+    def replicas_to_wait_for(self) -> int:
+        """--min-replicas, or its default: 1 on a Sentinel URL (there are replicas), else 0."""
+        if self.min_replicas is not None:
+            return self.min_replicas
+        return 1 if self.is_sentinel else 0
 
 
 def rate_problem(text: str) -> str | None:

@@ -34,7 +34,13 @@ from rsnotify.notification import (
     SourceDescription,
 )
 
-from .discovery import MAX_DOCUMENT_BYTES, MAX_REDIRECTS, WELL_KNOWN, discover_topic, source_description_url
+from .discovery import (
+    MAX_DOCUMENT_BYTES,
+    MAX_REDIRECTS,
+    WELL_KNOWN,
+    discover_topic,
+    source_description_url,
+)
 from .errors import DiscoveryError
 
 MAX_INDEX_PARTS = 1_000   # component lists of one index read at most (a hostile index can name millions)

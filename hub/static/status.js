@@ -157,6 +157,12 @@ async function renderOverview() {
     `<td>${w.last_seen ? time(w.last_seen) + ` <span class="muted">(${duration(now - w.last_seen)} ago)</span>` : "—"}</td>` +
     `<td class="num">${w.claims == null ? "—" : num(w.claims)}</td>` +
     `<td>${w.slots == null ? esc(w.state) : `${num(w.slots)} delivery slots · following ${num(w.following)} topic(s)`}</td></tr>`);
+  const rep = o.replication;
+  const replicas = rep.replicas.map((r) =>
+    `<tr><td>${esc(r.address)}</td><td class="${r.state === "online" ? "ok" : "bad"}">${esc(r.state)}</td>` +
+    `<td class="num">${num(r.lag_seconds)} s</td><td class="num">${num(r.behind_bytes)}</td></tr>`);
+  const failover = rep.last_failover ?
+    `last failover ${esc(rep.last_failover.at)}: ${esc(rep.last_failover.from)} → ${esc(rep.last_failover.to)}` : "no failover seen";
   const lat = o.publish_to_delivery_seconds, post = o.delivery_seconds;
   const shown = chartRows(history.rows);
   main.innerHTML = `
@@ -201,7 +207,11 @@ async function renderOverview() {
     <h2>Busiest topics (last hour)</h2>
     ${table(["topic", "#last hour", "#published", "#subscriptions"], busiest, "busiest")}
     <h2>Workers (${num(o.workers.length)})</h2>
-    ${table(["worker", "host", "last seen", "#claims", "lanes"], workers, "workers")}`;
+    ${table(["worker", "host", "last seen", "#claims", "lanes"], workers, "workers")}
+    <h2>Redis</h2>
+    <p>primary <span id="redis-primary">${esc(rep.primary)}</span>${rep.sentinel ? " (found through Sentinel)" : ""}
+      · publishes wait for ${num(rep.min_replicas)} replica(s) · <span id="redis-failover">${failover}</span></p>
+    ${table(["replica", "state", "lag", "#bytes behind"], replicas, "replicas")}`;
   drawHistory(document.getElementById("history"), shown.rows);
   drawBars(document.getElementById("minutes"), o.published_per_minute);
   main.querySelectorAll("#span-choice button").forEach((button) => {

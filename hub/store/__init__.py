@@ -10,7 +10,7 @@ Callers use `store.<operation>`; the submodules group the operations by what the
 """
 from __future__ import annotations
 
-from . import liveness, maintenance, queued
+from . import liveness, maintenance, queued, replication
 from .access import (
     diagnostics_token_digest,
     keep_diagnostics_token,
@@ -134,6 +134,7 @@ __all__ = [
     "remove_subscription",
     "replay_start",
     "replay_state",
+    "replication",
     "resend_all_dead_letters",
     "resend_dead_letter",
     "resume_subscription",

@@ -19,6 +19,7 @@ from . import reports
 from .appkeys import CLOCK, QUEUE, REDIS, SCAN, SETTINGS
 from .auth import Handler, check_admin
 from .guards import raw_body_headers
+from .replication import replication_report
 
 log = logging.getLogger(__name__)
 
@@ -122,7 +123,9 @@ async def api_index(request: web.Request) -> web.Response:
 async def get_overview(request: web.Request) -> web.Response:
     """GET /admin/overview: totals, activity, latency, queues, busiest topics, subscriptions in trouble."""
     app = request.app
-    return web.json_response(await reports.overview(app[REDIS], app[SETTINGS], _now(request), app[SCAN]))
+    body = await reports.overview(app[REDIS], app[SETTINGS], _now(request), app[SCAN])
+    body["replication"] = await replication_report(app)   # the status page's Redis section
+    return web.json_response(body)
 
 
 @admin_only

@@ -15,7 +15,13 @@ from redis.exceptions import RedisError
 from .. import redis_clients
 from ..crypto import check_key_matches, load_fernet
 from ..enqueue import make_queue
-from ..errors import AuthenticationError, HubError, SettingsError, TooManyRequestsError
+from ..errors import (
+    AuthenticationError,
+    HubError,
+    SettingsError,
+    TooManyRequestsError,
+    UnavailableError,
+)
 from ..logs import escape
 from ..settings import HubSettings
 from . import admin, diagnostics, endpoint, health, metrics, status
@@ -54,17 +60,18 @@ def build_app(settings: HubSettings, *, now: Callable[[], float] = time.time) ->
 async def _resources(app: web.Application) -> AsyncIterator[None]:
     """Redis clients (asyncio for handlers, synchronous for RQ), the Fernet key checked against Redis."""
     settings = app[SETTINGS]
-    url = str(settings.redis_url)  # build_app made sure there is one
-    # pools that wait for a free connection: a burst of requests queues instead of failing
-    client = redis_clients.async_client(url, settings.redis_connections)
-    connection = redis_clients.sync_client(url, settings.redis_connections)
+    target = redis_clients.RedisTarget.of(settings)  # build_app made sure there is a URL
+    # pools that wait for a free connection: a burst of requests queues instead of failing; each
+    # command gives up after --redis-timeout, so a failover is answered 503, never a hang
+    client = redis_clients.async_client(target, settings.redis_connections, command_timeout=True)
+    connection = redis_clients.sync_client(target, settings.redis_connections, command_timeout=True)
     try:
         fernet = load_fernet(settings)
         await check_key_matches(client, fernet)
         app[REDIS] = client
         app[FERNET] = fernet
         app[QUEUE] = make_queue(settings.queue_name, connection)
-        app[LIMITS] = RateLimits(settings, url)
+        app[LIMITS] = RateLimits(settings, client)
         yield
     finally:
         await client.aclose()
@@ -78,7 +85,7 @@ async def error_middleware(request: web.Request, handler: Callable) -> web.Strea
         return await handler(request)
     except HubError as exc:
         headers = {"WWW-Authenticate": 'Bearer realm="rsnotify"'} if isinstance(exc, AuthenticationError) else {}
-        if isinstance(exc, TooManyRequestsError):
+        if isinstance(exc, (TooManyRequestsError, UnavailableError)):
             headers["Retry-After"] = str(exc.retry_after)
         log.info("%s %s refused with %s: %s", request.method, escape(request.path), exc.status,
                  escape(exc.problems[0]))

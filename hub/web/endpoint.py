@@ -52,6 +52,7 @@ from ..settings import HubSettings
 from .appkeys import CLOCK, FERNET, LIMITS, PUBLISHERS, QUEUE, REDIS, SETTINGS
 from .auth import Publishers, bearer_token, client_of
 from .ratelimit import client_identifier, token_identifier
+from .replication import wait_for_replicas
 
 log = logging.getLogger(__name__)
 
@@ -247,8 +248,9 @@ async def submission(request: web.Request) -> web.Response:
         app[REDIS], links.topic, body, content_type=request.headers["Content-Type"],
         resourcesync=links.resourcesync, now=app[CLOCK](), max_len=settings.log_max_len,
         publish_key=f"{publisher_scope(request)} {given_key}" if given_key else f"hub:{secrets.token_hex(16)}",
-        key_ttl=settings.log_max_age if given_key else OWN_KEY_TTL)
+        key_ttl=settings.log_max_age if given_key else OWN_KEY_TTL, retry_for=settings.redis_timeout)
     await enqueue.ensure_fan_out(app[QUEUE], appended.topic_id, redis=app[REDIS])
+    await wait_for_replicas(app)    # 200 only once --min-replicas replicas hold it (503 otherwise)
     log.info("notification %s %s for %s (seq %s, %d bytes)", appended.notification_id,
              "repeated (same Idempotency-Key), stored once" if appended.is_repeat else "stored", escape(links.topic),
              appended.sequence, len(body))

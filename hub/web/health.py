@@ -8,7 +8,9 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from .. import store
+from ..errors import UnavailableError
 from .appkeys import REDIS, SETTINGS
+from .replication import replication_report
 
 
 async def health(request: web.Request) -> web.Response:
@@ -19,7 +21,8 @@ async def health(request: web.Request) -> web.Response:
     try:
         counts = await store.health_counts(app[REDIS], queue)
         lanes = await store.lane_backlogs(app[REDIS], queue, settings.intent_ttl, time.time())
-    except (RedisError, OSError) as exc:
+        replication = await replication_report(app)
+    except (RedisError, OSError, UnavailableError) as exc:
         body = {"status": "unavailable", "redis": False, "error": f"{type(exc).__name__}: {exc}"}
         return web.json_response(body, status=503)
     workers = counts.workers
@@ -38,6 +41,7 @@ async def health(request: web.Request) -> web.Response:
         "lanes": {name: {"waiting": lane.waiting, "oldest_seconds": lane.oldest_seconds, "behind": name in behind}
                   for name, lane in lanes.items()},
         "hub_url": settings.hub_url,
+        "replication": replication,     # primary, replicas seen and their lag, the last failover
     }
     return web.json_response(body, status=200 if ready else 503)
 

@@ -25,6 +25,7 @@ from limits import RateLimitItem, parse
 from limits.aio.storage import RedisStorage
 from limits.aio.strategies import FixedWindowRateLimiter
 from publicsuffixlist import PublicSuffixList
+from redis.asyncio import Redis
 
 from ..errors import TooManyRequestsError
 from ..settings import HubSettings
@@ -33,11 +34,11 @@ from .clients import Client
 KEY_PREFIX = "rsnotify:rate"
 
 
-def limits_storage_uri(redis_url: str) -> str:
-    """The hub's --redis-url in the notation of `limits`' asyncio Redis storage (password kept)."""
-    if redis_url.startswith("unix://"):
-        return "async+redis+unix://" + redis_url.removeprefix("unix://")
-    return "async+" + redis_url
+# `limits` builds its own client from a URI unless given a connection pool; its Sentinel scheme
+# (async+redis+sentinel://) has no separate Sentinel password and reads counts from replicas, so
+# the limiter gets the web process's own pool instead (hub/redis_clients.py builds every client):
+# the same primary, TLS and failover handling as every other command. The URI is then unused.
+POOL_URI = "async+redis://"
 
 
 @dataclass(frozen=True)
@@ -50,9 +51,9 @@ class Limit:
 class RateLimits:
     """The configured limits on one shared storage; `check` raises TooManyRequestsError (429)."""
 
-    def __init__(self, settings: HubSettings, redis_url: str) -> None:
-        self._storage = RedisStorage(limits_storage_uri(redis_url), implementation="redispy",
-                                     key_prefix=KEY_PREFIX)
+    def __init__(self, settings: HubSettings, redis: Redis) -> None:
+        self._storage = RedisStorage(POOL_URI, implementation="redispy", key_prefix=KEY_PREFIX,
+                                     connection_pool=redis.connection_pool)  # type: ignore[arg-type]  # its stub types options as scalars
         self._limiter = FixedWindowRateLimiter(self._storage)
         self.subscribe_client = _limit(settings.rate_subscribe_client, "subscription requests from one client "
                                        "address", "--rate-subscribe-client")

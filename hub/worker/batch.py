@@ -58,12 +58,21 @@ class RedisBatcher:
         except (RedisError, OSError) as exc:
             for _, future in batch:
                 if not future.done():
-                    future.set_exception(exc)
+                    _fail(future, exc)
             return
         for (_, future), result in zip(batch, results):
             if future.done():
                 continue
             if isinstance(result, Exception):
-                future.set_exception(result)
+                _fail(future, result)
             else:
                 future.set_result(result)
+
+
+def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:
+    # Some commands are sent without waiting for their answer (counters, the workers table):
+    # asyncio would log each of their failures with a traceback during a Redis outage or
+    # failover. Marking the exception retrieved keeps the log to the lines callers write; a
+    # caller that awaits the future still gets the exception.
+    future.set_exception(exc)
+    future.exception()

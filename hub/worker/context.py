@@ -122,7 +122,8 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
     url = redis_url or settings.redis_url
     if url is None:
         raise SettingsError("a worker needs a Redis URL: give --redis-url (RSNOTIFY_REDIS_URL)")
-    redis = redis_clients.async_client(url, settings.redis_connections)
+    target = redis_clients.RedisTarget.of(settings, url)
+    redis = redis_clients.async_client(target, settings.redis_connections)
     fernet = crypto.load_fernet(settings, create=False)
     try:
         await crypto.check_key_matches(redis, fernet)
@@ -138,7 +139,7 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
     ctx.deliveries = Deliveries(settings, ctx.batch, fernet, settings.delivery_concurrency,
                                 follow_seconds=follow_seconds)
     # the heartbeat makes this worker's claims valid: beat before the first claim
-    ctx.heartbeat = Heartbeat(redis_clients.sync_client(url, 2), ctx.deliveries.worker_id, settings.heartbeat_ttl)
+    ctx.heartbeat = Heartbeat(redis_clients.sync_client(target, 2), ctx.deliveries.worker_id, settings.heartbeat_ttl)
     try:
         await asyncio.to_thread(ctx.heartbeat.start)
     except BaseException:

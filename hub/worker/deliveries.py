@@ -71,6 +71,7 @@ class Deliveries:
         self.concurrency = concurrency
         self._reported = 0.0
         self._keeper: asyncio.Task[None] | None = None
+        self.stranded: dict[str, SubRun] = {}     # runs Redis failed under: claims to hand back
         self.timeout = aiohttp.ClientTimeout(total=settings.delivery_timeout, sock_connect=settings.connect_timeout)
 
     # -- lifecycle
@@ -121,6 +122,23 @@ class Deliveries:
         token = self.new_token()
         values = await claims.claim(self.batch, sid, token, int(self.settings.lock_ttl * 1000))
         return None if values is None else self.run_from(sid, token, values)
+
+    def strand(self, run: SubRun) -> None:
+        """Keep the claim of a run that stopped because Redis failed, to hand back once it answers."""
+        run.stop = True
+        self.stranded[run.sid] = run
+
+    async def _hand_back(self) -> None:
+        """Release the stranded claims (writing their cursors) and make their subscriptions due
+        now, so a worker takes each up again at once; those Redis still fails for wait."""
+        for sid, run in list(self.stranded.items()):
+            if sid in self.runs:                 # taken up again meanwhile by this worker
+                del self.stranded[sid]
+                continue
+            await self.checkpoint(run, release=True, due_at=time.time())
+            del self.stranded[sid]
+            log.info("subscription %s (%s) handed back after a Redis failure; it goes on at once",
+                     sid, redact_callback(run.callback))
 
     async def topic_url(self, tid: str) -> str:
         url = self._topic_urls.get(tid)
@@ -217,6 +235,8 @@ class Deliveries:
                 runs = [r for r in self.runs.values() if r.is_dirty and not r.stop]
                 if runs:
                     await asyncio.gather(*(self.checkpoint(r, release=False) for r in runs))
+                if self.stranded:
+                    await self._hand_back()
                 if time.monotonic() - last_renew >= renew_every:
                     last_renew = time.monotonic()
                     await self._renew(list(self.runs.values()))

@@ -241,9 +241,12 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
             pass
         raise
     except RedisError as exc:
-        # our claim expires by itself; the reconciler hands the subscription to a worker again
+        # Redis failed (a failover, a restart): the keeper hands the claim back, cursor included,
+        # as soon as Redis answers again, so the subscription goes on at once rather than after
+        # --lock-ttl; should this process die first, the claim expires by itself
         log.error("delivery to %s (subscription %s) stopped: Redis failed: %s", redact_callback(run.callback),
                   run.sid, redact_in(exc, run.callback))
+        d.strand(run)
     except Exception:
         # a bug must not strand the subscription: its claim goes back, and the retry lane takes
         # it up again later, so the topic's other subscriptions and its later runs go on

@@ -65,6 +65,7 @@ class HubWorker(SimpleWorker):
         super().bootstrap(*args, **kwargs)
         self._loop_thread = LoopThread()
         queue = make_queue(self.settings.queue_name, self.connection)
+        # the settings' URL (a Sentinel URL names no single server); else the one RQ was given
         url = self.settings.redis_url or _url_of(self.connection)
         try:
             follow = 0.0 if self._burst else self.settings.follow_seconds  # a burst worker ends with its queue
@@ -132,11 +133,12 @@ def run_worker(settings: HubSettings, *, burst: bool = False, queues: Sequence[s
         settings = settings.with_values(delivery_concurrency=concurrency)
     # Redis first: an unreachable Redis is said within the connect timeout, not after the wait
     # for a key file that a hub without its Redis will never write.
-    connection = redis_clients.sync_client(url, RQ_CONNECTIONS, connect_timeout=settings.connect_timeout)
+    target = redis_clients.RedisTarget.of(settings)
+    connection = redis_clients.sync_client(target, RQ_CONNECTIONS, connect_timeout=settings.connect_timeout)
     try:
         connection.ping()
     except RedisError as exc:
-        raise SettingsError(f"cannot reach Redis at {url}: {exc}") from None
+        raise SettingsError(f"cannot reach Redis at {target.shown}: {exc}") from None
     wait_for_key_file(settings)
     names = list(queues) or [settings.queue_name]
     worker = HubWorker([make_queue(n, connection) for n in names], connection=connection,

@@ -19,9 +19,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..memory.changelist import changelist_name, write_changelist, write_changelist_document
-from ..memory.store import changelists
+from ..memory.changelist import (
+    changelist_name,
+    write_changelist,
+    write_changelist_document,
+)
 from ..memory.resourcelist import RESOURCE_LIST_NAME, snapshot_resource_list
+from ..memory.store import changelists
 from .server import Source
 
 log = logging.getLogger(__name__)

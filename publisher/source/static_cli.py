@@ -13,9 +13,9 @@ from pathlib import Path
 import click
 
 from ..client import Publisher
-from .folder import Exclusions, Folder
 from ..memory.store import ChangeMemory
 from ..outbox import Outbox
+from .folder import Exclusions, Folder
 from .server import RESERVED_NAMES, SourceUrls
 from .static import TEMPORARY_PREFIX, StaticSource
 

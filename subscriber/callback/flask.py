@@ -10,7 +10,9 @@ single-threaded server (`flask run --without-threads`, one sync gunicorn worker)
 from __future__ import annotations
 
 from flask import Blueprint, request
-from werkzeug.wrappers import Response  # Flask's own dependency; what Response.from_app returns
+from werkzeug.wrappers import (
+    Response,  # Flask's own dependency; what Response.from_app returns
+)
 
 from ..client import Subscriber
 from .wsgi import subscriber_thread

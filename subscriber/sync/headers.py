@@ -9,7 +9,12 @@ import re
 from collections.abc import Sequence
 from urllib.parse import urlsplit
 
-from aiohttp import ClientHandlerType, ClientRequest, ClientResponse, ClientMiddlewareType
+from aiohttp import (
+    ClientHandlerType,
+    ClientMiddlewareType,
+    ClientRequest,
+    ClientResponse,
+)
 
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")   # RFC 9110 field-name characters
 _RESERVED = frozenset({"host", "content-length", "transfer-encoding", "connection"})

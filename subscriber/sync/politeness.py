@@ -8,7 +8,12 @@ import asyncio
 import time
 from collections.abc import Callable
 
-from aiohttp import ClientHandlerType, ClientMiddlewareType, ClientRequest, ClientResponse
+from aiohttp import (
+    ClientHandlerType,
+    ClientMiddlewareType,
+    ClientRequest,
+    ClientResponse,
+)
 
 from .headers import origin
 

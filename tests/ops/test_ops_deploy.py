@@ -400,3 +400,166 @@ def test_nginx_proxies_to_the_hub_port() -> None:
     assert size * 1024 * 1024 >= HubSettings().max_body
     server_name = re.search(r"server_name (\S+);", code).group(1)
     assert env["RSNOTIFY_PUBLIC_URL"] == f"https://{server_name}/"
+
+
+# --- a replicated Redis/Valkey under Sentinel (compose, Kubernetes overlay, systemd drop-ins) -------
+
+SENTINEL_PORT = 26379
+
+
+def substituted(value: str) -> str:
+    """A compose/shell value with ${VAR} replaced by a stand-in (var-name), ${VAR:-default} by its
+    default, and $$ by $, as at run time."""
+    def one(match: re.Match[str]) -> str:
+        name, default = match.group(1), match.group(2)
+        return default[2:] if default and default.startswith(":-") else name.lower().replace("_", "-")
+    return re.sub(r"\$\{([A-Z_]+)([^}]*)\}", one, value).replace("$$", "$")
+
+
+def sentinel_settings(env: dict[str, str]) -> HubSettings:
+    """The settings a process builds from `env` (RSNOTIFY_* only); they must be valid."""
+    return HubSettings.from_env({k: v for k, v in env.items() if k.startswith("RSNOTIFY_")})
+
+
+def test_sentinel_compose() -> None:
+    from rsnotify.hub.redis_url import parse_redis_url
+
+    compose = yaml.safe_load((DEPLOY / "docker-compose.sentinel.yml").read_text())
+    services = compose["services"]
+    nodes = {n: s for n, s in services.items() if n.startswith("valkey-")}
+    sentinels = {n: s for n, s in services.items() if n.startswith("sentinel-")}
+    assert len(nodes) == 3 and len(sentinels) == 3 and {"hub", "worker"} <= set(services)
+    for name, node in nodes.items():
+        command = node["command"]
+        assert command[command.index("--appendonly") + 1] == "yes", name
+        assert command[command.index("--requirepass") + 1].startswith("${REDIS_PASSWORD"), name
+        assert command[command.index("--masterauth") + 1] == "${REDIS_PASSWORD}", name   # it may become a replica
+        if name != "valkey-1":
+            assert command[command.index("--replicaof") + 1:command.index("--replicaof") + 3] == ["valkey-1", "6379"]
+    monitored = set()
+    for name, sentinel in sentinels.items():
+        conf = sentinel["command"][0]
+        assert f"port {SENTINEL_PORT}" in conf and conf.rstrip().endswith("--sentinel"), name
+        service, host = re.search(r"sentinel monitor (\S+) (\S+) 6379 2", conf).groups()
+        assert host in nodes, name
+        monitored.add(service)
+        assert "sentinel auth-pass " + service + " $${REDIS_PASSWORD}" in conf       # the data nodes' password
+        assert "requirepass $${SENTINEL_PASSWORD}" in conf                          # its own, another one
+        assert sentinel["environment"]["SENTINEL_PASSWORD"].startswith("${SENTINEL_PASSWORD:?"), name
+    [service] = monitored
+    for name in ("hub", "worker"):
+        process = services[name]
+        used = check_command(process["command"])
+        assert used == name
+        env = process["environment"]
+        check_env(set(env), used, f"sentinel compose service {name}")
+        url = parse_redis_url(substituted(env["RSNOTIFY_REDIS_URL"]))
+        assert url.is_sentinel and url.service == service and url.password == "redis-password"
+        assert {f"{h}:{p}" for h, p in url.sentinels} == {f"{s}:{SENTINEL_PORT}" for s in sentinels}
+        assert env["RSNOTIFY_SENTINEL_PASSWORD"] == "${SENTINEL_PASSWORD}"
+        settings = sentinel_settings({k: substituted(str(v)) for k, v in env.items()})
+        assert settings.replicas_to_wait_for == 1
+        assert set(process["networks"]) == {"valkey", "default"}
+    for name, process in services.items():
+        assert process.get("read_only") is True and process.get("cap_drop") == ["ALL"], name
+        assert "no-new-privileges:true" in process.get("security_opt", []), name
+    assert compose["networks"]["valkey"]["internal"] is True
+    assert {n for n, s in services.items() if "valkey" in s.get("networks", [])} == \
+        set(nodes) | set(sentinels) | {"hub", "worker"}
+
+
+def sentinel_overlay() -> tuple[dict, list[dict]]:
+    """deploy/k8s-sentinel's kustomization, and the documents it yields: deploy/k8s's with the
+    delete patches applied and the env patches merged by name (kustomize's strategic merge)."""
+    overlay = DEPLOY / "k8s-sentinel"
+    kustomization = yaml.safe_load((overlay / "kustomization.yaml").read_text())
+    assert kustomization["resources"][0] == "../k8s"
+    docs = k8s_documents(applied_files())
+    for resource in kustomization["resources"][1:]:
+        docs += [d for d in yaml.safe_load_all((overlay / resource).read_text()) if d]
+    for entry in kustomization["patches"]:
+        patch = yaml.safe_load(entry["patch"])
+        if patch.get("$patch") == "delete":
+            found = [d for d in docs if (d["kind"], d["metadata"]["name"]) == (patch["kind"], patch["metadata"]["name"])]
+            assert len(found) == 1, f"the overlay deletes {patch['kind']} {patch['metadata']['name']}, absent from deploy/k8s"
+            docs.remove(found[0])
+            continue
+        [target] = [d for d in docs if d["kind"] == entry["target"]["kind"] and
+                    d["metadata"]["name"] == entry["target"]["name"]]
+        for changed in patch["spec"]["template"]["spec"]["containers"]:
+            [container] = [c for c in target["spec"]["template"]["spec"]["containers"] if c["name"] == changed["name"]]
+            for item in changed["env"]:
+                names = [e["name"] for e in container["env"]]
+                if item["name"] in names:
+                    container["env"][names.index(item["name"])] = item
+                else:
+                    container["env"].append(item)
+    return kustomization, docs
+
+
+def test_sentinel_kubernetes_overlay_and_chart_values() -> None:
+    from rsnotify.hub.redis_url import parse_redis_url
+
+    overlay = DEPLOY / "k8s-sentinel"
+    _, docs = sentinel_overlay()
+    text = (overlay / "kustomization.yaml").read_text()
+    release = re.search(r"helm install (\S+) valkey/valkey -f deploy/k8s-sentinel/valkey-values.yaml", text).group(1)
+    assert release in (DEPLOY / "README.md").read_text()
+    values = yaml.safe_load((overlay / "valkey-values.yaml").read_text())
+    replica, sentinel = values["replica"], values["replica"]["sentinel"]
+    assert replica["enabled"] and sentinel["enabled"] and replica["replicas"] + 1 >= 3 and sentinel["replicas"] >= 3
+    assert sentinel["quorum"] == sentinel["replicas"] // 2 + 1
+    assert {"default", replica["replicationUser"]} <= set(values["auth"]["aclUsers"])
+    assert "appendonly yes" in values["valkeyConfig"] and "appendfsync everysec" in values["valkeyConfig"]
+    [example] = [d for d in yaml.safe_load_all((overlay / "users-secret.example.yaml").read_text()) if d]
+    assert example["metadata"]["name"] == values["auth"]["usersExistingSecret"]
+    assert {"default", replica["replicationUser"], sentinel["passwordKey"]} <= set(example["stringData"])
+    assert not [d for d in docs if d["kind"] == "StatefulSet" or "redis" in d["metadata"]["name"]]
+    assert not [d for d in docs if d["kind"] == "Secret"]
+    deployments = [d for d in docs if d["kind"] == "Deployment"]
+    assert {d["metadata"]["name"] for d in deployments} == {"rsnotify-hub", "rsnotify-worker"}
+    config = next(d for d in docs if d["kind"] == "ConfigMap")["data"]
+    for deployment in deployments:
+        check_restricted(deployment["spec"]["template"]["spec"], deployment["metadata"]["name"])
+        [container] = deployment["spec"]["template"]["spec"]["containers"]
+        used = check_command(container["command"])
+        env = {item["name"]: item for item in container["env"]}
+        check_env(set(env) | set(config), used, f"k8s-sentinel {deployment['metadata']['name']}")
+        defined: list[str] = []
+        for item in container["env"]:
+            for needed in re.findall(r"\$\((\w+)\)", item.get("value", "")):
+                assert needed in defined, f"{item['name']} uses $({needed}) before it is defined"
+            defined.append(item["name"])
+        url = parse_redis_url(env["RSNOTIFY_REDIS_URL"]["value"].replace("$(REDIS_PASSWORD)", "x"))
+        assert url.is_sentinel and url.service == sentinel["masterSet"]
+        assert url.sentinels == ((f"{release}-sentinel", sentinel["port"]),)
+        secret_of = {name: env[name]["valueFrom"]["secretKeyRef"] for name in ("REDIS_PASSWORD",
+                                                                               "RSNOTIFY_SENTINEL_PASSWORD")}
+        assert secret_of["REDIS_PASSWORD"] == {"name": example["metadata"]["name"], "key": "default"}
+        assert secret_of["RSNOTIFY_SENTINEL_PASSWORD"] == {"name": example["metadata"]["name"],
+                                                            "key": sentinel["passwordKey"]}
+    [policy] = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    assert policy["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/instance": release}
+    assert {p["port"] for p in policy["spec"]["ingress"][0]["ports"]} == {6379, sentinel["port"]}
+    validator = pytest.importorskip("kubernetes_validate",
+                                    reason="kubernetes-validate is not installed (pip install kubernetes-validate)")
+    version = validator.latest_version()
+    for doc in [*docs, example]:
+        validator.validate(doc, version, strict=True)
+
+
+@pytest.mark.parametrize("unit", ["rsnotify-hub.service", "rsnotify-worker@.service"])
+def test_systemd_sentinel_drop_ins(unit: str) -> None:
+    from rsnotify.hub.redis_url import parse_redis_url
+
+    base = systemd_unit(DEPLOY / "systemd" / unit)
+    drop_in = systemd_unit(DEPLOY / "systemd" / f"{unit}.d" / "sentinel.conf")
+    [path] = drop_in["EnvironmentFile"]
+    example = DEPLOY / "systemd" / (Path(path).name + ".example")
+    used = check_command(shlex.split(base["ExecStart"][0].replace("%H", "host").replace("%i", "1")))
+    check_env(set(env_file(example)), used, f"{unit} drop-in via {example.name}")
+    # systemd reads the unit's EnvironmentFile, then the drop-in's: the latter's lines win
+    merged = {**env_file(DEPLOY / "systemd" / "rsnotify.env.example"), **env_file(example)}
+    settings = sentinel_settings(merged)
+    assert parse_redis_url(str(settings.redis_url)).is_sentinel and settings.sentinel_password
+    assert settings.replicas_to_wait_for == 1

