@@ -78,6 +78,7 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
     report = BaselineReport(at=None)
     ctx.progress.start(phase)
     ctx.state.clear_seen()
+    ctx.state.clear_refusals()
     batch = _Batch(ctx)
     in_flight: set[asyncio.Task[None]] = set()
     room = asyncio.Semaphore(ctx.options.concurrency * 4)

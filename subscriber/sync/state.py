@@ -3,6 +3,8 @@
 Tables: `channel` (key/value: Source URLs, engine state, the high-water mark H, gaps),
 `resources` (one record per loc), `inbox` (every delivery, written before its 2xx),
 `hubs` (last sequence per hub), `seen` (scratch: locs met in the current Resource List),
+`refused` (the locs a trust rule refuses now, one row each, so a hostile entry that stays listed
+counts once, not once per poll),
 `runs` (baselines, catch-ups, audits), `requests` (work another process asks of the running
 sync, e.g. `audit --repair` on a live folder). Write transactions are short and never held across
 an await, so an inbox insert from the callback handler is never blocked by a batch.
@@ -73,6 +75,7 @@ CREATE INDEX IF NOT EXISTS inbox_pending ON inbox(status) WHERE status = 'pendin
 CREATE INDEX IF NOT EXISTS inbox_notification ON inbox(notification_id) WHERE notification_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS hubs (hub TEXT PRIMARY KEY, last_sequence INTEGER);
 CREATE TABLE IF NOT EXISTS seen (loc TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS refused (loc TEXT PRIMARY KEY, rule TEXT NOT NULL, detail TEXT, at REAL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY, kind TEXT, started REAL, ended REAL, counts TEXT, outcome TEXT
 );
@@ -358,23 +361,31 @@ class SyncState:
         return [ResourceRecord.from_row(row) for row in rows]
 
     def note_refusals(self, refusals: Iterable[tuple[str, str, str]]) -> None:
-        """Count refusals (rule, loc, detail) by rule (channel `refusals`) and keep the last
-        ten (`last_refusals`), in one transaction."""
-        with self._lock:
-            counts = self.get_json("refusals") or {}
-            recent = self.get_json("last_refusals") or []
-            for rule, loc, detail in refusals:
-                counts[rule] = counts.get(rule, 0) + 1
-                recent.append({"rule": rule, "loc": loc[:500], "detail": detail[:300], "at": time.time()})
-            self.set(refusals=counts, last_refusals=recent[-10:])
+        """Record refused locs (rule, loc, detail), one row per loc (the latest refusal), in
+        one transaction: `sync status` counts the locs refused, not how often they were."""
+        rows = [(loc, rule, detail[:300], time.time()) for rule, loc, detail in refusals]
+        if rows:
+            self._write([("INSERT OR REPLACE INTO refused(loc, rule, detail, at) VALUES (?, ?, ?, ?)", rows)])
+
+    def clear_refusals(self) -> None:
+        """Forget the refused locs: a baseline starts, and its full pass refuses again whatever
+        the Source still lists (so the counts stay those of the current refusals)."""
+        self._write([("DELETE FROM refused", ())])
+
+    def refusal_counts(self) -> dict[str, int]:
+        return dict(self._query("SELECT rule, count(*) FROM refused GROUP BY rule"))
+
+    def last_refusals(self, limit: int = 10) -> list[dict[str, Any]]:
+        rows = self._query("SELECT rule, loc, detail, at FROM refused ORDER BY at DESC LIMIT ?", (limit,))
+        return [{"rule": rule, "loc": loc[:500], "detail": detail, "at": at} for rule, loc, detail, at in rows[::-1]]
 
     def problem_summary(self) -> dict[str, Any]:
         """What `sync status` shows about single resources: escaped names, refusals by rule
         (and the last few), and some records that are not ok, with why."""
         return {
             "escaped_names": self.count_escaped(),
-            "refusals": self.get_json("refusals") or {},
-            "last_refusals": self.get_json("last_refusals") or [],
+            "refusals": self.refusal_counts(),
+            "last_refusals": self.last_refusals(),
             "troubled": [{"loc": r.loc, "state": r.state, "path": r.path, "error": r.last_error,
                           "attempts": r.attempts, "next_retry_at": r.next_retry_at} for r in self.troubled()],
         }
