@@ -576,8 +576,11 @@ def sync_status(directory: Path, json_out: bool) -> None:
 @click.option("--repair", is_flag=True, help="Fetch missing and changed resources, delete extra tracked ones.")
 def audit(deep: bool, repair: bool, **common: Any) -> None:
     """Compare DIR with the Source's current Resource List: exit 0 in sync, 1 differences,
-    3 Source unreachable. Works beside a running `rsnotify sync` (read-only); with --repair
-    the running sync does the repair and this waits for its answer."""
-    from .sync.runner import run_audit
+    2 usage, 3 Source unreachable, 130 interrupted (Ctrl-C; 143 for SIGTERM). Works beside a
+    running `rsnotify sync` (read-only); with --repair the running sync does the repair and
+    this waits for its answer."""
+    from .sync.runner import quiet_exit_on_signals, run_audit
     command = _sync_command(**common)
-    sys.exit(asyncio.run(run_audit(command, deep=deep, repair=repair)))
+    code = asyncio.run(run_audit(command, deep=deep, repair=repair))
+    quiet_exit_on_signals(code)
+    sys.exit(code)

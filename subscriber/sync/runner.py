@@ -270,11 +270,42 @@ def _source_failed(reporter: Reporter, exc: SourceUnreachableError | SourceDocum
     return EXIT_DIFFERENCES
 
 
+EXIT_INTERRUPTED = 130     # audit stopped by Ctrl-C (128 + SIGINT; SIGTERM: 143): no verdict
+
+
 async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:
     """Audit DIR. Beside a running sync it only reads; `--repair` then asks that sync to audit
     and repair (a request row it picks up), waits for its answer, and takes the folder itself
-    only if the sync ends before taking the request."""
+    only if the sync ends before taking the request.
+
+    Ctrl-C or SIGTERM cancels it (the hashing threads stop between files, the state and the
+    folder are closed): one "interrupted" line and exit 128 + the signal, never 1, which would
+    read as "differences"."""
     reporter = Reporter("rsnotify audit", command.json_events)
+    work = asyncio.create_task(_audit_work(command, reporter, deep=deep, repair=repair))
+    loop = asyncio.get_running_loop()
+    caught: list[int] = []
+
+    def interrupt(signum: int) -> None:
+        if not caught:
+            reporter.status("interrupted")
+        caught.append(signum)
+        work.cancel()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, interrupt, signum)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if not caught:
+            raise
+        return 128 + caught[0]
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+async def _audit_work(command: SyncCommand, reporter: Reporter, *, deep: bool, repair: bool) -> int:
     try:
         engine = SyncEngine(command.root, source=command.source, capability_list=command.capability_list,
                             options=command.options, allow_networks=command.allow_networks,

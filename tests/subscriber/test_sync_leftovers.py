@@ -4,7 +4,16 @@ reported, audit's checks never through a symlink, Ctrl-C of an audit, bodies hel
 Content-Length."""
 from __future__ import annotations
 
+import asyncio
+import signal
+import subprocess
+import threading
+import time
+
+from aiohttp import web
+
 from tests.subscriber.test_sync_trust import (  # noqa: F401  (the fixture is used by name)
+    RSNOTIFY,
     hostile,
     status,
     sync_once,
@@ -23,3 +32,39 @@ def test_refusals_count_the_refused_locs_not_each_poll(hostile, tmp_path):
     assert info["refusals"] == {"host": 2}                     # ... but counted once per loc
     assert sorted(r["loc"] for r in info["last_refusals"]) == ["http://.rsnotify/state.db",
                                                                "http://victimhost/notes.txt"]
+
+
+def test_ctrl_c_stops_an_audit_with_130_and_one_line(hostile, tmp_path):
+    dest = tmp_path / "dest"
+    hostile.add("/a.txt", b"a")
+    assert sync_once(hostile, dest).code == 0
+    release = threading.Event()
+    original = hostile.handle
+
+    async def slow_list(request: web.Request) -> web.StreamResponse:
+        if request.raw_path == "/resourcelist.xml":
+            hostile.hits.append(request.raw_path)
+            response = web.StreamResponse()
+            await response.prepare(request)
+            await response.write(b"<?xml version='1.0' encoding='UTF-8'?>\n")
+            while not release.is_set():          # an audit in the middle of a long list
+                await asyncio.sleep(0.05)
+            return response
+        return await original(request)
+
+    hostile.handle = slow_list                   # the app routes through the attribute
+    hostile.hits.clear()
+    try:
+        audit = subprocess.Popen([RSNOTIFY, "audit", "--capability-list", hostile.base + "/caps.xml",
+                                  "--dir", str(dest)], stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 30
+        while "/resourcelist.xml" not in hostile.hits and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert "/resourcelist.xml" in hostile.hits
+        audit.send_signal(signal.SIGINT)
+        _, err = audit.communicate(timeout=10)
+    finally:
+        release.set()
+    assert audit.returncode == 130, err
+    assert "rsnotify audit: interrupted" in err and "Aborted" not in err and "Traceback" not in err, err
+    assert "interrupted" in subprocess.run([RSNOTIFY, "audit", "--help"], capture_output=True, text=True).stdout
