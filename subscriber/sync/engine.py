@@ -508,7 +508,8 @@ class _LiveClock:
 
 def audit_counts(report: AuditReport, *, deep: bool, repair: bool) -> str:
     """The one-line summary `rsnotify audit` and the live sync print."""
-    counts = (f"same {report.same:,}, missing {report.missing:,}, changed {report.changed:,}"
+    counts = (f"same {report.same:,}, missing {report.missing:,}"
+              f"{f' (symlinks {report.symlinks:,})' if report.symlinks else ''}, changed {report.changed:,}"
               f"{f' (corrupt {report.corrupt:,})' if deep else ''}, extra {report.extra:,}, "
               f"untracked {report.untracked:,}, newer locally {report.newer_locally:,}, "
               f"unverifiable {report.unverifiable:,}, escaped names {report.escaped:,}")

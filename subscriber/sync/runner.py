@@ -378,7 +378,7 @@ def _handed_result(reporter: Reporter, result: dict[str, Any], *, deep: bool) ->
 
 
 _REPORT_COUNTS = ("listed", "same", "missing", "changed", "extra", "untracked", "newer_locally", "unverifiable",
-                  "corrupt", "repaired", "repair_failed", "seconds")
+                  "corrupt", "escaped", "symlinks", "repaired", "repair_failed", "seconds")
 
 
 def parse_duration(text: str) -> float:
