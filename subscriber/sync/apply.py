@@ -158,8 +158,14 @@ class Applier:
     def _problem(self, outcome: Outcome, record: ResourceRecord | None, other: str | None = None) -> None:
         if outcome.outcome == ChangeOutcome.CONFLICT:
             self._emit(ev.CONFLICT, loc=outcome.loc, path=outcome.path, detail=outcome.detail,
-                       **({"with": other} if other else {}))
+                       **({"with": other, "kept": False} if other else {}))
             self._say("conflict", f"conflict: {outcome.loc} -> {outcome.path}: {outcome.detail}")
+            if other:
+                # Both sides of a name collision are reported; the one that got there first keeps the file.
+                detail = f"{other} keeps {outcome.path}; {outcome.loc} maps there too"
+                self._emit(ev.CONFLICT, loc=other, path=outcome.path, detail=detail, kept=True,
+                           **{"with": outcome.loc})
+                self._say("conflict", f"conflict: {other} -> {outcome.path}: {detail}")
         elif outcome.outcome in (ChangeOutcome.FAILED, ChangeOutcome.STALE):
             retry = (round(record.next_retry_at - time.time(), 1)
                      if record is not None and record.next_retry_at is not None else None)

@@ -31,7 +31,7 @@ from .outcomes import ChangeOutcome, Refusal
 from .remote import SourceDocumentError
 from .resources import ResourceListRead, resource_chunks
 from .sink import FolderSink, SymlinkRefusedError
-from .state import DELETED, OK, ResourceRecord, SyncState
+from .state import CONFLICT, DELETED, OK, ResourceRecord, SyncState
 
 T = TypeVar("T")
 
@@ -50,6 +50,7 @@ class AuditReport:
     corrupt: int = 0          # part of `changed` (deep only)
     escaped: int = 0          # resources stored under an escaped name (not a difference; README "File names")
     symlinks: int = 0         # part of `missing`: a symlink stands at the name or on its way (never followed)
+    conflicts: int = 0        # locs whose path is contested (both sides of a collision; repair cannot fix it)
     repaired: int = 0
     repair_failed: int = 0
     seconds: float = 0.0
@@ -57,11 +58,12 @@ class AuditReport:
 
     @property
     def differences(self) -> int:
-        return self.missing + self.changed + self.extra + self.untracked
+        return self.missing + self.changed + self.extra + self.untracked + self.conflicts
 
     @property
     def in_sync(self) -> bool:
-        return self.differences == 0 or bool(self.repaired and self.repair_failed == 0 and self.untracked == 0)
+        return self.differences == 0 or bool(self.repaired and self.repair_failed == 0 and self.untracked == 0
+                                             and self.conflicts == 0)
 
     def note(self, kind: str, loc: str) -> None:
         items = self.examples.setdefault(kind, [])
@@ -72,7 +74,7 @@ class AuditReport:
         return {"at": format_datetime(self.at) if self.at else None, "listed": self.listed, "same": self.same,
                 "missing": self.missing, "changed": self.changed, "extra": self.extra, "untracked": self.untracked,
                 "newer_locally": self.newer_locally, "unverifiable": self.unverifiable, "corrupt": self.corrupt,
-                "escaped": self.escaped, "symlinks": self.symlinks,
+                "escaped": self.escaped, "symlinks": self.symlinks, "conflicts": self.conflicts,
                 "repaired": self.repaired, "repair_failed": self.repair_failed,
                 "seconds": round(self.seconds, 3), "examples": self.examples}
 
@@ -157,6 +159,7 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         raise SourceDocumentError("the Source advertises no Resource List to audit against")
     ctx.progress.start("audit")
     to_repair: list[tuple[Resource, ResourceRecord | None, Path]] = []
+    contested = ctx.state.conflict_paths()
     async for resources in resource_chunks(ctx.session, ctx.resourcelist_url, read):
         report.at = read.at
         ctx.progress.total = read.hint
@@ -170,6 +173,11 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
             if record is not None and record.changed_at is not None and report.at is not None \
                     and record.changed_at > report.at:
                 report.newer_locally += 1
+                continue
+            if record is not None and record.state in (OK, CONFLICT) and record.path in contested:
+                # Both sides of a name collision: the keeper's file and the loc left without one.
+                report.conflicts += 1
+                report.note("conflict", resource.loc)
                 continue
             try:
                 path = ctx.sink.path_for(resource.loc)

@@ -511,7 +511,8 @@ def audit_counts(report: AuditReport, *, deep: bool, repair: bool) -> str:
     counts = (f"same {report.same:,}, missing {report.missing:,}"
               f"{f' (symlinks {report.symlinks:,})' if report.symlinks else ''}, changed {report.changed:,}"
               f"{f' (corrupt {report.corrupt:,})' if deep else ''}, extra {report.extra:,}, "
-              f"untracked {report.untracked:,}, newer locally {report.newer_locally:,}, "
+              f"untracked {report.untracked:,}, {f'conflicts {report.conflicts:,}, ' if report.conflicts else ''}"
+              f"newer locally {report.newer_locally:,}, "
               f"unverifiable {report.unverifiable:,}, escaped names {report.escaped:,}")
     if repair:
         counts += f"; repaired {report.repaired:,}, repair failed {report.repair_failed:,}"

@@ -378,7 +378,7 @@ def _handed_result(reporter: Reporter, result: dict[str, Any], *, deep: bool) ->
 
 
 _REPORT_COUNTS = ("listed", "same", "missing", "changed", "extra", "untracked", "newer_locally", "unverifiable",
-                  "corrupt", "escaped", "symlinks", "repaired", "repair_failed", "seconds")
+                  "corrupt", "escaped", "symlinks", "conflicts", "repaired", "repair_failed", "seconds")
 
 
 def parse_duration(text: str) -> float:
@@ -417,7 +417,7 @@ def status_of(root: Path) -> dict[str, Any] | None:
             "hub_epochs": state.get_json("hub_epochs") or {},
             "baseline_at": channel.get("baseline_at"),
             "last_sequences": state.last_sequences(),
-            "resources": state.counts_by_state(),
+            "resources": _counts_with_holders(state),
             "inbox": state.inbox_counts(),
             "unrecoverable_gap": state.get_json("unrecoverable_gap"),
             "last_baseline": state.last_run("baseline"),
@@ -427,6 +427,19 @@ def status_of(root: Path) -> dict[str, Any] | None:
         }
     finally:
         state.close()
+
+
+def _counts_with_holders(state: SyncState) -> dict[str, int]:
+    """Records by state, where a loc that keeps a path another loc maps to counts as a
+    `conflict` too (its file is kept; both sides of the collision are shown)."""
+    counts = state.counts_by_state()
+    holders = state.count_conflict_holders()
+    if holders:
+        counts["conflict"] = counts.get("conflict", 0) + holders
+        counts["ok"] = counts.get("ok", 0) - holders
+        if not counts["ok"]:
+            del counts["ok"]
+    return counts
 
 
 def format_status(info: dict[str, Any]) -> str:

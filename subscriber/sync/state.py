@@ -360,6 +360,25 @@ class SyncState:
                            "ORDER BY loc LIMIT ?", (limit,))
         return [ResourceRecord.from_row(row) for row in rows]
 
+    def conflict_holders(self, limit: int = 20) -> list[tuple[ResourceRecord, str]]:
+        """Records that keep a path another loc maps to as well (that one's record is
+        `conflict`), each with that other loc: both sides of a name collision are reported."""
+        columns = ", ".join(f"r.{c.strip()}" for c in _RESOURCE_COLUMNS.split(","))
+        rows = self._query(f"SELECT {columns}, c.loc FROM resources r JOIN resources c ON c.path = r.path "
+                           "AND c.loc != r.loc WHERE c.state = 'conflict' AND r.state = 'ok' ORDER BY r.loc LIMIT ?",
+                           (limit,))
+        return [(ResourceRecord.from_row(row[:-1]), row[-1]) for row in rows]
+
+    def conflict_paths(self) -> frozenset[str]:
+        """The paths of `conflict` records (a collision's path, or one a file/folder is in the way of)."""
+        return frozenset(row[0] for row in self._query("SELECT path FROM resources WHERE state = 'conflict' "
+                                                       "AND path IS NOT NULL"))
+
+    def count_conflict_holders(self) -> int:
+        rows = self._query("SELECT count(DISTINCT r.loc) FROM resources r JOIN resources c ON c.path = r.path "
+                           "AND c.loc != r.loc WHERE c.state = 'conflict' AND r.state = 'ok'")
+        return int(rows[0][0])
+
     def note_refusals(self, refusals: Iterable[tuple[str, str, str]]) -> None:
         """Record refused locs (rule, loc, detail), one row per loc (the latest refusal), in
         one transaction: `sync status` counts the locs refused, not how often they were."""
@@ -387,7 +406,9 @@ class SyncState:
             "refusals": self.refusal_counts(),
             "last_refusals": self.last_refusals(),
             "troubled": [{"loc": r.loc, "state": r.state, "path": r.path, "error": r.last_error,
-                          "attempts": r.attempts, "next_retry_at": r.next_retry_at} for r in self.troubled()],
+                          "attempts": r.attempts, "next_retry_at": r.next_retry_at} for r in self.troubled()]
+            + [{"loc": r.loc, "state": CONFLICT, "path": r.path, "attempts": 0, "next_retry_at": None,
+                "error": f"keeps {r.path}; {other} maps there too"} for r, other in self.conflict_holders()],
         }
 
     # --- the Resource List pass (locs seen) --------------------------------------------------
