@@ -51,6 +51,7 @@ class AuditReport:
     escaped: int = 0          # resources stored under an escaped name (not a difference; README "File names")
     symlinks: int = 0         # part of `missing`: a symlink stands at the name or on its way (never followed)
     conflicts: int = 0        # locs whose path is contested (both sides of a collision; repair cannot fix it)
+    excluded: int = 0         # listed or tracked resources --exclude leaves alone (never a difference)
     repaired: int = 0
     repair_failed: int = 0
     seconds: float = 0.0
@@ -74,7 +75,7 @@ class AuditReport:
         return {"at": format_datetime(self.at) if self.at else None, "listed": self.listed, "same": self.same,
                 "missing": self.missing, "changed": self.changed, "extra": self.extra, "untracked": self.untracked,
                 "newer_locally": self.newer_locally, "unverifiable": self.unverifiable, "corrupt": self.corrupt,
-                "escaped": self.escaped, "symlinks": self.symlinks, "conflicts": self.conflicts,
+                "escaped": self.escaped, "symlinks": self.symlinks, "conflicts": self.conflicts, "excluded": self.excluded,
                 "repaired": self.repaired, "repair_failed": self.repair_failed,
                 "seconds": round(self.seconds, 3), "examples": self.examples}
 
@@ -169,6 +170,9 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         for resource in resources:
             report.listed += 1
             ctx.progress.seen += 1
+            if ctx.applier.exclusions.excludes(resource.loc):
+                report.excluded += 1
+                continue
             record = records.get(resource.loc)
             if record is not None and record.changed_at is not None and report.at is not None \
                     and record.changed_at > report.at:
@@ -212,6 +216,9 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         await _repair(ctx, to_repair, report)
     extras = []
     for extra in seen.unseen(ctx.state):
+        if ctx.applier.exclusions.excludes(extra.loc):
+            report.excluded += 1
+            continue
         if extra.changed_at is not None and report.at is not None and extra.changed_at > report.at:
             report.newer_locally += 1
             continue
@@ -298,6 +305,8 @@ def _count_untracked(ctx: SyncContext, report: AuditReport, cancelled: threading
     for relative in ctx.sink.walk():
         if cancelled.is_set():
             break
+        if ctx.applier.exclusions.excludes_file(relative):
+            continue     # an excluded part of the tree: files there are not the sync's business
         record = ctx.state.record_by_path(relative)
         if record is None or record.state == DELETED:
             count += 1

@@ -36,6 +36,7 @@ from .engine import (
 )
 from .events import AUDIT_DONE as AUDIT_DONE_EVENT
 from .events import DEGRADED as DEGRADED_EVENT
+from .events import PLAN as PLAN_EVENT
 from .events import SyncEvent
 from .headers import Header, source_header_middleware
 from .politeness import rate_limit_middleware
@@ -92,10 +93,18 @@ class Reporter:
             pass
 
     def event(self, item: SyncEvent) -> None:
-        if not self.json_events or self.stdout_gone:
+        if self.stdout_gone:
+            return
+        if self.json_events:
+            line = json.dumps(item.to_json(), ensure_ascii=False, default=str)
+        elif item.event == PLAN_EVENT:   # --dry-run in text mode: "fetch LOC -> PATH" / "delete LOC (PATH)"
+            data = item.data
+            line = (f"fetch {data['loc']} -> {data['path']}" if data["action"] == "fetch"
+                    else f"delete {data['loc']} ({data['path']})")
+        else:
             return
         try:
-            self.out.write(json.dumps(item.to_json(), ensure_ascii=False, default=str) + "\n")
+            self.out.write(line + "\n")
             self.out.flush()
         except (BrokenPipeError, OSError, ValueError):
             self.stdout_gone = True
@@ -378,7 +387,7 @@ def _handed_result(reporter: Reporter, result: dict[str, Any], *, deep: bool) ->
 
 
 _REPORT_COUNTS = ("listed", "same", "missing", "changed", "extra", "untracked", "newer_locally", "unverifiable",
-                  "corrupt", "escaped", "symlinks", "conflicts", "repaired", "repair_failed", "seconds")
+                  "corrupt", "escaped", "symlinks", "conflicts", "excluded", "repaired", "repair_failed", "seconds")
 
 
 def parse_duration(text: str) -> float:

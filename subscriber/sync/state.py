@@ -12,7 +12,9 @@ an await, so an inbox insert from the callback handler is never blocked by a bat
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -167,6 +169,7 @@ class SyncState:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self._scratch: Path | None = None   # the temporary folder of a scratch copy (removed on close)
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -186,9 +189,29 @@ class SyncState:
     def in_dir(cls, root: str | Path) -> SyncState:
         return cls(Path(root) / STATE_DIR / STATE_FILE)
 
+    @classmethod
+    def scratch_copy(cls, root: str | Path) -> SyncState:
+        """A private copy of DIR's state (an empty one when DIR has none) in a temporary
+        folder that `close` removes: a dry run writes there, never in DIR. The database and its
+        WAL are copied as files (SQLite replays the WAL on open), which only reads DIR."""
+        scratch = Path(tempfile.mkdtemp(prefix="rsnotify-dry-run-"))
+        try:
+            for suffix in ("", "-wal"):
+                original = Path(root) / STATE_DIR / (STATE_FILE + suffix)
+                if original.is_file():
+                    shutil.copyfile(original, scratch / (STATE_FILE + suffix))
+            state = cls(scratch / STATE_FILE)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        state._scratch = scratch
+        return state
+
     def close(self) -> None:
         with self._lock:
             self.db.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     # --- transactions ------------------------------------------------------------------
 
