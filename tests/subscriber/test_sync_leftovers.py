@@ -1,11 +1,14 @@
 """Issue 20's last rules, each with a hostile Source (an aiohttp server on loopback) and a real
 `rsnotify sync` / `rsnotify audit` process: refusals counted by loc, both locs of a collision
-reported, audit's checks never through a symlink, Ctrl-C of an audit, bodies held to their
-Content-Length."""
+reported, audit's checks never through a symlink, Ctrl-C of an audit, bodies held to the announced
+length and the size cap (chunked, compressed)."""
 from __future__ import annotations
 
 import asyncio
+import gzip
+import hashlib
 import json
+import os
 import shutil
 import signal
 import subprocess
@@ -13,6 +16,8 @@ import threading
 import time
 
 from aiohttp import web
+
+from rsnotify.lists import Resource
 
 from tests.subscriber.test_sync_trust import (  # noqa: F401  (the fixture is used by name)
     RSNOTIFY,
@@ -102,3 +107,56 @@ def test_audit_reports_a_planted_symlink_and_never_reads_through_it(hostile, tmp
                              "--repair"], capture_output=True, text=True, timeout=60, check=False)
     assert repair.returncode == 1 and "Traceback" not in repair.stderr, repair.stderr
     assert snapshot(outside) == before and (folder / "a.txt").is_symlink()
+
+
+def _chunked(body: bytes, piece: int = 4096):
+    """A handler that streams `body` chunked, with no Content-Length to warn the client."""
+    async def handler(request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse()
+        await response.prepare(request)
+        try:
+            for start in range(0, len(body), piece):
+                await response.write(body[start:start + piece])
+        except (ConnectionResetError, RuntimeError):
+            pass
+        return response
+    return handler
+
+
+def _gzipped(body: bytes):
+    """A handler that serves `body` gzip-encoded, with the Content-Length of the encoded bytes."""
+    encoded = gzip.compress(body)
+
+    async def handler(request: web.Request) -> web.Response:
+        return web.Response(body=encoded, headers={"Content-Encoding": "gzip"})
+    return handler
+
+
+def test_bodies_are_held_to_the_announced_length_and_the_size_cap(hostile, tmp_path):
+    dest = tmp_path / "dest"
+    announced = [
+        ("/exact.bin", b"0123456789", 10),                   # chunked, exactly as announced: stored
+        ("/one-more.bin", b"0123456789X", 10),               # chunked, one byte past it: cut, refused
+        ("/unannounced.bin", b"u" * 100_000, None),          # no length: up to --max-resource-size
+        ("/over-cap.bin", b"o" * (3 << 20), None),           # no length, past the cap: cut, refused
+    ]
+    for path, body, length in announced:
+        hostile.listed.append(Resource(hostile.base + path, length=length))
+        hostile.bodies[path] = _chunked(body)
+    text = b"line of a text file\n" * 50_000                  # 1 MB that gzips to a few KB
+    hostile.listed.append(Resource(hostile.base + "/text.txt", length=len(text),
+                                   hashes=(("md5", hashlib.md5(text).hexdigest()),)))
+    hostile.bodies["/text.txt"] = _gzipped(text)
+    hostile.listed.append(Resource(hostile.base + "/tiny.txt", length=3))   # gzip makes 3 bytes ~23
+    hostile.bodies["/tiny.txt"] = _gzipped(b"abc")
+    hostile.listed.append(Resource(hostile.base + "/bomb.txt", length=10))  # 50 MB of zeros in ~50 KB
+    hostile.bodies["/bomb.txt"] = _gzipped(bytes(50 << 20))
+    run = sync_once(hostile, dest, "--max-resource-size", "2MiB")
+    folder = copy_of(hostile, dest)
+    assert run.code == 1
+    assert (folder / "exact.bin").read_bytes() == b"0123456789"
+    assert (folder / "unannounced.bin").read_bytes() == b"u" * 100_000
+    assert (folder / "text.txt").read_bytes() == text and (folder / "tiny.txt").read_bytes() == b"abc"
+    assert sorted(os.listdir(folder)) == ["exact.bin", "text.txt", "tiny.txt", "unannounced.bin"]  # no partials
+    rules = {e["loc"].rsplit("/", 1)[1]: e["rule"] for e in run.of("refused")}
+    assert rules == {"one-more.bin": "length", "over-cap.bin": "size", "bomb.txt": "length"}, run.events
