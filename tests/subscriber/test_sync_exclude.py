@@ -9,12 +9,15 @@ import hashlib
 import json
 import os
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
-from rsnotify.lists import Resource
-from rsnotify.notification import ChangeType, ResourceChange
+from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
+from rsnotify.subscriber.sync import SyncEngine, SyncOptions
+from rsnotify.xml import to_xml
 from tests.subscriber.test_sync_trust import (  # noqa: F401  (the fixture is used by name)
     RSNOTIFY,
+    T0,
     T1,
     HostileSource,
     copy_of,
@@ -135,3 +138,32 @@ def test_dry_run_lists_what_it_would_fetch_and_delete_and_writes_nothing(hostile
     folder = copy_of(hostile, dest)
     assert (folder / "a.txt").read_bytes() == b"a2" and (folder / "e.txt").read_bytes() == b"e"
     assert not (folder / "d" / "c.txt").exists()
+
+
+async def test_a_live_notification_for_an_excluded_resource_is_left_alone(hostile, tmp_path):
+    dest = tmp_path / "dest"
+    hostile.add("/a.txt", b"a")
+    hostile.add("/logs/old.log", b"old")
+    engine = SyncEngine(dest, capability_list=hostile.base + "/caps.xml", options=SyncOptions(exclude=("logs/",)))
+    seen: list = []
+    engine.events.listeners.append(seen.append)
+    await engine.open()
+    try:
+        assert await engine.sync_once() == 0
+        folder = copy_of(hostile, dest)
+        hostile.add("/logs/new.log", b"new")
+        hostile.add("/b.txt", b"b")
+        t2 = T1 + timedelta(minutes=1)
+        notification = ChangeNotification(T0, t2, (
+            ResourceChange(hostile.base + "/logs/new.log", ChangeType.CREATED, changed_at=T1),
+            ResourceChange(hostile.base + "/b.txt", ChangeType.CREATED, changed_at=T1)))
+        engine.state.add_to_inbox("http://hub.example/", 1, "n-1", "application/xml", to_xml(notification))
+        await engine.drain_inbox()
+        assert (folder / "b.txt").read_bytes() == b"b" and not (folder / "logs").exists()
+        assert "/logs/new.log" not in hostile.hits and "/logs/old.log" not in hostile.hits
+        [applied] = [e for e in seen if e.event == "notification.applied"]
+        outcomes = {c["loc"].rsplit("/", 1)[1]: c["outcome"] for c in applied.data["changes"]}
+        assert outcomes == {"new.log": "excluded", "b.txt": "stored"}
+        assert engine.state.high_water == t2 and engine.exit_code() == 0
+    finally:
+        await engine.close()
