@@ -438,6 +438,13 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
     command = click.option("--tries", type=click.IntRange(min=1), default=5, show_default=True,
                            envvar="RSNOTIFY_SYNC_TRIES", show_envvar=True,
                            help="Attempts per resource before it counts as failed (transient errors only).")(command)
+    command = click.option("--exclude", "exclude", metavar="GLOB", multiple=True, envvar="RSNOTIFY_SYNC_EXCLUDE",
+                           show_envvar=True,
+                           help="Leave alone the resources whose path relative to the Source's base (the folder "
+                                "of its Capability List; decoded, no leading '/'), a folder on that path, or whole "
+                                "URL matches GLOB (fnmatch: '*.tmp', 'private/', 'http://host/tmp/*'): never fetched, "
+                                "deleted or counted as a difference; copies made before stay as they are. "
+                                "Repeatable.")(command)
     command = click.option("-v", "--verbose", is_flag=True, help="Log details on stderr.")(command)
     return command
 
@@ -464,7 +471,8 @@ def _parse_size(value: str) -> int:
 def _sync_command(directory: Path, source: str | None, capability_list: str | None, allow_network: tuple[str, ...],
                   allow_host: tuple[str, ...], concurrency: int, json_events: bool, verbose: bool,
                   headers: tuple[tuple[str, str], ...] = (), timeout: float = 30.0, tries: int = 5,
-                  rate: float | None = None, max_resource_size: str = "1GiB", **extra: Any) -> SyncCommand:
+                  rate: float | None = None, max_resource_size: str = "1GiB", exclude: tuple[str, ...] = (),
+                  **extra: Any) -> SyncCommand:
     from rsnotify.netguard import parse_networks
     if directory is None:
         raise click.UsageError("--dir DIR is required")
@@ -482,11 +490,16 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
         networks = parse_networks(allow_network)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="--allow-network") from None
+    for pattern in exclude:
+        if not pattern.strip() or "\x00" in pattern:
+            raise click.BadParameter(f"must be a glob such as '*.tmp' or 'private/', got {pattern!r}",
+                                     param_hint="--exclude")
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from .sync.context import SyncOptions
     options = SyncOptions(concurrency=concurrency, keep_deleted=extra.get("keep_deleted", False),
-                          dry_run=extra.get("dry_run", False), max_resource_size=_parse_size(max_resource_size))
+                          dry_run=extra.get("dry_run", False), max_resource_size=_parse_size(max_resource_size),
+                          exclude=tuple(exclude))
     return _SyncCommand(directory, source, capability_list, options, networks, tuple(allow_host),
                         json_events=json_events, headers=tuple(headers), timeout=timeout, tries=tries, rate=rate)
 
@@ -504,7 +517,9 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
               help="Unsubscribe when stopped (by default the subscription stays, so the hub keeps "
                    "notifications for the next start).")
 @click.option("--keep-deleted", is_flag=True, help="Keep files of resources that left the Resource List.")
-@click.option("--dry-run", is_flag=True, help="With --once: read the lists and count, change nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="With --once: list what the baseline or catch-up would fetch and delete (a line per resource "
+                   "on stdout, `plan` events with --json) and the counts; nothing in DIR is written.")
 @click.option("--poll-interval", type=click.FloatRange(min=1), default=60.0, show_default=True,
               envvar="RSNOTIFY_SYNC_POLL_INTERVAL", show_envvar=True,
               help="Seconds between pulls of the Source's Change List when push is silent or unavailable.")
@@ -576,8 +591,11 @@ def sync_status(directory: Path, json_out: bool) -> None:
 @click.option("--repair", is_flag=True, help="Fetch missing and changed resources, delete extra tracked ones.")
 def audit(deep: bool, repair: bool, **common: Any) -> None:
     """Compare DIR with the Source's current Resource List: exit 0 in sync, 1 differences,
-    3 Source unreachable. Works beside a running `rsnotify sync` (read-only); with --repair
-    the running sync does the repair and this waits for its answer."""
-    from .sync.runner import run_audit
+    2 usage, 3 Source unreachable, 130 interrupted (Ctrl-C; 143 for SIGTERM). Works beside a
+    running `rsnotify sync` (read-only); with --repair the running sync does the repair and
+    this waits for its answer."""
+    from .sync.runner import quiet_exit_on_signals, run_audit
     command = _sync_command(**common)
-    sys.exit(asyncio.run(run_audit(command, deep=deep, repair=repair)))
+    code = asyncio.run(run_audit(command, deep=deep, repair=repair))
+    quiet_exit_on_signals(code)
+    sys.exit(code)

@@ -25,6 +25,7 @@ from rsnotify.notification import ChangeType, ResourceChange
 
 from . import events as ev
 from .events import Events
+from .exclude import Exclusions
 from .fetcher import Fetcher, FetchResult
 from .outcomes import ChangeOutcome, FetchOutcome, Refusal, ResourceState
 from .sink import FolderSink, Placement, SymlinkRefusedError
@@ -114,6 +115,8 @@ class Applier:
         self._claims: dict[str, str] = {}     # path -> the loc being written there now
         self._lines: dict[str, tuple[float, int]] = {}
         self.swept_at = -SWEEP_GAP   # time.monotonic() of the last pass over every resource (a sweep or a baseline)
+        self.exclusions = Exclusions()        # --exclude, read against the Source's base (set by the engine)
+        self.planned = {"fetch": 0, "delete": 0, "excluded": 0}   # --dry-run counts
 
     # --- what the user sees ----------------------------------------------------------------
 
@@ -127,6 +130,12 @@ class Applier:
         self._lines[kind] = (start, count)
         if count <= _LINES_PER_MINUTE:
             self.report(message)
+
+    def plan(self, action: str, loc: str, path: str | None) -> None:
+        """--dry-run: say that a loc would be fetched or deleted (or is excluded: only counted)."""
+        self.planned[action] += 1
+        if action != "excluded":
+            self._emit(ev.PLAN, action=action, loc=loc, path=path)
 
     def _emit(self, event: str, **data: object) -> None:
         if self.events is not None:
@@ -158,8 +167,14 @@ class Applier:
     def _problem(self, outcome: Outcome, record: ResourceRecord | None, other: str | None = None) -> None:
         if outcome.outcome == ChangeOutcome.CONFLICT:
             self._emit(ev.CONFLICT, loc=outcome.loc, path=outcome.path, detail=outcome.detail,
-                       **({"with": other} if other else {}))
+                       **({"with": other, "kept": False} if other else {}))
             self._say("conflict", f"conflict: {outcome.loc} -> {outcome.path}: {outcome.detail}")
+            if other:
+                # Both sides of a name collision are reported; the one that got there first keeps the file.
+                detail = f"{other} keeps {outcome.path}; {outcome.loc} maps there too"
+                self._emit(ev.CONFLICT, loc=other, path=outcome.path, detail=detail, kept=True,
+                           **{"with": outcome.loc})
+                self._say("conflict", f"conflict: {other} -> {outcome.path}: {detail}")
         elif outcome.outcome in (ChangeOutcome.FAILED, ChangeOutcome.STALE):
             retry = (round(record.next_retry_at - time.time(), 1)
                      if record is not None and record.next_retry_at is not None else None)
@@ -204,7 +219,7 @@ class Applier:
         """Try again the changes these records hold back; the records to commit."""
         if not records or self.dry_run:
             return []
-        changes = [change_from_want(r) for r in records if r.want]
+        changes = [change_from_want(r) for r in records if r.want and not self.exclusions.excludes(r.loc)]
         new_records, outcomes = await self._apply_batch(changes, {r.loc: r for r in records})
         fixed = sum(o.outcome in (ChangeOutcome.STORED, ChangeOutcome.UNCHANGED) for o in outcomes)
         self.flush_refusals()
@@ -231,6 +246,10 @@ class Applier:
     async def apply_change(self, change: ResourceChange, record: ResourceRecord | None
                            ) -> tuple[ResourceRecord | None, Outcome]:
         kind = change.change.value
+        if self.exclusions.excludes(change.loc):
+            if self.dry_run:
+                self.plan("excluded", change.loc, None)
+            return None, Outcome(change.loc, kind, ChangeOutcome.EXCLUDED, record.path if record else None)
         if (record is not None and change.changed_at is not None and record.changed_at is not None
                 and change.changed_at < record.changed_at):
             return None, Outcome(change.loc, kind, ChangeOutcome.SKIPPED_OLDER, record.path)
@@ -252,6 +271,7 @@ class Applier:
                            lastmod=change.lastmod or record.lastmod)
             return kept, Outcome(change.loc, kind, ChangeOutcome.UNCHANGED, relative)
         if self.dry_run:
+            self.plan("fetch", change.loc, relative)
             return None, Outcome(change.loc, kind, ChangeOutcome.WOULD_FETCH, relative)
         want = want_of(kind, change.changed_at, change.lastmod, change.hashes, change.length)
         return await self._fetch(change.loc, kind, path, record, change.changed_at, change.lastmod,
@@ -269,6 +289,9 @@ class Applier:
                               ResourceState.DELETED, changed_at=change.changed_at or (record.changed_at if record else None),
                               last_change=kind)
         if self.dry_run:
+            if record is not None and record.holds_file:
+                self.plan("delete", change.loc, record.path)
+                return None, Outcome(change.loc, kind, ChangeOutcome.WOULD_DELETE, record.path)
             return None, Outcome(change.loc, kind, ChangeOutcome.ABSENT, relative)
         if record is None or not record.holds_file:
             # Only files the state tracks for this loc are ever removed.

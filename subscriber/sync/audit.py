@@ -30,8 +30,8 @@ from .context import SyncContext
 from .outcomes import ChangeOutcome, Refusal
 from .remote import SourceDocumentError
 from .resources import ResourceListRead, resource_chunks
-from .sink import SymlinkRefusedError
-from .state import DELETED, OK, ResourceRecord, SyncState
+from .sink import FolderSink, SymlinkRefusedError
+from .state import CONFLICT, DELETED, OK, ResourceRecord, SyncState
 
 T = TypeVar("T")
 
@@ -49,6 +49,9 @@ class AuditReport:
     unverifiable: int = 0
     corrupt: int = 0          # part of `changed` (deep only)
     escaped: int = 0          # resources stored under an escaped name (not a difference; README "File names")
+    symlinks: int = 0         # part of `missing`: a symlink stands at the name or on its way (never followed)
+    conflicts: int = 0        # locs whose path is contested (both sides of a collision; repair cannot fix it)
+    excluded: int = 0         # listed or tracked resources --exclude leaves alone (never a difference)
     repaired: int = 0
     repair_failed: int = 0
     seconds: float = 0.0
@@ -56,11 +59,12 @@ class AuditReport:
 
     @property
     def differences(self) -> int:
-        return self.missing + self.changed + self.extra + self.untracked
+        return self.missing + self.changed + self.extra + self.untracked + self.conflicts
 
     @property
     def in_sync(self) -> bool:
-        return self.differences == 0 or bool(self.repaired and self.repair_failed == 0 and self.untracked == 0)
+        return self.differences == 0 or bool(self.repaired and self.repair_failed == 0 and self.untracked == 0
+                                             and self.conflicts == 0)
 
     def note(self, kind: str, loc: str) -> None:
         items = self.examples.setdefault(kind, [])
@@ -71,26 +75,28 @@ class AuditReport:
         return {"at": format_datetime(self.at) if self.at else None, "listed": self.listed, "same": self.same,
                 "missing": self.missing, "changed": self.changed, "extra": self.extra, "untracked": self.untracked,
                 "newer_locally": self.newer_locally, "unverifiable": self.unverifiable, "corrupt": self.corrupt,
-                "escaped": self.escaped,
+                "escaped": self.escaped, "symlinks": self.symlinks, "conflicts": self.conflicts, "excluded": self.excluded,
                 "repaired": self.repaired, "repair_failed": self.repair_failed,
                 "seconds": round(self.seconds, 3), "examples": self.examples}
 
 
-def file_hashes(path: Path) -> tuple[str, str, int] | None:
+def file_hashes(sink: FolderSink, path: Path) -> tuple[str, str, int] | None:
+    """md5, sha-256 and size of a stored file, read without following any link; None when it
+    cannot be read (a link stands there, or it went away)."""
     try:
         md5, sha256, size = hashlib.md5(), hashlib.sha256(), 0
-        with path.open("rb") as file:
+        with sink.open_read(path) as file:
             while chunk := file.read(1 << 20):
                 md5.update(chunk)
                 sha256.update(chunk)
                 size += len(chunk)
         return md5.hexdigest(), sha256.hexdigest(), size
-    except OSError:
+    except (OSError, ValueError):
         return None
 
 
-def _corrupt(record: ResourceRecord, path: Path) -> bool:
-    found = file_hashes(path)
+def _corrupt(sink: FolderSink, record: ResourceRecord, path: Path) -> bool:
+    found = file_hashes(sink, path)
     if found is None:
         return True
     md5, sha256, size = found
@@ -154,6 +160,7 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         raise SourceDocumentError("the Source advertises no Resource List to audit against")
     ctx.progress.start("audit")
     to_repair: list[tuple[Resource, ResourceRecord | None, Path]] = []
+    contested = ctx.state.conflict_paths()
     async for resources in resource_chunks(ctx.session, ctx.resourcelist_url, read):
         report.at = read.at
         ctx.progress.total = read.hint
@@ -163,10 +170,18 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         for resource in resources:
             report.listed += 1
             ctx.progress.seen += 1
+            if ctx.applier.exclusions.excludes(resource.loc):
+                report.excluded += 1
+                continue
             record = records.get(resource.loc)
             if record is not None and record.changed_at is not None and report.at is not None \
                     and record.changed_at > report.at:
                 report.newer_locally += 1
+                continue
+            if record is not None and record.state in (OK, CONFLICT) and record.path in contested:
+                # Both sides of a name collision: the keeper's file and the loc left without one.
+                report.conflicts += 1
+                report.note("conflict", resource.loc)
                 continue
             try:
                 path = ctx.sink.path_for(resource.loc)
@@ -175,7 +190,7 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
                 report.note("missing", resource.loc)
                 continue
             checks.append((resource, record, path))
-        verdicts = await _in_thread(_judge_all, checks, deep)
+        verdicts = await _in_thread(_judge_all, ctx.sink, checks, deep)
         for (resource, record, path), verdict in zip(checks, verdicts):
             if verdict == "same":
                 report.same += 1
@@ -186,6 +201,10 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
             if verdict == "corrupt":
                 report.corrupt += 1
                 verdict = "changed"
+            if verdict == "symlink":     # no good copy, and a link where it should be: never read
+                report.symlinks += 1
+                report.note("symlink", resource.loc)
+                verdict = "missing"
             setattr(report, verdict, getattr(report, verdict) + 1)
             report.note(verdict, resource.loc)
             if repair:
@@ -197,6 +216,9 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         await _repair(ctx, to_repair, report)
     extras = []
     for extra in seen.unseen(ctx.state):
+        if ctx.applier.exclusions.excludes(extra.loc):
+            report.excluded += 1
+            continue
         if extra.changed_at is not None and report.at is not None and extra.changed_at > report.at:
             report.newer_locally += 1
             continue
@@ -234,29 +256,34 @@ async def _in_thread(func: Callable[..., T], *args: Any) -> T:
         raise
 
 
-def _judge_all(checks: list[tuple[Resource, ResourceRecord | None, Path]], deep: bool,
+def _judge_all(sink: FolderSink, checks: list[tuple[Resource, ResourceRecord | None, Path]], deep: bool,
                cancelled: threading.Event) -> list[str]:
     verdicts = []
     for resource, record, path in checks:
         if cancelled.is_set():
             break
-        verdicts.append(_judge(resource, record, path, deep))
+        verdicts.append(_judge(sink, resource, record, path, deep))
     return verdicts
 
 
-def _judge(resource: Resource, record: ResourceRecord | None, path: Path, deep: bool) -> str:
-    if record is None or record.state == DELETED or not path.is_file():
+def _judge(sink: FolderSink, resource: Resource, record: ResourceRecord | None, path: Path, deep: bool) -> str:
+    """same, missing, changed, corrupt, unverifiable, or symlink (a link at the resource's name
+    or on its way: reported, never followed). Read-only; the sink looks without following links."""
+    kind = sink.kind(path)
+    if kind == "symlink":
+        return "symlink"
+    if record is None or record.state == DELETED or kind != "file":
         return "missing"
     match = hashes_match(record, resource.hashes)
     if match is None:
         if resource.length is None and resource.lastmod is None:
-            return "corrupt" if deep and _corrupt(record, path) else "unverifiable"
+            return "corrupt" if deep and _corrupt(sink, record, path) else "unverifiable"
         match = resource.length == record.length and (resource.lastmod is None or resource.lastmod == record.lastmod)
     elif resource.length is not None and resource.length != record.length:
         match = False
     if not match or record.state != OK:
         return "changed"
-    if deep and _corrupt(record, path):
+    if deep and _corrupt(sink, record, path):
         return "corrupt"
     return "same"
 
@@ -278,6 +305,8 @@ def _count_untracked(ctx: SyncContext, report: AuditReport, cancelled: threading
     for relative in ctx.sink.walk():
         if cancelled.is_set():
             break
+        if ctx.applier.exclusions.excludes_file(relative):
+            continue     # an excluded part of the tree: files there are not the sync's business
         record = ctx.state.record_by_path(relative)
         if record is None or record.state == DELETED:
             count += 1

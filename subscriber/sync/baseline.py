@@ -38,13 +38,14 @@ class BaselineReport:
     unchanged: int = 0
     deleted: int = 0
     failed: int = 0
+    excluded: int = 0
     newer_locally: int = 0
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, object]:
         return {"at": format_datetime(self.at) if self.at else None, "listed": self.listed,
                 "fetched": self.fetched, "unchanged": self.unchanged, "deleted": self.deleted,
-                "failed": self.failed, "seconds": round(self.seconds, 3)}
+                "failed": self.failed, "excluded": self.excluded, "seconds": round(self.seconds, 3)}
 
 
 class _Batch:
@@ -78,6 +79,7 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
     report = BaselineReport(at=None)
     ctx.progress.start(phase)
     ctx.state.clear_seen()
+    ctx.state.clear_refusals()
     batch = _Batch(ctx)
     in_flight: set[asyncio.Task[None]] = set()
     room = asyncio.Semaphore(ctx.options.concurrency * 4)
@@ -99,6 +101,11 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
             for resource in resources:
                 report.listed += 1
                 ctx.progress.seen += 1
+                if ctx.applier.exclusions.excludes(resource.loc):
+                    report.excluded += 1      # marked seen above: a copy made before stays as it is
+                    if ctx.options.dry_run:
+                        ctx.applier.plan("excluded", resource.loc, None)
+                    continue
                 record = records.get(resource.loc)
                 if (record is not None and record.changed_at is not None and report.at is not None
                         and record.changed_at > report.at):
@@ -117,6 +124,7 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
                     continue
                 if ctx.options.dry_run:
                     report.fetched += 1
+                    ctx.applier.plan("fetch", resource.loc, ctx.sink.relative(path))
                     continue
                 await room.acquire()
                 task = asyncio.create_task(fetch(resource, record, path))
@@ -149,8 +157,13 @@ async def _delete_unlisted(ctx: SyncContext, report: BaselineReport, batch: _Bat
     for record in list(ctx.state.unseen_records()):
         if record.changed_at is not None and report.at is not None and record.changed_at > report.at:
             continue   # created after the list's snapshot
+        if ctx.applier.exclusions.excludes(record.loc):
+            report.excluded += 1     # never deleted: an excluded copy is left as it is
+            continue
         if ctx.options.dry_run:
             report.deleted += 1
+            if record.path and record.holds_file:
+                ctx.applier.plan("delete", record.loc, record.path)
             continue
         if record.path and record.holds_file:
             try:

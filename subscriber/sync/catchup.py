@@ -42,6 +42,7 @@ class CatchupReport:
     unchanged: int = 0
     deleted: int = 0
     skipped: int = 0
+    excluded: int = 0
     failed: int = 0
     seconds: float = 0.0
 
@@ -49,7 +50,7 @@ class CatchupReport:
         return {"from": format_datetime(self.start) if self.start else None,
                 "until": format_datetime(self.end) if self.end else None, "lists": self.lists,
                 "changes": self.changes, "fetched": self.fetched, "unchanged": self.unchanged,
-                "deleted": self.deleted, "skipped": self.skipped, "failed": self.failed,
+                "deleted": self.deleted, "skipped": self.skipped, "excluded": self.excluded, "failed": self.failed,
                 "seconds": round(self.seconds, 3)}
 
 
@@ -175,13 +176,15 @@ async def _apply(ctx: SyncContext, changes: list[ResourceChange], report: Catchu
         ctx.state.commit(records)
     for outcome in outcomes:
         match outcome.outcome:
-            case ChangeOutcome.STORED:
+            case ChangeOutcome.STORED | ChangeOutcome.WOULD_FETCH:
                 report.fetched += 1
                 ctx.progress.fetched += 1
             case ChangeOutcome.UNCHANGED:
                 report.unchanged += 1
                 ctx.progress.unchanged += 1
-            case ChangeOutcome.DELETED | ChangeOutcome.ABSENT:
+            case ChangeOutcome.EXCLUDED:
+                report.excluded += 1
+            case ChangeOutcome.DELETED | ChangeOutcome.ABSENT | ChangeOutcome.WOULD_DELETE:
                 report.deleted += 1
                 ctx.progress.deleted += 1
             case ChangeOutcome.SKIPPED_OLDER:

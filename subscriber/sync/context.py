@@ -21,6 +21,7 @@ class SyncOptions:
     settle: float = 2.0            # seconds to wait for out-of-order deliveries before catching up
     commit_every: int = 500        # resource records per state transaction during a baseline
     max_resource_size: int = DEFAULT_MAX_BYTES   # bytes: a longer body is cut and refused
+    exclude: tuple[str, ...] = ()  # --exclude GLOBs (exclude.py): resources neither fetched, deleted nor audited
 
 
 @dataclass

@@ -40,6 +40,7 @@ from .baseline import run_baseline
 from .catchup import CatchupImpossibleError, catch_up
 from .context import SyncContext, SyncOptions
 from .events import Events
+from .exclude import Exclusions
 from .fetcher import USER_AGENT, Fetcher
 from .live import GAP, WAIT, drain
 from .push import Push
@@ -93,7 +94,9 @@ class SyncEngine:
         self.tries = tries                      # attempts per resource GET
         self.middlewares = tuple(middlewares)   # e.g. the Source's own headers (sync/headers.py)
         self.events = Events()
-        self.state = SyncState.in_dir(self.root)
+        # A dry run works on a private copy of the state, so it runs exactly like a real one
+        # while DIR (files, state, lock) is never written.
+        self.state = SyncState.scratch_copy(self.root) if self.options.dry_run else SyncState.in_dir(self.root)
         self.ctx: SyncContext | None = None
         self.channels: tuple[DiscoveredTopic, ...] = ()
         self.push: Push | None = None
@@ -113,7 +116,9 @@ class SyncEngine:
         Raises SourceUnreachableError when the Source cannot be read and nothing is known yet;
         may be called again after that (a live start retries).
         """
-        if not self._locked and not self.read_only:
+        if self.options.dry_run:
+            self._refuse_dry_run_beside_a_sync()
+        elif not self._locked and not self.read_only:
             self._locked = self._lock_dir(shared=shared)
             self.read_only = not self._locked
         if not self.read_only:
@@ -147,6 +152,15 @@ class SyncEngine:
                                resourcelist_url=self.state.get("resourcelist_url"),
                                changelist_url=self.state.get("changelist_url"), wake=self.wake)
         self.ctx.applier.report = self.status
+        self.ctx.applier.exclusions = Exclusions(self.options.exclude, self.state.get("capability_list"))
+
+    def _refuse_dry_run_beside_a_sync(self) -> None:
+        """A dry run copies the state files; one being written by a running sync could be torn."""
+        if (self.root / STATE_DIR / "lock").is_file():
+            holder = lock_holder(self.root)
+            if holder is not None:
+                raise SourceDocumentError(f"{self.root} is in use by {holder}; a dry run reads a folder no sync "
+                                          "is running on")
 
     def _lock_dir(self, *, shared: bool = False) -> bool:
         """One writer per folder: a second `sync` on it is refused, not interleaved. With
@@ -228,6 +242,7 @@ class SyncEngine:
         self.state.set(unrecoverable_gap=None)
         self.status(f"{phase} done in {report.seconds:.1f} s: listed {report.listed:,}, fetched {report.fetched:,}, "
                     f"unchanged {report.unchanged:,}, deleted {report.deleted:,}, failed {report.failed:,}"
+                    f"{f', excluded {report.excluded:,}' if report.excluded else ''}"
                     f"; high-water {format_datetime(report.at) if report.at else 'none'}")
         self.events.emit(ev.BASELINE_DONE, phase=phase, **report.to_json())
 
@@ -327,6 +342,12 @@ class SyncEngine:
             self.events.emit(ev.DEGRADED, reason=str(exc))
             return EXIT_UNREACHABLE if isinstance(exc, SourceUnreachableError) else EXIT_DIFFERENCES
         code = self.exit_code()
+        if self.options.dry_run:
+            planned = self.ctx.applier.planned
+            self.status(f"dry run: would fetch {planned['fetch']:,}, delete {planned['delete']:,}; excluded "
+                        f"{planned['excluded']:,}; nothing was written")
+            self.events.emit(ev.PLAN_DONE, **planned)
+            return code
         if code == EXIT_IN_SYNC and self.state.get("engine_state") != DEGRADED:
             # --once is the pull-only (cron) mode: between runs the copy is kept by polling
             self._set_state(POLLING)
@@ -508,10 +529,13 @@ class _LiveClock:
 
 def audit_counts(report: AuditReport, *, deep: bool, repair: bool) -> str:
     """The one-line summary `rsnotify audit` and the live sync print."""
-    counts = (f"same {report.same:,}, missing {report.missing:,}, changed {report.changed:,}"
+    counts = (f"same {report.same:,}, missing {report.missing:,}"
+              f"{f' (symlinks {report.symlinks:,})' if report.symlinks else ''}, changed {report.changed:,}"
               f"{f' (corrupt {report.corrupt:,})' if deep else ''}, extra {report.extra:,}, "
-              f"untracked {report.untracked:,}, newer locally {report.newer_locally:,}, "
-              f"unverifiable {report.unverifiable:,}, escaped names {report.escaped:,}")
+              f"untracked {report.untracked:,}, {f'conflicts {report.conflicts:,}, ' if report.conflicts else ''}"
+              f"newer locally {report.newer_locally:,}, "
+              f"unverifiable {report.unverifiable:,}, escaped names {report.escaped:,}"
+              f"{f', excluded {report.excluded:,}' if report.excluded else ''}")
     if repair:
         counts += f"; repaired {report.repaired:,}, repair failed {report.repair_failed:,}"
     return counts

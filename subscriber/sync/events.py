@@ -30,6 +30,9 @@ CONFLICT = "conflict"
 RESOURCE_FAILED = "resource.failed"
 RETRY_DONE = "retry.done"
 NAME_ESCAPED = "name.escaped"
+# --dry-run: one per loc a baseline or catch-up would fetch or delete ("action"), then the counts
+PLAN = "plan"
+PLAN_DONE = "plan.done"
 
 
 @dataclass(frozen=True)

@@ -261,10 +261,15 @@ class Fetcher:
         # Never more than announced (the list's length) nor than --max-resource-size: a body
         # that runs past either is cut there and its partial file removed.
         cap = self.max_bytes if length is None else min(length, self.max_bytes)
-        if response.content_length is not None and response.content_length > cap:
-            raise self._too_long(loc, response.content_length, length)
-        if response.content_length is not None and response.content_length <= SMALL_BODY:
-            return await self._receive_small(loc, response, path, length, hashes, md5, sha256, others)
+        # Content-Length counts the bytes sent; a compressed body (Content-Encoding) decodes to
+        # another size, so it is only streamed and cut at `cap` like a chunked one (a gzip bomb
+        # never fills memory, a small file compressed a little larger is not refused).
+        encoded = response.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity")
+        sent = None if encoded else response.content_length
+        if sent is not None and sent > cap:
+            raise self._too_long(loc, sent, length)
+        if sent is not None and sent <= SMALL_BODY:
+            return await self._receive_small(loc, response, path, length, hashes, md5, sha256, others, cap)
         out, tmp = await asyncio.to_thread(self.sink.open_partial, path)
         size = 0
         try:
@@ -302,12 +307,16 @@ class Fetcher:
 
     async def _receive_small(self, loc: str, response: aiohttp.ClientResponse, path: Path, length: int | None,
                              hashes: tuple[tuple[str, str], ...], md5: Any, sha256: Any,
-                             others: dict[str, Any]) -> FetchResult:
-        body = await response.content.read()   # bounded: Content-Length <= SMALL_BODY
-        if len(body) > SMALL_BODY:
-            raise FetchError(f"{loc} sent more than its Content-Length", retry=True)
-        if length is not None and len(body) > length:
-            raise self._too_long(loc, len(body), length)
+                             others: dict[str, Any], cap: int) -> FetchResult:
+        # read a chunk at a time and cut at `cap` (aiohttp holds the body to its Content-Length)
+        parts: list[bytes] = []
+        size = 0
+        async for chunk in response.content.iter_chunked(256 * 1024):
+            size += len(chunk)
+            if size > cap:
+                raise self._too_long(loc, size, length, at_least=True)
+            parts.append(chunk)
+        body = b"".join(parts)
         for hasher in (md5, sha256, *others.values()):
             hasher.update(body)
         computed = {"md5": md5.hexdigest(), "sha-256": sha256.hexdigest(), "sha256": sha256.hexdigest()}
@@ -331,7 +340,7 @@ class Fetcher:
         return FetchResult(loc, FetchOutcome.STORED, computed["md5"], computed["sha256"], len(body))
 
 
-SMALL_BODY = 256 * 1024   # bodies up to this size are read whole, then written at once
+SMALL_BODY = 256 * 1024   # bodies sent with up to this Content-Length are read whole, then written at once
 INLINE_WRITE = 64 * 1024  # up to this size on the event loop itself; larger ones by a worker thread
 SLOW_WRITE = 0.0003       # s: a file write slower than this on average goes to worker threads
 

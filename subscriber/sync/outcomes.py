@@ -51,6 +51,8 @@ class ChangeOutcome(StrEnum):
     REFUSED = "refused"
     SKIPPED_OLDER = "skipped-older"
     WOULD_FETCH = "would-fetch"  # --dry-run
+    WOULD_DELETE = "would-delete"  # --dry-run
+    EXCLUDED = "excluded"      # --exclude: left alone (neither fetched nor deleted)
 
 
 class Refusal(StrEnum):

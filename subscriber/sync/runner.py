@@ -36,6 +36,7 @@ from .engine import (
 )
 from .events import AUDIT_DONE as AUDIT_DONE_EVENT
 from .events import DEGRADED as DEGRADED_EVENT
+from .events import PLAN as PLAN_EVENT
 from .events import SyncEvent
 from .headers import Header, source_header_middleware
 from .politeness import rate_limit_middleware
@@ -92,10 +93,18 @@ class Reporter:
             pass
 
     def event(self, item: SyncEvent) -> None:
-        if not self.json_events or self.stdout_gone:
+        if self.stdout_gone:
+            return
+        if self.json_events:
+            line = json.dumps(item.to_json(), ensure_ascii=False, default=str)
+        elif item.event == PLAN_EVENT:   # --dry-run in text mode: "fetch LOC -> PATH" / "delete LOC (PATH)"
+            data = item.data
+            line = (f"fetch {data['loc']} -> {data['path']}" if data["action"] == "fetch"
+                    else f"delete {data['loc']} ({data['path']})")
+        else:
             return
         try:
-            self.out.write(json.dumps(item.to_json(), ensure_ascii=False, default=str) + "\n")
+            self.out.write(line + "\n")
             self.out.flush()
         except (BrokenPipeError, OSError, ValueError):
             self.stdout_gone = True
@@ -270,11 +279,42 @@ def _source_failed(reporter: Reporter, exc: SourceUnreachableError | SourceDocum
     return EXIT_DIFFERENCES
 
 
+EXIT_INTERRUPTED = 130     # audit stopped by Ctrl-C (128 + SIGINT; SIGTERM: 143): no verdict
+
+
 async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:
     """Audit DIR. Beside a running sync it only reads; `--repair` then asks that sync to audit
     and repair (a request row it picks up), waits for its answer, and takes the folder itself
-    only if the sync ends before taking the request."""
+    only if the sync ends before taking the request.
+
+    Ctrl-C or SIGTERM cancels it (the hashing threads stop between files, the state and the
+    folder are closed): one "interrupted" line and exit 128 + the signal, never 1, which would
+    read as "differences"."""
     reporter = Reporter("rsnotify audit", command.json_events)
+    work = asyncio.create_task(_audit_work(command, reporter, deep=deep, repair=repair))
+    loop = asyncio.get_running_loop()
+    caught: list[int] = []
+
+    def interrupt(signum: int) -> None:
+        if not caught:
+            reporter.status("interrupted")
+        caught.append(signum)
+        work.cancel()
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, interrupt, signum)
+    try:
+        return await work
+    except asyncio.CancelledError:
+        if not caught:
+            raise
+        return 128 + caught[0]
+    finally:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            loop.remove_signal_handler(signum)
+
+
+async def _audit_work(command: SyncCommand, reporter: Reporter, *, deep: bool, repair: bool) -> int:
     try:
         engine = SyncEngine(command.root, source=command.source, capability_list=command.capability_list,
                             options=command.options, allow_networks=command.allow_networks,
@@ -347,7 +387,7 @@ def _handed_result(reporter: Reporter, result: dict[str, Any], *, deep: bool) ->
 
 
 _REPORT_COUNTS = ("listed", "same", "missing", "changed", "extra", "untracked", "newer_locally", "unverifiable",
-                  "corrupt", "repaired", "repair_failed", "seconds")
+                  "corrupt", "escaped", "symlinks", "conflicts", "excluded", "repaired", "repair_failed", "seconds")
 
 
 def parse_duration(text: str) -> float:
@@ -386,7 +426,7 @@ def status_of(root: Path) -> dict[str, Any] | None:
             "hub_epochs": state.get_json("hub_epochs") or {},
             "baseline_at": channel.get("baseline_at"),
             "last_sequences": state.last_sequences(),
-            "resources": state.counts_by_state(),
+            "resources": _counts_with_holders(state),
             "inbox": state.inbox_counts(),
             "unrecoverable_gap": state.get_json("unrecoverable_gap"),
             "last_baseline": state.last_run("baseline"),
@@ -396,6 +436,19 @@ def status_of(root: Path) -> dict[str, Any] | None:
         }
     finally:
         state.close()
+
+
+def _counts_with_holders(state: SyncState) -> dict[str, int]:
+    """Records by state, where a loc that keeps a path another loc maps to counts as a
+    `conflict` too (its file is kept; both sides of the collision are shown)."""
+    counts = state.counts_by_state()
+    holders = state.count_conflict_holders()
+    if holders:
+        counts["conflict"] = counts.get("conflict", 0) + holders
+        counts["ok"] = counts.get("ok", 0) - holders
+        if not counts["ok"]:
+            del counts["ok"]
+    return counts
 
 
 def format_status(info: dict[str, Any]) -> str:

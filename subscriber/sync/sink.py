@@ -343,6 +343,41 @@ class FolderSink:
         finally:
             _close(fds)
 
+    def kind(self, path: Path) -> str:
+        """What stands at `path`, looked at without following any link: "file", "missing",
+        "symlink" (a link at the name or in a folder on the way) or "other" (a folder, a device)."""
+        try:
+            parts = self._parts(path)
+            fds = self._open_chain(parts[:-1], create=False)
+        except SymlinkRefusedError:
+            return "symlink"
+        except (OSError, ValueError):
+            return "missing"
+        try:
+            mode = os.stat(parts[-1], dir_fd=fds[-1], follow_symlinks=False).st_mode
+        except OSError:
+            return "missing"
+        finally:
+            _close(fds)
+        if stat.S_ISLNK(mode):
+            return "symlink"
+        return "file" if stat.S_ISREG(mode) else "other"
+
+    def open_read(self, path: Path) -> BinaryIO:
+        """The stored file, opened for reading without following any link (an audit re-hashing
+        it must never read through one). SymlinkRefusedError for a link, OSError otherwise."""
+        parts = self._parts(path)
+        fds = self._open_chain(parts[:-1], create=False)
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fds[-1])
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise SymlinkRefusedError(f"{parts[-1]!r} is a symlink inside the synced folder; not read") from None
+            raise
+        finally:
+            _close(fds)
+        return os.fdopen(fd, "rb")
+
     def delete(self, path: Path) -> bool:
         """Remove the file (and folders left empty, up to its host folder); True if it existed.
 

@@ -3,6 +3,8 @@
 Tables: `channel` (key/value: Source URLs, engine state, the high-water mark H, gaps),
 `resources` (one record per loc), `inbox` (every delivery, written before its 2xx),
 `hubs` (last sequence per hub), `seen` (scratch: locs met in the current Resource List),
+`refused` (the locs a trust rule refuses now, one row each, so a hostile entry that stays listed
+counts once, not once per poll),
 `runs` (baselines, catch-ups, audits), `requests` (work another process asks of the running
 sync, e.g. `audit --repair` on a live folder). Write transactions are short and never held across
 an await, so an inbox insert from the callback handler is never blocked by a batch.
@@ -10,7 +12,9 @@ an await, so an inbox insert from the callback handler is never blocked by a bat
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
+import tempfile
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -73,6 +77,7 @@ CREATE INDEX IF NOT EXISTS inbox_pending ON inbox(status) WHERE status = 'pendin
 CREATE INDEX IF NOT EXISTS inbox_notification ON inbox(notification_id) WHERE notification_id IS NOT NULL;
 CREATE TABLE IF NOT EXISTS hubs (hub TEXT PRIMARY KEY, last_sequence INTEGER);
 CREATE TABLE IF NOT EXISTS seen (loc TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS refused (loc TEXT PRIMARY KEY, rule TEXT NOT NULL, detail TEXT, at REAL) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS runs (
     id INTEGER PRIMARY KEY, kind TEXT, started REAL, ended REAL, counts TEXT, outcome TEXT
 );
@@ -164,6 +169,7 @@ class SyncState:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.RLock()
+        self._scratch: Path | None = None   # the temporary folder of a scratch copy (removed on close)
         self.db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
         self.db.execute("PRAGMA journal_mode=WAL")
         self.db.execute("PRAGMA synchronous=NORMAL")
@@ -183,9 +189,29 @@ class SyncState:
     def in_dir(cls, root: str | Path) -> SyncState:
         return cls(Path(root) / STATE_DIR / STATE_FILE)
 
+    @classmethod
+    def scratch_copy(cls, root: str | Path) -> SyncState:
+        """A private copy of DIR's state (an empty one when DIR has none) in a temporary
+        folder that `close` removes: a dry run writes there, never in DIR. The database and its
+        WAL are copied as files (SQLite replays the WAL on open), which only reads DIR."""
+        scratch = Path(tempfile.mkdtemp(prefix="rsnotify-dry-run-"))
+        try:
+            for suffix in ("", "-wal"):
+                original = Path(root) / STATE_DIR / (STATE_FILE + suffix)
+                if original.is_file():
+                    shutil.copyfile(original, scratch / (STATE_FILE + suffix))
+            state = cls(scratch / STATE_FILE)
+        except BaseException:
+            shutil.rmtree(scratch, ignore_errors=True)
+            raise
+        state._scratch = scratch
+        return state
+
     def close(self) -> None:
         with self._lock:
             self.db.close()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
 
     # --- transactions ------------------------------------------------------------------
 
@@ -357,26 +383,55 @@ class SyncState:
                            "ORDER BY loc LIMIT ?", (limit,))
         return [ResourceRecord.from_row(row) for row in rows]
 
+    def conflict_holders(self, limit: int = 20) -> list[tuple[ResourceRecord, str]]:
+        """Records that keep a path another loc maps to as well (that one's record is
+        `conflict`), each with that other loc: both sides of a name collision are reported."""
+        columns = ", ".join(f"r.{c.strip()}" for c in _RESOURCE_COLUMNS.split(","))
+        rows = self._query(f"SELECT {columns}, c.loc FROM resources r JOIN resources c ON c.path = r.path "
+                           "AND c.loc != r.loc WHERE c.state = 'conflict' AND r.state = 'ok' ORDER BY r.loc LIMIT ?",
+                           (limit,))
+        return [(ResourceRecord.from_row(row[:-1]), row[-1]) for row in rows]
+
+    def conflict_paths(self) -> frozenset[str]:
+        """The paths of `conflict` records (a collision's path, or one a file/folder is in the way of)."""
+        return frozenset(row[0] for row in self._query("SELECT path FROM resources WHERE state = 'conflict' "
+                                                       "AND path IS NOT NULL"))
+
+    def count_conflict_holders(self) -> int:
+        rows = self._query("SELECT count(DISTINCT r.loc) FROM resources r JOIN resources c ON c.path = r.path "
+                           "AND c.loc != r.loc WHERE c.state = 'conflict' AND r.state = 'ok'")
+        return int(rows[0][0])
+
     def note_refusals(self, refusals: Iterable[tuple[str, str, str]]) -> None:
-        """Count refusals (rule, loc, detail) by rule (channel `refusals`) and keep the last
-        ten (`last_refusals`), in one transaction."""
-        with self._lock:
-            counts = self.get_json("refusals") or {}
-            recent = self.get_json("last_refusals") or []
-            for rule, loc, detail in refusals:
-                counts[rule] = counts.get(rule, 0) + 1
-                recent.append({"rule": rule, "loc": loc[:500], "detail": detail[:300], "at": time.time()})
-            self.set(refusals=counts, last_refusals=recent[-10:])
+        """Record refused locs (rule, loc, detail), one row per loc (the latest refusal), in
+        one transaction: `sync status` counts the locs refused, not how often they were."""
+        rows = [(loc, rule, detail[:300], time.time()) for rule, loc, detail in refusals]
+        if rows:
+            self._write([("INSERT OR REPLACE INTO refused(loc, rule, detail, at) VALUES (?, ?, ?, ?)", rows)])
+
+    def clear_refusals(self) -> None:
+        """Forget the refused locs: a baseline starts, and its full pass refuses again whatever
+        the Source still lists (so the counts stay those of the current refusals)."""
+        self._write([("DELETE FROM refused", ())])
+
+    def refusal_counts(self) -> dict[str, int]:
+        return dict(self._query("SELECT rule, count(*) FROM refused GROUP BY rule"))
+
+    def last_refusals(self, limit: int = 10) -> list[dict[str, Any]]:
+        rows = self._query("SELECT rule, loc, detail, at FROM refused ORDER BY at DESC LIMIT ?", (limit,))
+        return [{"rule": rule, "loc": loc[:500], "detail": detail, "at": at} for rule, loc, detail, at in rows[::-1]]
 
     def problem_summary(self) -> dict[str, Any]:
         """What `sync status` shows about single resources: escaped names, refusals by rule
         (and the last few), and some records that are not ok, with why."""
         return {
             "escaped_names": self.count_escaped(),
-            "refusals": self.get_json("refusals") or {},
-            "last_refusals": self.get_json("last_refusals") or [],
+            "refusals": self.refusal_counts(),
+            "last_refusals": self.last_refusals(),
             "troubled": [{"loc": r.loc, "state": r.state, "path": r.path, "error": r.last_error,
-                          "attempts": r.attempts, "next_retry_at": r.next_retry_at} for r in self.troubled()],
+                          "attempts": r.attempts, "next_retry_at": r.next_retry_at} for r in self.troubled()]
+            + [{"loc": r.loc, "state": CONFLICT, "path": r.path, "attempts": 0, "next_retry_at": None,
+                "error": f"keeps {r.path}; {other} maps there too"} for r, other in self.conflict_holders()],
         }
 
     # --- the Resource List pass (locs seen) --------------------------------------------------

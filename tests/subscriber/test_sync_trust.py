@@ -96,7 +96,8 @@ class HostileSource:
 
     def app(self) -> web.Application:
         app = web.Application()
-        app.router.add_route("GET", "/{tail:.*}", self.handle)
+        # through the attribute, so a test may put its own handler in front
+        app.router.add_route("GET", "/{tail:.*}", lambda request: self.handle(request))
         return app
 
 
@@ -299,15 +300,25 @@ def test_two_locs_for_one_name_are_both_reported_and_neither_lost(hostile, tmp_p
     assert (folder / "x%20y.txt").read_bytes() == b"a percent sign"
     assert (folder / "xA.txt").read_bytes() in (b"plain", b"percent-encoded A")
     assert run.code == 1
-    [conflict] = run.of("conflict")
-    assert {conflict["loc"], conflict["with"]} == {hostile.base + "/xA.txt", hostile.base + "/x%41.txt"}
-    assert "conflict: " in run.stderr
+    pair = {hostile.base + "/xA.txt", hostile.base + "/x%41.txt"}
+    conflicts = run.of("conflict")     # both sides, each naming the other; the keeper says so
+    assert {e["loc"] for e in conflicts} == pair and all({e["loc"], e["with"]} == pair for e in conflicts)
+    [kept] = [e for e in conflicts if e["kept"]]
+    assert (folder / "xA.txt").read_bytes() == (b"plain" if kept["loc"].endswith("/xA.txt") else b"percent-encoded A")
+    assert run.stderr.count("rsnotify sync: conflict: ") == 2, run.stderr
     info = status(dest)
-    assert info["resources"] == {"ok": 3, "conflict": 1}
-    [troubled] = info["troubled"]
-    assert troubled["state"] == "conflict" and "both map to" in troubled["error"]
-    again = sync_once(hostile, dest)   # still reported on the next run, still exit 1
-    assert again.code == 1
+    assert info["resources"] == {"ok": 2, "conflict": 2}
+    assert {t["loc"] for t in info["troubled"]} == pair and {t["state"] for t in info["troubled"]} == {"conflict"}
+    assert any("both map to" in t["error"] for t in info["troubled"])
+    assert any(t["error"].startswith("keeps ") for t in info["troubled"])
+    again = sync_once(hostile, dest)   # still reported on the next run, still exit 1, the file kept
+    assert again.code == 1 and {e["loc"] for e in again.of("conflict")} == pair
+    assert (folder / "xA.txt").read_bytes() == (b"plain" if kept["loc"].endswith("/xA.txt") else b"percent-encoded A")
+    audit = subprocess.run([RSNOTIFY, "audit", "--capability-list", hostile.base + "/caps.xml", "--dir", str(dest),
+                            "--json"], capture_output=True, text=True, timeout=60, check=False)
+    assert audit.returncode == 1 and "conflicts 2" in audit.stderr, audit.stderr
+    [done] = [json.loads(line) for line in audit.stdout.splitlines() if '"audit.done"' in line]
+    assert set(done["examples"]["conflict"]) == pair and done["same"] == 2
 
 
 def test_an_over_long_name_is_escaped_and_reported_not_a_crash(hostile, tmp_path):
