@@ -17,6 +17,7 @@ from rsnotify.hub.settings import HubSettings, env_name
 from tests.support import cli
 from tests.support.http import http
 from tests.support.hubproc import HubProcess, start_hub
+from tests.support.ports import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NOTIFICATION = (FIXTURES / "change-notification-1.0.1" / "notification_ex_1.xml").read_bytes()
@@ -111,8 +112,8 @@ def test_worker_without_redis_url_is_a_usage_error():
     assert result.exit_code == 2 and "needs --redis-url" in result.output
 
 
-def test_unreachable_redis_is_a_clear_error(tmp_path, unused_tcp_port):
-    result = cli.invoke("hub", "--redis-url", f"redis://127.0.0.1:{unused_tcp_port}/0", "--workers", "0",
+def test_unreachable_redis_is_a_clear_error(tmp_path):
+    result = cli.invoke("hub", "--redis-url", f"redis://127.0.0.1:{free_port()}/0", "--workers", "0",
                         "--port", "0", "--data-dir", str(tmp_path))
     assert result.exit_code == 1
     assert "Redis" in result.output and "Traceback" not in result.output

@@ -22,6 +22,7 @@ from rsnotify.hub.worker.context import close_context, open_context
 from rsnotify.hub.enqueue import make_queue
 from tests.support.clock import Clock
 from tests.support.jobs import JobRunner
+from tests.support.ports import free_port
 from tests.support.subscribers import RecordingSubscriber
 from tests.support.waiting import eventually
 
@@ -119,6 +120,9 @@ def ops_settings(redis_url: str, tmp_path) -> HubSettings:
 
 async def start_hub(aiohttp_server: Callable[..., Any], settings: HubSettings, clock: Clock,
                     ) -> AsyncIterator[OpsHub]:
+    """The hub app served on a free loopback port (set in its settings, so hub_url is the served
+    URL; never the settings' default 8080, where a developer's hub may run)."""
+    settings = settings.with_values(port=free_port())
     server = await aiohttp_server(build_app(settings, now=clock), host="127.0.0.1", port=settings.port)
     connection = redis_lib.Redis.from_url(settings.redis_url)
     queue = make_queue(settings.queue_name, connection)
@@ -133,11 +137,9 @@ async def start_hub(aiohttp_server: Callable[..., Any], settings: HubSettings, c
 
 
 @pytest.fixture
-async def ops_hub(aiohttp_server, ops_settings: HubSettings, ops_clock: Clock, unused_tcp_port: int,
-                  ) -> AsyncIterator[OpsHub]:
+async def ops_hub(aiohttp_server, ops_settings: HubSettings, ops_clock: Clock) -> AsyncIterator[OpsHub]:
     """A hub without an admin token (loopback may use /admin/)."""
-    settings = ops_settings.with_values(port=unused_tcp_port)   # so hub_url is the served URL
-    async for hub in start_hub(aiohttp_server, settings, ops_clock):
+    async for hub in start_hub(aiohttp_server, ops_settings, ops_clock):
         yield hub
 
 
