@@ -17,11 +17,10 @@ from rq import Queue
 from rsnotify.hub import keys, store
 from rsnotify.hub.settings import HubSettings
 from rsnotify.hub.web.app import build_app
-from rsnotify.hub.worker import fanout
 from rsnotify.hub.worker.context import close_context, open_context
 from rsnotify.hub.enqueue import make_queue
 from tests.support.clock import Clock
-from tests.support.jobs import JobRunner
+from tests.support.jobs import JobRunner, deliver_subscription
 from tests.support.ports import free_port
 from tests.support.subscribers import RecordingSubscriber
 from tests.support.waiting import eventually
@@ -86,7 +85,7 @@ class OpsHub:
             for job in jobs:
                 await self.jobs.run(job)
             for sid in due:
-                await fanout.deliver_subscription(self.ctx, sid)
+                await deliver_subscription(self.ctx, sid)
         raise AssertionError(f"jobs still queued after {rounds} rounds")
 
     async def eventually(self, check: Callable[[], bool], timeout: float = 5.0) -> None:
