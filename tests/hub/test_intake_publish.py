@@ -359,8 +359,11 @@ async def test_health_is_503_while_no_worker_is_seen(aiohttp_client, hub_setting
     assert response.status == 503 and (await response.json())["status"] == "starting"
 
 
-async def test_health_is_503_when_redis_is_gone(aiohttp_client, hub_settings, clock, tmp_path):
+async def test_health_is_503_when_redis_is_gone(aiohttp_client, hub_settings, clock, tmp_path, monkeypatch):
     from rsnotify.hub.redis_server import start_redis_server
+    from rsnotify.hub.store import logs
+    # a publish retries its append for 20 s before it answers 503: 1 s here (still several tries)
+    monkeypatch.setitem(logs.append_notification_once.__kwdefaults__, "retry_for", 1.0)
     server = start_redis_server(tmp_path / "own-redis", unix_socket=False)
     try:
         client = await aiohttp_client(build_app(hub_settings.with_values(redis_url=server.url), now=clock))
