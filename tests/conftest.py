@@ -20,6 +20,7 @@ import redis as redis_lib
 
 from rsnotify.hub.redis_server import RedisServer, start_redis_server
 from tests.support.hubproc import HubProcess, start_hub
+from tests.support.ports import free_port
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -87,7 +88,7 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
     """A private redis-server on a free loopback port, with AOF, for this test process (each
     xdist worker has its own: its data under the worker's own temporary folder)."""
-    server = start_redis_server(tmp_path_factory.mktemp("redis"), unix_socket=False)
+    server = start_redis_server(tmp_path_factory.mktemp("redis"), port=free_port(), unix_socket=False)
     yield server
     server.stop()
 

@@ -231,8 +231,9 @@ def test_source_keeps_going_while_the_hub_is_down(hub_process, run_source, tmp_p
     run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
                "--rotate", "0.5", ready_url=base + "capabilitylist.xml")
     first = wait_until(lambda: fetch(base + "changes").body, WAIT, "the first notification accepted")
+    rotate_after = time.monotonic() + 0.5      # the first Change List was opened before that
     hub.stop()
-    time.sleep(0.5)  # past --rotate: the next notification closes the first Change List
+    time.sleep(max(0.0, rotate_after - time.monotonic()))  # past --rotate: the next notification closes it
     (src / "a.txt").write_text("two\n")
     refs = wait_until(lambda: (i := open_list(io.BytesIO(fetch(base + "changelist.xml").body))).info.is_index
                       and list(i), WAIT, "the Change List Index after the rotation")
