@@ -111,8 +111,11 @@ def ops_clock() -> Clock:
 
 @pytest.fixture
 def ops_settings(redis_url: str, tmp_path) -> HubSettings:
+    # Retries 1-2 s out, never waited for: drain() moves the clock to them. (A retry due by the time
+    # its run lets go of the subscription, as 10 ms could be on a loaded machine, is left to the
+    # reconciler, which this hub does not run: drain() would end before it.)
     return HubSettings(redis_url=redis_url, data_dir=str(tmp_path / "data"), workers=0,
-                       secret_key=Fernet.generate_key().decode(), retry_base=0.01, retry_cap=0.02,
+                       secret_key=Fernet.generate_key().decode(), retry_base=1.0, retry_cap=2.0,
                        max_attempts=3, delivery_timeout=2.0, connect_timeout=1.0, fetch_timeout=2.0,
                        lease_min=60)
 
