@@ -1,8 +1,16 @@
-"""Shared fixtures: one private redis-server for the whole run (flushed for each test), and
-real `rsnotify hub` processes."""
+"""Shared fixtures: one private redis-server per test process (flushed for each test), and real
+`rsnotify hub` processes.
+
+The suite runs in several pytest-xdist worker processes (pyproject's addopts). Everything a worker
+starts is its own: its Redis server on a free port, its hubs and servers on free ports
+(tests/support/ports.py), its files under its own temporary folder. Nothing binds the README's
+ports (8080 for `rsnotify hub`, 8081 for `rsnotify subscribe`): under CI the run holds them
+itself, so a test that binds one fails there as it would beside a developer's running hub."""
 from __future__ import annotations
 
+import os
 import signal
+import socket
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -12,6 +20,7 @@ import redis as redis_lib
 
 from rsnotify.hub.redis_server import RedisServer, start_redis_server
 from tests.support.hubproc import HubProcess, start_hub
+from tests.support.ports import free_port
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,6 +32,53 @@ def pytest_configure(config: pytest.Config) -> None:
     """
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if os.environ.get("CI") and not hasattr(config, "workerinput"):     # once, in the controlling process
+        config.stash[_HELD_PORTS] = _hold(README_PORTS)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for held in config.stash.get(_HELD_PORTS, []):
+        held.close()
+
+
+# The slowest files (a quiet 2-core machine: 6 to 25 s each), collected first so that the
+# xdist workers start them first (pyproject: --no-loadscope-reorder); the rest follow in their
+# usual order. Only the order depends on this list: a file missing from it still runs.
+SLOW_FILES = (
+    "tests/bench/test_bench_smoke.py", "tests/hub/test_worker_e2e.py", "tests/publisher/test_source.py",
+    "tests/e2e/test_e2e_sync.py", "tests/subscriber/test_subscriber_frameworks.py",
+    "tests/hub/test_hostile_requests.py", "tests/publisher/test_publisher_real_hub.py",
+    "tests/ops/test_ops_browser.py", "tests/hub/test_cli_embedded_workers.py", "tests/hub/engine/test_failover.py",
+    "tests/rsnotify/test_house.py", "tests/e2e/test_e2e_sync_sources.py", "tests/rsnotify/test_properties.py",
+    "tests/hub/engine/test_lanes.py", "tests/hub/test_cli_hub.py", "tests/ops/test_ops_scaleout.py",
+)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    rank = {path: n for n, path in enumerate(SLOW_FILES)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(SLOW_FILES)))     # stable
+
+
+# `rsnotify hub` and `rsnotify subscribe` listen here by default: a developer may be running them.
+README_PORTS = (8080, 8081)
+_HELD_PORTS = pytest.StashKey[list[socket.socket]]()
+
+
+def _hold(ports: tuple[int, ...]) -> list[socket.socket]:
+    """Listen on 127.0.0.1:PORT for each port not already taken (taken is as good: by someone
+    else), so a test's server that binds it fails with "address in use" instead of passing."""
+    held = []
+    for port in ports:
+        listener = socket.socket()
+        try:
+            listener.bind(("127.0.0.1", port))
+            listener.listen()
+        except OSError:
+            listener.close()
+            continue
+        held.append(listener)
+    return held
+
 
 # The spec's example documents, kept verbatim.
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -30,8 +86,9 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 
 @pytest.fixture(scope="session")
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
-    """A private redis-server on a free loopback port, with AOF, for the whole test run."""
-    server = start_redis_server(tmp_path_factory.mktemp("redis"), unix_socket=False)
+    """A private redis-server on a free loopback port, with AOF, for this test process (each
+    xdist worker has its own: its data under the worker's own temporary folder)."""
+    server = start_redis_server(tmp_path_factory.mktemp("redis"), port=free_port(), unix_socket=False)
     yield server
     server.stop()
 

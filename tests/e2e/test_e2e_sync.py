@@ -4,6 +4,7 @@ Destination's notifications become dead letters quickly), and `rsnotify sync` it
 with SIGKILL and restarted like a crashed service."""
 from __future__ import annotations
 
+import io
 import json
 import signal
 import subprocess
@@ -16,6 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from rsnotify.lists import open_list
+from rsnotify.xml import parse_notification
 from tests.support.ports import free_port
 
 RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
@@ -187,7 +190,27 @@ def test_fresh_baseline_is_byte_equal_and_audit_agrees(site):
     assert status["resources"] == {"ok": 300} and status["high_water"]
 
 
-def test_sigkill_then_500_changes_and_create_then_delete_then_restart_is_equal(site):
+def carries(site: Site, path: str, name: str, change: str) -> bool:
+    """Does the Source's document at `path` (its Change List; or its topic URL, which shows the
+    latest notification a hub accepted) carry this change of this file?"""
+    try:
+        with urllib.request.urlopen(site.base + path, timeout=5) as response:
+            body = response.read()
+    except OSError:
+        return False
+    entries = open_list(io.BytesIO(body)) if path != "changes" else parse_notification(body).changes
+    return any(entry.loc == site.base + name and entry.change.value == change for entry in entries)
+
+
+def nothing_left_to_deliver(hub: str) -> bool:
+    """Every subscription of the hub has no notification left to deliver (each was delivered or
+    became a dead letter), going by its admin API (loopback needs no token)."""
+    with urllib.request.urlopen(hub + "admin/subscriptions", timeout=5) as response:
+        subscriptions = json.load(response)["subscriptions"]
+    return bool(subscriptions) and all(sub["backlog"] == 0 for sub in subscriptions)
+
+
+def test_sigkill_then_500_changes_and_create_then_delete_then_restart_is_equal(site, hub):
     s = site(600)
     first = s.live("sync1")
     wait_until(s.equal, "the baseline", 60, first)
@@ -199,10 +222,13 @@ def test_sigkill_then_500_changes_and_create_then_delete_then_restart_is_equal(s
     first.process.wait()
     deleted = change_while_down(s.src, 500)
     (s.src / "brief.txt").write_bytes(b"created, then deleted while down")
-    time.sleep(0.5)  # the Source publishes the creation before the deletion
+    # the Source records (and so publishes) the creation before the deletion
+    wait_until(lambda: carries(s, "changelist.xml", "brief.txt", "created"), "the creation recorded", 30, s.proc)
     (s.src / "brief.txt").unlink()
-    # let the hub give up on the stopped Destination (two attempts: dead letters)
-    time.sleep(3)
+    # the deletion is the last change: the latest notification the hub accepted (the topic URL)
+    wait_until(lambda: carries(s, "changes", "brief.txt", "deleted"), "the deletion accepted", 30, s.proc)
+    # the hub gives up on the stopped Destination (two attempts: dead letters)
+    wait_until(lambda: nothing_left_to_deliver(hub), "the hub's dead letters", 30, s.proc)
 
     second = s.live("sync2")
     wait_until(s.equal, "equal after the restart", 30, second)

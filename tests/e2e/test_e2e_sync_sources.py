@@ -12,10 +12,11 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from aiohttp import web
 
 from rsnotify.lists import ListInfo, ListWriter, Resource
@@ -28,6 +29,7 @@ from rsnotify.notification import (
     ResourceChange,
 )
 from rsnotify.publisher import Publisher
+from tests.support.hubproc import HubProcess, start_hub
 from tests.support.ports import free_port
 from rsnotify.xml import capability_list_to_xml
 
@@ -141,9 +143,17 @@ def run(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([RSNOTIFY, *args], check=False, capture_output=True, text=True, timeout=120)
 
 
-async def test_source_without_change_lists_catches_up_by_rebaseline(hub_process, tmp_path):
-    hub = hub_process("--data-dir", str(tmp_path / "hub"), "--workers", "1", "--retry-base", "0.2",
-                      "--max-attempts", "2")
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
+    """One `rsnotify hub` (embedded Redis, one worker, quick retries, dead letter after two
+    attempts) for this module: each test has its own Source (its own topic) and Destination."""
+    workdir = tmp_path_factory.mktemp("hub")
+    process = start_hub(workdir, "--retry-base", "0.2", "--max-attempts", "2", data_dir=workdir / "data", workers=1)
+    yield process
+    process.stop()
+
+
+async def test_source_without_change_lists_catches_up_by_rebaseline(hub, tmp_path):
     source = SmallSource(hub.url, with_resource_list=True)
     for i in range(60):
         source.resources[f"/r{i}.txt"] = f"resource {i}".encode()
@@ -177,9 +187,7 @@ async def test_source_without_change_lists_catches_up_by_rebaseline(hub_process,
         await runner.cleanup()
 
 
-async def test_source_with_a_channel_only_reports_the_gap(hub_process, tmp_path):
-    hub = hub_process("--data-dir", str(tmp_path / "hub"), "--workers", "1", "--retry-base", "0.2",
-                      "--max-attempts", "2")
+async def test_source_with_a_channel_only_reports_the_gap(hub, tmp_path):
     source = SmallSource(hub.url, with_resource_list=False)
     runner = await serve(source)
     dest, port = tmp_path / "dest", free_port()

@@ -24,7 +24,7 @@ from rsnotify.hub.worker import fanout, runs
 from rsnotify.hub.worker.context import close_context, open_context
 from rsnotify.hub.enqueue import make_queue
 from tests.support.clock import Clock
-from tests.support.jobs import JobRunner
+from tests.support.jobs import JobRunner, deliver_subscription
 from tests.support.subscribers import RecordingSubscriber
 
 
@@ -142,7 +142,7 @@ class FanoutHub:
             if due[0][1] > self.clock.peek():
                 self.clock.set(due[0][1])
             sids = await store.pop_due(self.redis, self.clock())
-            await asyncio.gather(*(fanout.deliver_subscription(self.ctx, sid) for sid in sids))
+            await asyncio.gather(*(deliver_subscription(self.ctx, sid) for sid in sids))
         raise AssertionError(f"retries still due after {rounds} rounds")
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import fields
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from rsnotify.hub.settings import HubSettings, env_name
 from tests.support import cli
 from tests.support.http import http
 from tests.support.hubproc import HubProcess, start_hub
+from tests.support.ports import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NOTIFICATION = (FIXTURES / "change-notification-1.0.1" / "notification_ex_1.xml").read_bytes()
@@ -111,8 +113,8 @@ def test_worker_without_redis_url_is_a_usage_error():
     assert result.exit_code == 2 and "needs --redis-url" in result.output
 
 
-def test_unreachable_redis_is_a_clear_error(tmp_path, unused_tcp_port):
-    result = cli.invoke("hub", "--redis-url", f"redis://127.0.0.1:{unused_tcp_port}/0", "--workers", "0",
+def test_unreachable_redis_is_a_clear_error(tmp_path):
+    result = cli.invoke("hub", "--redis-url", f"redis://127.0.0.1:{free_port()}/0", "--workers", "0",
                         "--port", "0", "--data-dir", str(tmp_path))
     assert result.exit_code == 1
     assert "Redis" in result.output and "Traceback" not in result.output
@@ -191,27 +193,29 @@ def _answers(sock: Path) -> bool:
         client.close()
 
 
-def test_two_hubs_cannot_share_a_data_dir(tmp_path, data_dir):
-    first = start_hub(tmp_path, data_dir=data_dir, workers=0)
-    try:
-        second = cli.run("hub", "--port", "0", "--workers", "0", "--data-dir", str(data_dir), timeout=30)
-        assert second.returncode == 1
-        assert "another rsnotify hub is using the data dir" in second.stderr
-        assert http("GET", first.url + "health")[0] == 200
-    finally:
-        first.stop()
+@pytest.fixture(scope="module")
+def running_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
+    """An embedded hub that the next two tests try to start a second hub beside: on its data dir,
+    then on its port. Neither attempt may disturb it, so they share it."""
+    workdir = tmp_path_factory.mktemp("running")
+    hub = start_hub(workdir, data_dir=workdir / "data", workers=0)
+    yield hub
+    hub.stop()
 
 
-def test_address_in_use_is_a_clear_error(tmp_path, data_dir):
-    first = start_hub(tmp_path, data_dir=data_dir, workers=0)
-    try:
-        port = str(first.port)
-        second = cli.run("hub", "--port", port, "--workers", "0", "--data-dir", str(data_dir.parent / "other"),
-                         timeout=30)
-        assert second.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in second.stderr
-        assert not _answers(data_dir.parent / "other" / "redis.sock")  # its Redis was stopped again
-    finally:
-        first.stop()
+def test_two_hubs_cannot_share_a_data_dir(running_hub):
+    second = cli.run("hub", "--port", "0", "--workers", "0", "--data-dir", str(running_hub.data_dir), timeout=30)
+    assert second.returncode == 1
+    assert "another rsnotify hub is using the data dir" in second.stderr
+    assert http("GET", running_hub.url + "health")[0] == 200
+
+
+def test_address_in_use_is_a_clear_error(tmp_path, running_hub):
+    port = str(running_hub.port)
+    second = cli.run("hub", "--port", port, "--workers", "0", "--data-dir", str(tmp_path / "other"), timeout=30)
+    assert second.returncode == 1 and f"cannot listen on 127.0.0.1:{port}" in second.stderr
+    assert not _answers(tmp_path / "other" / "redis.sock")  # its Redis was stopped again
+    assert http("GET", running_hub.url + "health")[0] == 200
 
 
 def test_hub_recovers_from_a_redis_left_running_by_a_killed_hub(tmp_path, data_dir):

@@ -19,6 +19,7 @@ from rsnotify.websub import (
     parse_link_header,
     verify_signature,
 )
+from tests.support.ports import free_port
 
 TOPIC = "http://source.example.org/changes/topic?format=rs"
 RS = "http://source.example.org/capabilitylist.xml"
@@ -280,8 +281,8 @@ async def test_backlog_trimmed_away_shows_as_a_sequence_gap(fanout_hub, callback
     assert raw == [b"6", b"1-6"]
 
 
-async def test_connection_refused_is_retried_and_recorded(fanout_hub, unused_tcp_port) -> None:
-    sid = await fanout_hub.subscribe(TOPIC, f"http://127.0.0.1:{unused_tcp_port}/nobody")
+async def test_connection_refused_is_retried_and_recorded(fanout_hub) -> None:
+    sid = await fanout_hub.subscribe(TOPIC, f"http://127.0.0.1:{free_port()}/nobody")
     await fanout_hub.publish(TOPIC, body(0))
     await fanout_hub.fan_out(TOPIC)
     [attempt] = await store.recent_attempts(fanout_hub.redis, sid)

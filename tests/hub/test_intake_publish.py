@@ -14,6 +14,7 @@ from rsnotify.hub import keys, store
 from rsnotify.hub.web.app import build_app
 from rsnotify.hub.web.appkeys import SETTINGS
 from rsnotify.websub import NOTIFICATION_ID_HEADER, build_link_header
+from tests.support.ports import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NOTIFICATION = (FIXTURES / "change-notification-1.0.1" / "notification_ex_1.xml").read_bytes()
@@ -359,9 +360,12 @@ async def test_health_is_503_while_no_worker_is_seen(aiohttp_client, hub_setting
     assert response.status == 503 and (await response.json())["status"] == "starting"
 
 
-async def test_health_is_503_when_redis_is_gone(aiohttp_client, hub_settings, clock, tmp_path):
+async def test_health_is_503_when_redis_is_gone(aiohttp_client, hub_settings, clock, tmp_path, monkeypatch):
     from rsnotify.hub.redis_server import start_redis_server
-    server = start_redis_server(tmp_path / "own-redis", unix_socket=False)
+    from rsnotify.hub.store import logs
+    # a publish retries its append for 20 s before it answers 503: 1 s here (still several tries)
+    monkeypatch.setitem(logs.append_notification_once.__kwdefaults__, "retry_for", 1.0)
+    server = start_redis_server(tmp_path / "own-redis", port=free_port(), unix_socket=False)
     try:
         client = await aiohttp_client(build_app(hub_settings.with_values(redis_url=server.url), now=clock))
         assert (await client.get("/health")).status == 200

@@ -6,6 +6,7 @@ from aiohttp import web
 
 from rsnotify.hub import keys, store
 from rsnotify.hub.crypto import decrypt_secret
+from tests.support.ports import free_port
 
 TOPIC = "http://publisher.example/feeds/changes"
 
@@ -109,8 +110,8 @@ async def test_only_an_exact_2xx_echo_verifies(hub_client, intake_ctx, callback_
     assert "302" in outcomes["redirect"].reason
 
 
-async def test_unreachable_callback_changes_nothing(hub_client, intake_ctx, run_jobs, unused_tcp_port):
-    callback = f"http://127.0.0.1:{unused_tcp_port}/cb"
+async def test_unreachable_callback_changes_nothing(hub_client, intake_ctx, run_jobs):
+    callback = f"http://127.0.0.1:{free_port()}/cb"
     await subscribe(hub_client, callback)
     [outcome] = await run_jobs(intake_ctx)
     assert outcome.result == "refused" and "unreachable" in outcome.reason

@@ -9,6 +9,7 @@ from click.testing import Result
 
 from rsnotify.hub.settings import HubSettings
 from tests.support import cli
+from tests.support.ports import free_port
 
 from .conftest import body, start_hub
 
@@ -106,9 +107,8 @@ async def test_pause_resume_and_retry(ops_hub, subscriber) -> None:
     assert ok(await rsnotify_admin(ops_hub.url, "retry", good)).strip() == f"{good}: next delivery attempt now"
 
 
-async def test_token_from_the_environment(aiohttp_server, ops_settings: HubSettings, ops_clock,
-                                          unused_tcp_port: int) -> None:
-    settings = ops_settings.with_values(admin_token=TOKEN, port=unused_tcp_port)
+async def test_token_from_the_environment(aiohttp_server, ops_settings: HubSettings, ops_clock) -> None:
+    settings = ops_settings.with_values(admin_token=TOKEN)
     async for hub in start_hub(aiohttp_server, settings, ops_clock):
         refused(await rsnotify_admin(hub.url, "overview"), "answered 401", "RSNOTIFY_ADMIN_TOKEN")
         refused(await rsnotify_admin(hub.url, "overview", token="wrong"), "not this hub's admin token")
@@ -117,8 +117,8 @@ async def test_token_from_the_environment(aiohttp_server, ops_settings: HubSetti
                 f"no subscription {'a' * 32}")
 
 
-async def test_unreachable_hub_and_bad_ids_are_one_line_errors(unused_tcp_port: int) -> None:
-    refused(await rsnotify_admin(f"http://127.0.0.1:{unused_tcp_port}/", "overview"), "cannot reach the hub",
+async def test_unreachable_hub_and_bad_ids_are_one_line_errors() -> None:
+    refused(await rsnotify_admin(f"http://127.0.0.1:{free_port()}/", "overview"), "cannot reach the hub",
             "RSNOTIFY_HUB_URL")
     bad_url = await rsnotify_admin("ftp://hub.example.org/", "overview")
     assert bad_url.exit_code == 2 and "starts with http:// or https://" in bad_url.output

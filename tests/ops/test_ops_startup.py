@@ -9,6 +9,7 @@ from rsnotify.hub.cli import warn_without_workers
 from rsnotify.hub.settings import HubSettings
 from rsnotify.hub.web.app import build_app
 from rsnotify.hub.redis_server import start_redis_server
+from tests.support.ports import free_port
 
 
 def test_no_workers_on_the_embedded_redis_says_how_to_add_one(hub_process) -> None:
@@ -31,7 +32,7 @@ def test_only_a_hub_without_any_worker_warns(capsys, tmp_path) -> None:
 
 
 async def test_live_answers_while_redis_is_down_and_health_does_not(tmp_path) -> None:
-    server = start_redis_server(tmp_path / "redis", unix_socket=False)
+    server = start_redis_server(tmp_path / "redis", port=free_port(), unix_socket=False)
     settings = HubSettings(redis_url=server.url, data_dir=str(tmp_path / "data"), workers=0)
     client = TestClient(TestServer(build_app(settings), host="127.0.0.1"))
     await client.start_server()

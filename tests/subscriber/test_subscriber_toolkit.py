@@ -17,6 +17,7 @@ from rsnotify.subscriber.errors import SettingsError, SubscriptionDeniedError
 from rsnotify.subscriber.settings import SubscriberSettings
 from rsnotify.subscriber.store import MemoryStore
 from rsnotify.websub import build_link_header
+from tests.support.ports import free_port
 from tests.support.sources import source_documents
 
 from .conftest import T0, make_notification
@@ -59,8 +60,9 @@ async def test_ensure_for_another_topic_makes_a_new_subscription(fake_hub, make_
     assert other.id != one.id and len(fake_hub.subscriptions) == 2
 
 
-async def test_ensure_when_listening_waits_for_the_server_to_bind(fake_hub, unused_tcp_port):
-    base = f"http://127.0.0.1:{unused_tcp_port}/websub"
+async def test_ensure_when_listening_waits_for_the_server_to_bind(fake_hub):
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/websub"
     subscriber = Subscriber(base, MemoryStore(), settings=SubscriberSettings(verification_timeout=5))
     subscriber.ensure_when_listening(TOPIC, fake_hub.url)   # before start, as module-level code does
     app = web.Application()
@@ -72,7 +74,7 @@ async def test_ensure_when_listening_waits_for_the_server_to_bind(fake_hub, unus
         [task] = subscriber.startup_tasks
         await asyncio.sleep(0.3)
         assert not task.done() and fake_hub.requests == []  # nothing asked of the hub yet
-        site = web.TCPSite(runner, "127.0.0.1", unused_tcp_port)
+        site = web.TCPSite(runner, "127.0.0.1", port)
         await site.start()
         subscription = await asyncio.wait_for(task, 10)
         await fake_hub.settle()

@@ -5,6 +5,7 @@ function has no core here fails the test, so a new kind of job is never skipped 
 noticing; a test that wants some kinds left queued names them."""
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
@@ -32,13 +33,24 @@ async def _verify_pending(ctx: Any) -> list[Any]:
     return outcomes
 
 
+async def deliver_subscription(ctx: Any, sid: str) -> Any:
+    """fanout.deliver_subscription, then the run it starts in the background, to its end: the
+    worker's loop goes on with it, but a test looks at what the run did next (a retry scheduled,
+    a dead letter counted) and must not look before it happened. A run that failed fails here."""
+    before = set(ctx.deliveries.tasks)
+    report = await fanout.deliver_subscription(ctx, sid)
+    if started := set(ctx.deliveries.tasks) - before:
+        await asyncio.gather(*started)
+    return report
+
+
 # the job function's dotted path (what RQ stores) -> the core its body runs on the worker's loop
 HUB_JOBS: dict[str, Core] = {
     enqueue.VERIFY_INTENT: _verify_intent,
     enqueue.VERIFY_PENDING: _verify_pending,
     enqueue.FETCH_TOPIC: fetch.fetch_topic,
     enqueue.FAN_OUT: fanout.fan_out,
-    enqueue.DELIVER_SUBSCRIPTION: fanout.deliver_subscription,
+    enqueue.DELIVER_SUBSCRIPTION: deliver_subscription,
     enqueue.SWEEP_LEASES: verification.sweep_expired,
 }
 

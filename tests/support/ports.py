@@ -1,6 +1,42 @@
-"""`free_port`: the one the embedded Redis launcher uses, so tests and the product pick ports alike."""
+"""`free_port`: a loopback TCP port nothing listens on, for a server a test starts next.
+
+The suite runs in several xdist workers at once, and a port is free only until its server binds
+it. So each worker picks from a block of ports of its own (PYTEST_XDIST_WORKER, inherited by the
+processes a test starts), below the kernel's ephemeral range (Linux: 32768-60999, macOS from
+49152), where bind(0) and every outgoing connection take their local ports: a port picked here
+cannot be taken meanwhile by another worker's free_port, nor by some connection's local end."""
 from __future__ import annotations
 
-from rsnotify.hub.redis_server import free_port
+import os
+import random
+import socket
+
+FIRST, LAST = 20000, 32767      # the ports every worker's block comes from
+TRIES = 200
+
+
+def worker_block(worker: str | None = None, count: str | None = None) -> range:
+    """This process's block: the xdist worker "gwN" of COUNT gets the N-th of COUNT equal blocks;
+    a run without workers gets all of them."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "") if worker is None else worker
+    count = os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") if count is None else count
+    total, number = max(1, int(count)), int(worker[2:]) if worker.startswith("gw") else 0
+    size = (LAST - FIRST + 1) // total
+    start = FIRST + (number % total) * size
+    return range(start, start + size)
+
+
+def free_port() -> int:
+    """A port of this worker's block that nothing is bound to on 127.0.0.1 right now."""
+    block = worker_block()
+    for port in random.sample(block, min(TRIES, len(block))):
+        with socket.socket() as probe:
+            try:
+                probe.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free loopback port among {TRIES} tried in {block.start}-{block.stop - 1}")
+
 
 __all__ = ["free_port"]
