@@ -12,7 +12,7 @@ from bench.checks import check_deliveries
 
 ROOT = Path(__file__).resolve().parents[2]
 SCENARIOS = {"ceiling", "fanout", "latency", "ingest", "subscribe", "scale", "isolation", "failover", "source",
-             "sync", "sync-live", "sync-inbox"}
+             "sync", "sync-live", "sync-inbox", "relay", "ingest-ceiling", "subscribe-ceiling"}
 
 
 @pytest.mark.timeout(420)
@@ -36,6 +36,14 @@ def test_every_scenario_runs_end_to_end_with_all_deliveries_checked(tmp_path: Pa
     assert fanout["ceiling_ratio"] > 0
     assert "| fan-out / ceiling |" in done.stdout
     assert lines[-1]["summary"][0].startswith("| target |")
+    # every scenario with a ceiling is paired with one from the same invocation, and says its ratio
+    for name, key in (("ingest", "ceiling_ratio"), ("subscribe", "ceiling_ratio"), ("latency", "p50_ratio"),
+                      ("latency", "p99_ratio")):
+        assert all(r[key] > 0 for r in runs if r["scenario"] == name), (name, key)
+    ratios = lines[-1]["ratios"]
+    assert [row.split(" | ")[0].strip("| ") for row in ratios[2:]] == ["fanout", "ingest", "subscribe", "latency",
+                                                                         "latency"]
+    assert done.stdout.rstrip().endswith(ratios[-1])
 
 
 def test_check_catches_missing_duplicate_and_reordered_deliveries() -> None:
