@@ -94,12 +94,15 @@ def summary_line(result: Mapping) -> str:
     if name == "ingest":
         return (f"{head} {result['accepted']:,} submissions accepted in {result['seconds']:.2f} s = "
                 f"{result['rate']:,.0f}/s ({result['concurrency']} in flight) = {_times(result.get('ceiling_ratio'))} "
-                f"the ingest ceiling's {result['ceiling_rate']:,.0f}/s; all delivered after "
+                f"the ingest ceiling's {result['ceiling_rate']:,.0f}/s; web process CPU "
+                f"{result.get('cpu_ms_per_publish', 0):.2f} ms per publish; all delivered after "
                 f"{result['delivered_seconds']:.2f} s; {verdict}; cpu {_cpu(result)}")
     if name in ("ingest-ceiling", "subscribe-ceiling"):
         what = "submissions" if name == "ingest-ceiling" else "subscriptions verified"
         return (f"{head} {result.get('submissions', result.get('subscriptions')):,} {what} by the plain aiohttp "
-                f"program = {result['rate']:,.0f}/s ({result['concurrency']} in flight)")
+                f"program = {result['rate']:,.0f}/s ({result['concurrency']} in flight)"
+                + (f"; its CPU {result['cpu_ms_per_publish']:.2f} ms per publish" if "cpu_ms_per_publish" in result
+                   else ""))
     if name == "isolation":
         return (f"{head} {result['notifications']} notifications at {result['rate_per_s']:g}/s × "
                 f"{result['subscribers']} subscribers beside {result['black_holes']:,} black holes and "

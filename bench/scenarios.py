@@ -403,11 +403,14 @@ async def scenario_ingest(bench: Bench) -> list[dict]:
         payloads = bodies(min(s.ingest_submissions, 200), s.entries)
         results: list[dict] = []
         for run in range(1, s.runs + 1):
+            plain_cpu = CpuMeter({"ceiling": [ceiling.pid], "redis": hub.child_pids()["redis"]})
             _, plain_seconds = await submit_all(ceiling.url("ingest"), "http://bench.example.org/ingest/ceiling",
                                                 payloads, s.ingest_submissions, s.ingest_concurrency)
             plain_rate = round(s.ingest_submissions / plain_seconds, 1)
             plain = {"scenario": "ingest-ceiling", "run": run, "rate": plain_rate, "check": {"ok": True},
-                     "submissions": s.ingest_submissions, "concurrency": s.ingest_concurrency}
+                     "submissions": s.ingest_submissions, "concurrency": s.ingest_concurrency,
+                     "cpu": plain_cpu.done()}
+            plain["cpu_ms_per_publish"] = round(plain["cpu"]["ceiling"] * 1000 / s.ingest_submissions, 3)
             bench.emit(plain)
             results.append(plain)
             topic, names, _ = await setup_topic(bench, hub, "ingest", 1)
@@ -425,7 +428,8 @@ async def scenario_ingest(bench: Bench) -> list[dict]:
                       "rate": rate, "concurrency": s.ingest_concurrency, "ceiling_rate": plain_rate,
                       "ceiling_ratio": _ratio(rate, plain_rate),
                       "delivered_seconds": delivery["seconds"], "delivery_rate": delivery["rate"],
-                      "complete": delivery["complete"], "check": delivery["check"], "cpu": cpu_ingest}
+                      "complete": delivery["complete"], "check": delivery["check"], "cpu": cpu_ingest,
+                      "cpu_ms_per_publish": round(cpu_ingest.get("hub", 0.0) * 1000 / max(1, len(seqs)), 3)}
             bench.emit(result)
             results.append(result)
         return results

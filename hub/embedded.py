@@ -24,6 +24,8 @@ from aiohttp import web
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
+from rsnotify import eventloop
+
 from .redis_server import RedisServer, RedisServerError, start_redis_server
 
 from .crypto import load_fernet
@@ -160,7 +162,7 @@ def run_hub(settings: HubSettings, *, log_level: str = "INFO", announce: Callabl
             children = Children(settings, log_level)
             children.start(settings.workers)
             try:
-                asyncio.run(_serve(app, sock, settings, children, redis_server, announce))
+                eventloop.run(_serve(app, sock, settings, children, redis_server, announce))
             finally:
                 children.stop()
         finally:
