@@ -7,7 +7,8 @@ the scenario (`python -m bench.ceilings --host H --redis-url URL`, started by Ce
 - POST /verify: a subscribe form; GET its callback with a challenge, compare the echo, one
   HSET, answer 202 (the hub answers 202 first and verifies later: here the 202 says it is done);
 - POST /relay: answer 200 with a sequence, then forward the body to every callback set with
-  POST /_callbacks at once (the latency scenario's subscribers), with the delivery headers.
+  POST /_callbacks at once (the latency scenario's subscribers), with the delivery headers,
+  each callback's notifications in publish order (the hub's promise, so the same check holds).
 
 No checks, no limits, no retries, no cursor: a floor of work, not a hub.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import itertools
 import json
 import secrets
@@ -38,6 +40,7 @@ def build_ceiling_app(redis: Redis) -> web.Application:
     parser = etree.XMLParser(resolve_entities=False, no_network=True)
     sequences = itertools.count(1)
     callbacks: list[str] = []
+    turns: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
     pending: set[asyncio.Task[None]] = set()
 
     async def ingest(request: web.Request) -> web.Response:
@@ -72,7 +75,8 @@ def build_ceiling_app(redis: Redis) -> web.Application:
         headers = delivery_headers("http://bench.example.org/relay", "http://127.0.0.1/", nid, sequence)
 
         async def one(url: str) -> None:
-            async with session.post(url, data=body, headers=headers) as answer:
+            # one callback's notifications in order, as the hub sends them (asyncio locks are FIFO)
+            async with turns[url], session.post(url, data=body, headers=headers) as answer:
                 await answer.read()
 
         await asyncio.gather(*(one(url) for url in callbacks), return_exceptions=True)

@@ -141,5 +141,10 @@ def stage_breakdown(snapshot: Mapping, sent_at: Mapping[int, float], answered_at
         stages["first_delivery"].append(first[seq] - (stored if stored is not None else t0))
         stages["sends"].append(last[seq] - first[seq])
         stages["last_delivery"].append(last[seq] - t0)
-    return {name: {"p50_ms": _ms(percentile(values, 50)), "p99_ms": _ms(percentile(values, 99))}
-            for name, values in stages.items() if values}
+    out = {name: {"p50_ms": _ms(percentile(values, 50)), "p99_ms": _ms(percentile(values, 99))}
+           for name, values in stages.items() if values}
+    if first:   # the run's first notification: the cold path (a queued job, not a follower)
+        seq = min(first)
+        out["first_notification"] = {"first_delivery_ms": _ms(first[seq] - stored_at.get(seq, sent_at[seq])),
+                                     "last_delivery_ms": _ms(last[seq] - sent_at[seq])}
+    return out

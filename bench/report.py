@@ -147,7 +147,13 @@ def _times(ratio: float | None) -> str:
 
 def _stages(stages: Mapping[str, Mapping[str, float]]) -> str:
     """publish → stored → answered; stored → first delivery; first → last delivery; publish → last."""
-    return ", ".join(f"{name} {figures['p50_ms']:.1f}/{figures['p99_ms']:.1f}" for name, figures in stages.items())
+    text = ", ".join(f"{name} {figures['p50_ms']:.1f}/{figures['p99_ms']:.1f}" for name, figures in stages.items()
+                     if "p50_ms" in figures)
+    cold = stages.get("first_notification")
+    if cold:
+        text += (f"; the run's first notification: first delivery {cold['first_delivery_ms']:.1f} ms after it was "
+                 f"stored, last {cold['last_delivery_ms']:.1f} ms after its publish")
+    return text
 
 
 def _problems(check: Mapping) -> str:

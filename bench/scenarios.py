@@ -186,6 +186,8 @@ def hub_cpu(hub: HubProcess, bench: Bench) -> CpuMeter:
     kids = hub.child_pids()
     roles = {"hub": [hub.pid] if hub.pid else [], "workers": kids["worker"], "redis": kids["redis"],
              "sinks": [bench.sink.pid], "bench": [0]}
+    if len(kids["worker"]) > 1:   # how the deliveries were shared among the workers
+        roles.update((f"worker{n}", [pid]) for n, pid in enumerate(kids["worker"], 1))
     return CpuMeter(roles)
 
 
@@ -407,10 +409,10 @@ async def scenario_ingest(bench: Bench) -> list[dict]:
             _, plain_seconds = await submit_all(ceiling.url("ingest"), "http://bench.example.org/ingest/ceiling",
                                                 payloads, s.ingest_submissions, s.ingest_concurrency)
             plain_rate = round(s.ingest_submissions / plain_seconds, 1)
+            used = plain_cpu.done()
             plain = {"scenario": "ingest-ceiling", "run": run, "rate": plain_rate, "check": {"ok": True},
-                     "submissions": s.ingest_submissions, "concurrency": s.ingest_concurrency,
-                     "cpu": plain_cpu.done()}
-            plain["cpu_ms_per_publish"] = round(plain["cpu"]["ceiling"] * 1000 / s.ingest_submissions, 3)
+                     "submissions": s.ingest_submissions, "concurrency": s.ingest_concurrency, "cpu": used,
+                     "cpu_ms_per_publish": round(used["ceiling"] * 1000 / s.ingest_submissions, 3)}
             bench.emit(plain)
             results.append(plain)
             topic, names, _ = await setup_topic(bench, hub, "ingest", 1)
