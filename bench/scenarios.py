@@ -346,7 +346,8 @@ async def scenario_latency(bench: Bench) -> list[dict]:
         for run in range(1, s.runs + 1):
             relay_names = [f"relay-{bench.tag()}-{i}" for i in range(len(names))]
             await ceiling.set_callbacks(bench.session, [bench.sink.url(n) for n in relay_names])
-            relay = await latency_run(bench, ceiling.url("relay"), topic, relay_names, payloads)
+            relay = await latency_run(bench, ceiling.url("relay"), topic, relay_names, payloads,
+                                      CpuMeter({"relay": [ceiling.pid], "sinks": [bench.sink.pid]}))
             relay.update(scenario="relay", run=run)
             bench.emit(relay)
             result = await latency_run(bench, hub.url, topic, names, payloads, hub_cpu(hub, bench), hub)

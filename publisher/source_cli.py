@@ -16,6 +16,8 @@ import aiohttp
 import click
 from aiohttp import web
 
+from rsnotify import eventloop
+
 from .client import Publisher
 from .errors import SettingsError, StateError
 from .folder import Folder
@@ -89,7 +91,7 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
                    f"change memory {memory_path}", err=True)
         count = runner.sync_folder()
         click.echo(f"rsnotify source: start scan recorded {count} change(s)", err=True)
-        asyncio.run(_serve(runner, host, port))
+        eventloop.run(_serve(runner, host, port))
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
     except StateError as exc:

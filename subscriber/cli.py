@@ -23,6 +23,8 @@ import aiohttp
 import click
 from aiohttp import web
 
+from rsnotify import eventloop
+
 from .aiohttp_adapter import add_callback_routes
 from .client import Subscriber
 from .core import ACK_AFTER_HANDLER, ReceivedNotification
@@ -125,7 +127,7 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
     if mirror:
         _status("--mirror keeps no per-resource state and cannot catch up what it missed; "
                 "`rsnotify sync --dir DIR` keeps a copy equal to the Source")
-    exit_code = asyncio.run(_run(settings, mirror, unsubscribe_on_exit, hub=hub, topic=topic,
+    exit_code = eventloop.run(_run(settings, mirror, unsubscribe_on_exit, hub=hub, topic=topic,
                                  capability_list=capability_list, source=source))
     sys.exit(exit_code)
 
@@ -462,7 +464,7 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
                                               lease_seconds=lease_seconds, remembered_ids=50)
         except SubscriberError as exc:
             raise click.BadParameter(str(exc)) from None
-    sys.exit(asyncio.run(run_sync(command, once=once)))
+    sys.exit(eventloop.run(run_sync(command, once=once)))
 
 
 @sync.command("status")
@@ -488,4 +490,4 @@ def audit(deep: bool, repair: bool, **common: Any) -> None:
     3 Source unreachable."""
     from .sync.runner import run_audit
     command = _sync_command(**common)
-    sys.exit(asyncio.run(run_audit(command, deep=deep, repair=repair)))
+    sys.exit(eventloop.run(run_audit(command, deep=deep, repair=repair)))
