@@ -8,7 +8,9 @@ the scenario (`python -m bench.ceilings --host H --redis-url URL`, started by Ce
   HSET, answer 202 (the hub answers 202 first and verifies later: here the 202 says it is done);
 - POST /relay: answer 200 with a sequence, then forward the body to every callback set with
   POST /_callbacks at once (the latency scenario's subscribers), with the delivery headers,
-  each callback's notifications in publish order (the hub's promise, so the same check holds).
+  each callback's notifications in publish order (the hub's promise, so the same check holds);
+  with several relay processes (as many as the hub has workers) the first also hands the body
+  to the others (POST /relay-part), each of which forwards it to its share of the callbacks.
 
 No checks, no limits, no retries, no cursor: a floor of work, not a hub.
 """
@@ -20,12 +22,17 @@ import collections
 import itertools
 import json
 import secrets
+import subprocess
+from collections.abc import Coroutine
+from typing import Any
 from urllib.parse import parse_qsl
 
 import aiohttp
 from aiohttp import web
 from lxml import etree
 from redis.asyncio import Redis
+
+from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER
 
 from .children import start_child, stop_child
 from .payloads import delivery_headers
@@ -40,6 +47,7 @@ def build_ceiling_app(redis: Redis) -> web.Application:
     parser = etree.XMLParser(resolve_entities=False, no_network=True)
     sequences = itertools.count(1)
     callbacks: list[str] = []
+    peers: list[str] = []
     turns: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
     pending: set[asyncio.Task[None]] = set()
 
@@ -66,10 +74,26 @@ def build_ceiling_app(redis: Redis) -> web.Application:
         body = await request.read()
         sequence = next(sequences)
         nid = f"relay-{sequence}"
-        task = asyncio.get_running_loop().create_task(forward(body, nid, sequence))
+        for peer in peers:   # the other relay processes forward their share (the hub's hop via Redis)
+            start(hand_over(peer, body, nid, sequence))
+        start(forward(body, nid, sequence))
+        return web.json_response({"notification_id": nid, "sequence": sequence})
+
+    async def relay_part(request: web.Request) -> web.Response:
+        body = await request.read()
+        start(forward(body, request.headers[NOTIFICATION_ID_HEADER], int(request.headers[SEQUENCE_HEADER])))
+        return web.Response()
+
+    def start(coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(coro)
         pending.add(task)
         task.add_done_callback(pending.discard)
-        return web.json_response({"notification_id": nid, "sequence": sequence})
+
+    async def hand_over(peer: str, body: bytes, nid: str, sequence: int) -> None:
+        async with turns[peer], session.post(f"{peer}/relay-part", data=body,
+                                             headers={NOTIFICATION_ID_HEADER: nid,
+                                                      SEQUENCE_HEADER: str(sequence)}) as answer:
+            await answer.read()
 
     async def forward(body: bytes, nid: str, sequence: int) -> None:
         headers = delivery_headers("http://bench.example.org/relay", "http://127.0.0.1/", nid, sequence)
@@ -82,7 +106,9 @@ def build_ceiling_app(redis: Redis) -> web.Application:
         await asyncio.gather(*(one(url) for url in callbacks), return_exceptions=True)
 
     async def set_callbacks(request: web.Request) -> web.Response:
-        callbacks[:] = (await request.json())["callbacks"]
+        wanted = await request.json()
+        callbacks[:] = wanted["callbacks"]
+        peers[:] = wanted.get("peers", [])
         return web.Response(text="ok\n")
 
     session: aiohttp.ClientSession
@@ -99,6 +125,7 @@ def build_ceiling_app(redis: Redis) -> web.Application:
     app.router.add_post("/ingest", ingest)
     app.router.add_post("/verify", verify)
     app.router.add_post("/relay", relay)
+    app.router.add_post("/relay-part", relay_part)
     app.router.add_post("/_callbacks", set_callbacks)
     return app
 
@@ -126,27 +153,47 @@ def _main() -> None:
 
 
 class CeilingServer:
-    """The ceiling programs in a child process, on the Redis at `redis_url` (the hub's own)."""
+    """The ceiling programs in `processes` child processes, on the Redis at `redis_url` (the
+    hub's own). Ingest and verification run in the first (the hub parses and stores in one web
+    process too); the relay forwards from all of them, each to its share of the callbacks, as the
+    hub's workers share a topic's subscriptions."""
 
-    def __init__(self, redis_url: str, host: str = "127.0.0.1") -> None:
-        self.process, port = start_child("bench.ceilings", host, READY_LINE, int, "ceiling server",
-                                         args=("--redis-url", redis_url))
-        self.base = f"http://{host}:{port}"
+    def __init__(self, redis_url: str, host: str = "127.0.0.1", processes: int = 1) -> None:
+        self.children: list[subprocess.Popen[str]] = []
+        self.bases: list[str] = []
+        try:
+            for _ in range(max(1, processes)):
+                process, port = start_child("bench.ceilings", host, READY_LINE, int, "ceiling server",
+                                            args=("--redis-url", redis_url))
+                self.children.append(process)
+                self.bases.append(f"http://{host}:{port}")
+        except BaseException:
+            self.stop()
+            raise
 
     @property
     def pid(self) -> int:
-        return self.process.pid
+        return self.children[0].pid
+
+    @property
+    def pids(self) -> list[int]:
+        return [child.pid for child in self.children]
 
     def url(self, what: str) -> str:
         """The URL of one ceiling: 'ingest', 'verify' or 'relay'."""
-        return f"{self.base}/{what}"
+        return f"{self.bases[0]}/{what}"
 
     async def set_callbacks(self, session: aiohttp.ClientSession, callbacks: list[str]) -> None:
-        async with session.post(f"{self.base}/_callbacks", data=json.dumps({"callbacks": callbacks})) as answer:
-            answer.raise_for_status()
+        """The relay's callbacks, shared among its processes; the first hands the others theirs."""
+        count = len(self.bases)
+        for index, base in enumerate(self.bases):
+            wanted = {"callbacks": callbacks[index::count], "peers": self.bases[1:] if index == 0 else []}
+            async with session.post(f"{base}/_callbacks", data=json.dumps(wanted)) as answer:
+                answer.raise_for_status()
 
     def stop(self) -> None:
-        stop_child(self.process)
+        for child in self.children:
+            stop_child(child)
 
 
 if __name__ == "__main__":

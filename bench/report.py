@@ -152,7 +152,7 @@ def _stages(stages: Mapping[str, Mapping[str, float]]) -> str:
     cold = stages.get("first_notification")
     if cold:
         text += (f"; the run's first notification: first delivery {cold['first_delivery_ms']:.1f} ms after it was "
-                 f"stored, last {cold['last_delivery_ms']:.1f} ms after its publish")
+                 f"stored (the relay: sent), last {cold['last_delivery_ms']:.1f} ms after its publish")
     return text
 
 

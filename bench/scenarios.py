@@ -339,7 +339,7 @@ async def scenario_latency(bench: Bench) -> list[dict]:
     ceiling: CeilingServer | None = None
     try:
         await hub.wait_ready(bench.session)
-        ceiling = CeilingServer(_redis_url(hub))
+        ceiling = CeilingServer(_redis_url(hub), processes=bench.ceiling_processes)
         topic, names, _ = await setup_topic(bench, hub, "latency", s.latency_subscribers)
         payloads = bodies(max(1, round(s.latency_rate * s.latency_seconds)), s.entries)
         results: list[dict] = []
@@ -347,7 +347,7 @@ async def scenario_latency(bench: Bench) -> list[dict]:
             relay_names = [f"relay-{bench.tag()}-{i}" for i in range(len(names))]
             await ceiling.set_callbacks(bench.session, [bench.sink.url(n) for n in relay_names])
             relay = await latency_run(bench, ceiling.url("relay"), topic, relay_names, payloads,
-                                      CpuMeter({"relay": [ceiling.pid], "sinks": [bench.sink.pid]}))
+                                      CpuMeter({"relay": ceiling.pids, "sinks": [bench.sink.pid]}))
             relay.update(scenario="relay", run=run)
             bench.emit(relay)
             result = await latency_run(bench, hub.url, topic, names, payloads, hub_cpu(hub, bench), hub)
