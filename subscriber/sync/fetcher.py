@@ -29,6 +29,7 @@ from rsnotify import __version__
 
 from .netguard import Network, make_session
 from .sink import FolderSink, PathConflictError
+from .writer import BatchWriter
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +75,7 @@ class Fetcher:
                  timeout: float = 30.0, tries: int = 5, retry_base: float = 1.0,
                  max_bytes: int = 10 * 1024**3, announced_by: str = "the Source announced") -> None:
         self.sink = sink
+        self.writer = BatchWriter(sink)   # small files for a slow disk, many per thread hand-off
         self.announced_by = announced_by
         self.max_concurrency = concurrency
         self.limit = concurrency
@@ -261,7 +263,7 @@ class Fetcher:
         else:
             # A slow disk (or a big body): the loop keeps fetching while a thread waits on it.
             started = time.perf_counter()
-            await asyncio.to_thread(self.sink.write_small, path, body)
+            await self.writer.write(path, body)
             if len(body) <= INLINE_WRITE and time.perf_counter() - started < SLOW_WRITE / 2:
                 self._write_seconds = 0.9 * self._write_seconds   # the disk got quick again
         return FetchResult(loc, STORED, computed["md5"], computed["sha256"], len(body))
