@@ -18,13 +18,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import collections
 import itertools
 import json
 import secrets
 import subprocess
-from collections.abc import Coroutine
-from typing import Any
 from urllib.parse import parse_qsl
 
 import aiohttp
@@ -48,8 +45,8 @@ def build_ceiling_app(redis: Redis) -> web.Application:
     sequences = itertools.count(1)
     callbacks: list[str] = []
     peers: list[str] = []
-    turns: collections.defaultdict[str, asyncio.Lock] = collections.defaultdict(asyncio.Lock)
-    pending: set[asyncio.Task[None]] = set()
+    queues: dict[str, asyncio.Queue[tuple[bytes, dict[str, str]]]] = {}
+    senders: set[asyncio.Task[None]] = set()
 
     async def ingest(request: web.Request) -> web.Response:
         body = await request.read()
@@ -75,35 +72,38 @@ def build_ceiling_app(redis: Redis) -> web.Application:
         sequence = next(sequences)
         nid = f"relay-{sequence}"
         for peer in peers:   # the other relay processes forward their share (the hub's hop via Redis)
-            start(hand_over(peer, body, nid, sequence))
-        start(forward(body, nid, sequence))
+            queue_for(f"{peer}/relay-part").put_nowait((body, {NOTIFICATION_ID_HEADER: nid,
+                                                              SEQUENCE_HEADER: str(sequence)}))
+        forward(body, nid, sequence)
         return web.json_response({"notification_id": nid, "sequence": sequence})
 
     async def relay_part(request: web.Request) -> web.Response:
         body = await request.read()
-        start(forward(body, request.headers[NOTIFICATION_ID_HEADER], int(request.headers[SEQUENCE_HEADER])))
+        forward(body, request.headers[NOTIFICATION_ID_HEADER], int(request.headers[SEQUENCE_HEADER]))
         return web.Response()
 
-    def start(coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.get_running_loop().create_task(coro)
-        pending.add(task)
-        task.add_done_callback(pending.discard)
-
-    async def hand_over(peer: str, body: bytes, nid: str, sequence: int) -> None:
-        async with turns[peer], session.post(f"{peer}/relay-part", data=body,
-                                             headers={NOTIFICATION_ID_HEADER: nid,
-                                                      SEQUENCE_HEADER: str(sequence)}) as answer:
-            await answer.read()
-
-    async def forward(body: bytes, nid: str, sequence: int) -> None:
+    def forward(body: bytes, nid: str, sequence: int) -> None:
         headers = delivery_headers("http://bench.example.org/relay", "http://127.0.0.1/", nid, sequence)
+        for url in callbacks:
+            queue_for(url).put_nowait((body, headers))
 
-        async def one(url: str) -> None:
-            # one callback's notifications in order, as the hub sends them (asyncio locks are FIFO)
-            async with turns[url], session.post(url, data=body, headers=headers) as answer:
-                await answer.read()
+    def queue_for(url: str) -> asyncio.Queue[tuple[bytes, dict[str, str]]]:
+        """One sender per destination, its POSTs one after another: each callback gets its
+        notifications in order, as the hub sends them."""
+        queue = queues.get(url)
+        if queue is None:
+            queue = queues[url] = asyncio.Queue()
+            senders.add(asyncio.get_running_loop().create_task(send_all(url, queue)))
+        return queue
 
-        await asyncio.gather(*(one(url) for url in callbacks), return_exceptions=True)
+    async def send_all(url: str, queue: asyncio.Queue[tuple[bytes, dict[str, str]]]) -> None:
+        while True:
+            body, headers = await queue.get()
+            try:
+                async with session.post(url, data=body, headers=headers) as answer:
+                    await answer.read()
+            except aiohttp.ClientError:
+                pass          # the delivery check counts what is missing
 
     async def set_callbacks(request: web.Request) -> web.Response:
         wanted = await request.json()
@@ -117,6 +117,8 @@ def build_ceiling_app(redis: Redis) -> web.Application:
         nonlocal session
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512))
         yield
+        for sender in senders:
+            sender.cancel()
         await session.close()
         await redis.aclose()
 
