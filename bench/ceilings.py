@@ -115,7 +115,9 @@ def build_ceiling_app(redis: Redis) -> web.Application:
 
     async def client_session(app: web.Application):  # type: ignore[no-untyped-def]
         nonlocal session
-        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512))
+        # as lean as the hub's worker session: no cookie jar, no decompression
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=512), auto_decompress=False,
+                                        cookie_jar=aiohttp.DummyCookieJar())
         yield
         for sender in senders:
             sender.cancel()
