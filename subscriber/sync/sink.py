@@ -53,6 +53,9 @@ class FolderSink:
         return Path(joined)
 
     def relative(self, path: Path) -> str:
+        text = str(path)
+        if text.startswith(self._root_prefix):   # every path_for path: a slice, not pathlib's walk
+            return text[len(self._root_prefix):].replace(os.sep, "/")
         return path.relative_to(self.root).as_posix()
 
     def absolute(self, relative: str) -> Path:

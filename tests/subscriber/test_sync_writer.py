@@ -54,3 +54,13 @@ def test_a_lone_write_is_not_kept_waiting(tmp_path: Path, count: int) -> None:
 
     asyncio.run(run())
     assert writer.batches == count and all(p.read_bytes() == b"z" for p in paths)
+
+
+def test_relative_paths_are_the_same_as_pathlibs(tmp_path: Path) -> None:
+    sink = FolderSink(tmp_path / "copy")
+    locs = ["http://example.org/r/1", "http://example.org:8080/a/b/c.xml", "https://example.org/d/?q=1&r=2",
+            "http://example.org/%C3%A9t%C3%A9/x y", "http://example.org/"]
+    for loc in locs:
+        path = sink.path_for(loc)
+        assert sink.relative(path) == path.relative_to(sink.root).as_posix()
+    assert sink.relative(sink.root) == "."
