@@ -23,8 +23,8 @@ from rsnotify.errors import (
 from rsnotify.lists import open_list
 from rsnotify.notification import ChangeNotification, ResourceChange
 from rsnotify.safexml import (
-    MAX_ATTRIBUTES,
     INLINE_BYTES,
+    MAX_ATTRIBUTES,
     MAX_ELEMENTS,
     URL,
     iterparse,
