@@ -113,3 +113,38 @@ def _ms(seconds: float) -> float:
 def median_of(runs: Iterable[Mapping], key: str) -> float:
     values = [r[key] for r in runs if isinstance(r.get(key), (int, float)) and not math.isnan(r[key])]
     return statistics.median(values) if values else math.nan
+
+
+def stage_breakdown(snapshot: Mapping, sent_at: Mapping[int, float], answered_at: Mapping[int, float],
+                    stored_at: Mapping[int, float]) -> dict[str, dict[str, float]]:
+    """Where each notification's time went, from outside the hub, per stage (p50 / p99 in ms
+    over the notifications): publish → stored in Redis (the stream id's clock), → answered,
+    stored → first subscriber got it (wake-up, claim, first send), first → last subscriber
+    (the sends), publish → last subscriber. A sequence missing from `stored_at` (a relay
+    stores nothing) has no store or wake stage; its first delivery is counted from the publish."""
+    first: dict[int, float] = {}
+    last: dict[int, float] = {}
+    for got in snapshot["paths"].values():
+        for seq, t in zip(got["seq"], got["t"]):
+            if seq in sent_at:
+                first[seq] = min(first.get(seq, t), t)
+                last[seq] = max(last.get(seq, t), t)
+    stages: dict[str, list[float]] = {"stored": [], "answered": [], "first_delivery": [], "sends": [],
+                                      "last_delivery": []}
+    for seq, t0 in sent_at.items():
+        if seq not in first:
+            continue
+        stored = stored_at.get(seq)
+        if stored is not None:
+            stages["stored"].append(stored - t0)
+        stages["answered"].append(answered_at[seq] - t0)
+        stages["first_delivery"].append(first[seq] - (stored if stored is not None else t0))
+        stages["sends"].append(last[seq] - first[seq])
+        stages["last_delivery"].append(last[seq] - t0)
+    out = {name: {"p50_ms": _ms(percentile(values, 50)), "p99_ms": _ms(percentile(values, 99))}
+           for name, values in stages.items() if values}
+    if first:   # the run's first notification: the cold path (a queued job, not a follower)
+        seq = min(first)
+        out["first_notification"] = {"first_delivery_ms": _ms(first[seq] - stored_at.get(seq, sent_at[seq])),
+                                     "last_delivery_ms": _ms(last[seq] - sent_at[seq])}
+    return out

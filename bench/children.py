@@ -17,11 +17,11 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def start_child(module: str, host: str, ready_line: str, parse: Callable[[str], T],
-                what: str) -> tuple[subprocess.Popen[str], T]:
-    """Start `python -m <module> --host <host>` and wait for its line starting with `ready_line`;
+                what: str, args: tuple[str, ...] = ()) -> tuple[subprocess.Popen[str], T]:
+    """Start `python -m <module> --host <host> [args]` and wait for its line starting with `ready_line`;
     `parse` reads the rest of that line. Raises RuntimeError naming `what` if no such line comes
     within START_TIMEOUT seconds (the child is stopped first)."""
-    process = subprocess.Popen([sys.executable, "-m", module, "--host", host],
+    process = subprocess.Popen([sys.executable, "-m", module, "--host", host, *args],
                                stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=_ROOT)
     found: list[T] = []
 

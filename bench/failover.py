@@ -16,9 +16,9 @@ import signal
 import time
 
 from . import checks
-from .isolation import steady_publish
+from .payloads import bodies
 from .procstat import cpu_seconds
-from .scenarios import Bench, setup_topic
+from .scenarios import Bench, setup_topic, steady_publish
 
 SAMPLE_SECONDS = 0.5      # s of CPU sampling that tells the delivering worker
 REPLACED_TIMEOUT = 60.0   # s the hub gets to start a replacement worker
@@ -64,7 +64,7 @@ async def scenario_failover(bench: Bench) -> list[dict]:
         results = []
         for run in range(1, s.runs + 1):
             await bench.sink.reset(bench.session)
-            stream = asyncio.ensure_future(steady_publish(bench, hub, topic, count, s.failover_rate))
+            stream = asyncio.ensure_future(steady_publish(bench, hub.url, topic, bodies(count, s.entries), s.failover_rate))
             await asyncio.sleep(max(0.0, s.failover_before - SAMPLE_SECONDS))
             pids = hub.child_pids()["worker"]
             before = {pid: cpu_seconds(pid) for pid in pids}
@@ -72,7 +72,7 @@ async def scenario_failover(bench: Bench) -> list[dict]:
             victim = busiest(pids, before)
             killed_at = time.time()
             os.kill(victim, signal.SIGKILL)
-            sent_at = await stream
+            sent_at, _, _ = await stream
             seqs = sorted(sent_at)
             expected = {n: seqs for n in names}
             await bench.sink.wait_deliveries(bench.session, len(names) * len(seqs), timeout=bench.timeout,

@@ -20,28 +20,13 @@ from .scenarios import (
     publish,
     request_subscriptions,
     setup_topic,
+    steady_publish,
     subscribe_all,
     wait_and_check,
 )
 from .traps import TrapProcess
 
 SETTLE_SECONDS = 1.0      # s the hostile load runs before a measurement starts
-
-
-async def steady_publish(bench: Bench, hub, topic: str, count: int, rate: float) -> dict[int, float]:
-    """Publish `count` notifications at `rate` per second; sequence -> epoch time of its POST."""
-    payloads = bodies(count, bench.sizes.entries)
-    sent_at: dict[int, float] = {}
-
-    async def publish_at(index: int, when: float) -> None:
-        await asyncio.sleep(max(0.0, when - time.monotonic()))
-        t0 = time.time()
-        answer = await publish(bench.session, hub, topic, payloads[index])
-        sent_at[answer["sequence"]] = t0
-
-    origin = time.monotonic() + 0.05
-    await asyncio.gather(*(publish_at(i, origin + i / rate) for i in range(count)))
-    return sent_at
 
 
 async def scenario_isolation(bench: Bench) -> list[dict]:
@@ -64,7 +49,7 @@ async def scenario_isolation(bench: Bench) -> list[dict]:
         count = max(1, round(s.isolation_rate * s.isolation_seconds))
         results = []
         for run in range(1, s.runs + 1):
-            await publish(bench.session, hub, hanging_topic, hostile)   # fresh hanging deliveries every run
+            await publish(bench.session, hub.url, hanging_topic, hostile)   # fresh hanging deliveries every run
             await asyncio.sleep(SETTLE_SECONDS)
             await bench.sink.reset(bench.session)
             cpu = hub_cpu(hub, bench)
@@ -72,7 +57,7 @@ async def scenario_isolation(bench: Bench) -> list[dict]:
             verify_topic = f"http://bench.example.org/isolation-verify/{tag}/{run}"
             verification = asyncio.ensure_future(
                 subscribe_all(bench, hub, verify_topic, [bench.sink.url(f"iso-verify-{tag}-{run}")], concurrency=1))
-            sent_at = await steady_publish(bench, hub, topic, count, s.isolation_rate)
+            sent_at, _, _ = await steady_publish(bench, hub.url, topic, bodies(count, s.entries), s.isolation_rate)
             verify_seconds = await verification
             seqs = sorted(sent_at)
             snapshot, result = await wait_and_check(bench, {n: seqs for n in names}, started)

@@ -30,14 +30,18 @@ class Target:
 
 
 TARGETS = (
-    Target("fanout", "ceiling_ratio", "fan-out / ceiling", 0.6, True, "×"),
+    Target("fanout", "ceiling_ratio", "fan-out / ceiling", 0.9, True, "×"),
+    Target("latency", "p50_ratio", "latency p50 / relay ceiling p50", 2, False, "×"),
+    Target("latency", "p99_ratio", "latency p99 / relay ceiling p99", 3, False, "×"),
     Target("latency", "p50_ms", "latency p50", 20, False, " ms"),
     Target("latency", "p99_ms", "latency p99", 50, False, " ms"),
+    Target("ingest", "ceiling_ratio", "ingest / ingest ceiling", 0.5, True, "×"),
     Target("ingest", "rate", "ingest", 2000, True, "/s"),
+    Target("subscribe", "ceiling_ratio", "verified subscriptions / verification ceiling", 0.5, True, "×"),
     Target("subscribe", "rate", "verified subscriptions", 500, True, "/s"),
     Target("scale", "used_memory_mb", "Redis memory, all subscriptions (verified, not yet delivered to)", 100, False,
            " MB"),
-    Target("peer", "ratio", "fan-out / Flask-WebSub", 10, True, "×"),
+    Target("peer", "ratio", "fan-out / Flask-WebSub", 20, True, "×"),
     Target("isolation", "p50_ms", "unrelated topic's latency p50 beside black holes and hanging subscribers", 50,
            False, " ms"),
     Target("isolation", "p99_ms", "unrelated topic's latency p99 beside black holes and hanging subscribers", 250,
@@ -47,6 +51,16 @@ TARGETS = (
     Target("source", "p50_ms", "rsnotify source: file edit → notification accepted, p50", 200, False, " ms"),
     Target("source", "rl_peak_rss_mb", "Resource List of the source_resources (100,000 in quick/full), peak RSS", 100,
            False, " MB"),
+)
+
+# Each scenario's figure against its ceiling measured in the same invocation: (scenario, figure,
+# its ceiling's figure in the same result, what the figure is, the goal).
+RATIOS = (
+    ("fanout", "rate", None, "deliveries/s", "≥ 0.9×"),
+    ("ingest", "rate", "ceiling_rate", "accepted publishes/s", "≥ 0.5×"),
+    ("subscribe", "rate", "ceiling_rate", "verified subscriptions/s", "≥ 0.5×"),
+    ("latency", "p50_ms", "relay_p50_ms", "p50 ms (ceiling: the relay)", "≤ 2×"),
+    ("latency", "p99_ms", "relay_p99_ms", "p99 ms (ceiling: the relay)", "≤ 3×"),
 )
 
 
@@ -75,14 +89,20 @@ def summary_line(result: Mapping) -> str:
         return (f"{head} {result['deliveries']:,} deliveries ({result['subscribers']:,} subscribers × "
                 f"{result['notifications']}) in {result['seconds']:.2f} s = {result['rate']:,.0f}/s{extra}; "
                 f"{verdict}; cpu {_cpu(result)}")
-    if name == "latency":
-        return (f"{head} {result['notifications']} notifications at {result['rate_per_s']:g}/s × "
-                f"{result['subscribers']} subscribers: p50 {result['p50_ms']:.1f} ms, p95 {result['p95_ms']:.1f} ms, "
-                f"p99 {result['p99_ms']:.1f} ms, max {result['max_ms']:.1f} ms; {verdict}; cpu {_cpu(result)}")
+    if name in ("latency", "relay"):
+        return _latency_line(head, result, verdict)
     if name == "ingest":
         return (f"{head} {result['accepted']:,} submissions accepted in {result['seconds']:.2f} s = "
-                f"{result['rate']:,.0f}/s ({result['concurrency']} in flight); all delivered after "
+                f"{result['rate']:,.0f}/s ({result['concurrency']} in flight) = {_times(result.get('ceiling_ratio'))} "
+                f"the ingest ceiling's {result['ceiling_rate']:,.0f}/s; web process CPU "
+                f"{result.get('cpu_ms_per_publish', 0):.2f} ms per publish; all delivered after "
                 f"{result['delivered_seconds']:.2f} s; {verdict}; cpu {_cpu(result)}")
+    if name in ("ingest-ceiling", "subscribe-ceiling"):
+        what = "submissions" if name == "ingest-ceiling" else "subscriptions verified"
+        return (f"{head} {result.get('submissions', result.get('subscriptions')):,} {what} by the plain aiohttp "
+                f"program = {result['rate']:,.0f}/s ({result['concurrency']} in flight)"
+                + (f"; its CPU {result['cpu_ms_per_publish']:.2f} ms per publish" if "cpu_ms_per_publish" in result
+                   else ""))
     if name == "isolation":
         return (f"{head} {result['notifications']} notifications at {result['rate_per_s']:g}/s × "
                 f"{result['subscribers']} subscribers beside {result['black_holes']:,} black holes and "
@@ -104,8 +124,36 @@ def summary_line(result: Mapping) -> str:
                 f"peak RSS {result['rl_peak_rss_mb']:.0f} MB; {verdict}")
     if name == "subscribe":
         return (f"{head} {result['subscriptions']:,} subscriptions verified and active in {result['seconds']:.2f} s "
-                f"= {result['rate']:,.0f}/s; {verdict}; cpu {_cpu(result)}")
+                f"= {result['rate']:,.0f}/s = {_times(result.get('ceiling_ratio'))} the verification ceiling's "
+                f"{result['ceiling_rate']:,.0f}/s; {verdict}; cpu {_cpu(result)}")
     return f"{head} {json.dumps(result)}"
+
+
+def _latency_line(head: str, result: Mapping, verdict: str) -> str:
+    line = (f"{head} {result['notifications']} notifications at {result['rate_per_s']:g}/s × "
+            f"{result['subscribers']} subscribers: p50 {result['p50_ms']:.1f} ms, p95 {result['p95_ms']:.1f} ms, "
+            f"p99 {result['p99_ms']:.1f} ms, max {result['max_ms']:.1f} ms; {verdict}")
+    if "cpu" in result:
+        line += f"; cpu {_cpu(result)}"
+    if "relay_p50_ms" in result:
+        line += (f"; {_times(result.get('p50_ratio'))} the relay's p50 {result['relay_p50_ms']:.1f} ms, "
+                 f"{_times(result.get('p99_ratio'))} its p99 {result['relay_p99_ms']:.1f} ms")
+    return line + "\n#   stages p50/p99 ms: " + _stages(result.get("stages", {}))
+
+
+def _times(ratio: float | None) -> str:
+    return f"{ratio:.2f}×" if ratio is not None else "?×"
+
+
+def _stages(stages: Mapping[str, Mapping[str, float]]) -> str:
+    """publish → stored → answered; stored → first delivery; first → last delivery; publish → last."""
+    text = ", ".join(f"{name} {figures['p50_ms']:.1f}/{figures['p99_ms']:.1f}" for name, figures in stages.items()
+                     if "p50_ms" in figures)
+    cold = stages.get("first_notification")
+    if cold:
+        text += (f"; the run's first notification: first delivery {cold['first_delivery_ms']:.1f} ms after it was "
+                 f"stored (the relay: sent), last {cold['last_delivery_ms']:.1f} ms after its publish")
+    return text
 
 
 def _problems(check: Mapping) -> str:
@@ -122,7 +170,8 @@ def medians(results: Mapping[str, Sequence[Mapping]]) -> dict[str, dict[str, flo
     keys = ("rate", "ceiling_ratio", "p50_ms", "p95_ms", "p99_ms", "max_ms", "used_memory_mb", "stall_s", "verify_ms",
             "bytes_per_subscription", "ratio", "delivery_rate", "projected_all_active_mb", "subscriptions",
             "memory_slowdown_pct", "publish_rate_plain", "publish_rate_memory", "rl_peak_rss_mb", "rl_seconds",
-            "publish_p50_ms", "publish_p99_ms", "refusing_s")
+            "publish_p50_ms", "publish_p99_ms", "refusing_s",
+            "ceiling_rate", "relay_p50_ms", "relay_p99_ms", "p50_ratio", "p99_ratio")
     return {scenario: {k: median_of(runs, k) for k in keys if any(k in r for r in runs)}
             for scenario, runs in results.items() if runs}
 
@@ -165,12 +214,33 @@ def targets_table(results: Mapping[str, Sequence[Mapping]]) -> list[str]:
     return lines
 
 
+def ratios_table(results: Mapping[str, Sequence[Mapping]]) -> list[str]:
+    """Markdown table: each scenario's median against its ceiling's median, both from this run,
+    and the median of the per-run ratios (each run is paired with a ceiling run beside it)."""
+    med = medians(results)
+    lines = ["| scenario | figure | rsnotify (median) | ceiling (median) | ratio (median of pairs) | goal |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for scenario, key, ceiling_key, what, goal in RATIOS:
+        figures = med.get(scenario)
+        if not figures or key not in figures:
+            continue
+        if ceiling_key is None:      # the fan-out's ceiling is a scenario of its own
+            ceiling = med.get("ceiling", {}).get("rate", math.nan)
+            ratio = figures.get("ceiling_ratio", math.nan)
+        else:
+            ceiling = figures.get(ceiling_key, math.nan)
+            ratio = figures.get({"p50_ms": "p50_ratio", "p99_ms": "p99_ratio"}.get(key, "ceiling_ratio"), math.nan)
+        lines.append(f"| {scenario} | {what} | {figures[key]:,.1f} | {ceiling:,.1f} | {ratio:.2f}× | {goal} |")
+    return lines
+
+
 def _shown(target: Target, figures: Mapping[str, float], value: float, ceiling: float) -> str:
-    if target.key == "ceiling_ratio":
+    if target.key == "ceiling_ratio" and target.scenario == "fanout":
         return f"{figures['rate']:,.0f} deliveries/s = {value:.2f}× ceiling (median of paired runs)"
     if target.key == "rate":
-        ratio = f" ({figures['rate'] / ceiling:.2f}× ceiling)" if target.scenario == "ingest" and ceiling == ceiling else ""
-        return f"{value:,.0f}/s{ratio}"
+        return f"{value:,.0f}/s"
+    if target.unit == "×":
+        return f"{value:.2f}×"
     if target.key == "ratio":
         return f"{value:.1f}× (Flask-WebSub {figures.get('rate', math.nan):,.0f} deliveries/s)"
     return f"{value:,.1f}{target.unit}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -13,6 +14,7 @@ import aiohttp
 
 from . import checks
 from .ceiling import run_clients
+from .ceilings import CeilingServer
 from .hubproc import HubProcess
 from .payloads import bodies, submission_headers
 from .procstat import CpuMeter
@@ -143,9 +145,9 @@ async def subscribe_all(bench: Bench, hub: HubProcess, topic: str, callbacks: Se
         await asyncio.sleep(0.02)
 
 
-async def publish(session: aiohttp.ClientSession, hub: HubProcess, topic: str, body: bytes) -> dict:
-    """One ResourceSync submission; the hub's JSON answer (notification_id, sequence)."""
-    async with session.post(hub.url, data=body, headers=submission_headers(topic, hub.url)) as response:
+async def publish(session: aiohttp.ClientSession, url: str, topic: str, body: bytes) -> dict:
+    """One ResourceSync submission to the hub at `url`; its JSON answer (notification_id, sequence)."""
+    async with session.post(url, data=body, headers=submission_headers(topic, url)) as response:
         if response.status != 200:
             raise RuntimeError(f"the hub refused a submission: {response.status} {await response.text()}")
         return await response.json()
@@ -185,6 +187,8 @@ def hub_cpu(hub: HubProcess, bench: Bench) -> CpuMeter:
     kids = hub.child_pids()
     roles = {"hub": [hub.pid] if hub.pid else [], "workers": kids["worker"], "redis": kids["redis"],
              "sinks": [bench.sink.pid], "bench": [0]}
+    if len(kids["worker"]) > 1:   # how the deliveries were shared among the workers
+        roles.update((f"worker{n}", [pid]) for n, pid in enumerate(kids["worker"], 1))
     return CpuMeter(roles)
 
 
@@ -235,14 +239,14 @@ async def fanout_run(bench: Bench, hub: HubProcess, topic: str, names: list[str]
     cpu = hub_cpu(hub, bench)
     profile_start(bench, scenario, hub)
     started = time.time()
-    seqs = [(await publish(bench.session, hub, topic, body))["sequence"] for body in payloads]
+    seqs = [(await publish(bench.session, hub.url, topic, body))["sequence"] for body in payloads]
     published = time.time() - started
     _, result = await wait_and_check(bench, {name: seqs for name in names}, started)
     profile_stop(bench)
     ceiling = ceiling or bench.ceiling_median()
     result.update(scenario=scenario, run=run, subscribers=len(names), notifications=notifications,
                   publish_seconds=round(published, 4), cpu=cpu.done(),
-                  ceiling_ratio=round(result["rate"] / ceiling, 3) if ceiling == ceiling else None)
+                  ceiling_ratio=_ratio(result["rate"], ceiling))
     return result
 
 
@@ -254,7 +258,7 @@ async def setup_topic(bench: Bench, hub: HubProcess, prefix: str, subscribers: i
                                   concurrency=bench.sizes.subscribe_concurrency)
     # warm-up: one notification to everyone, so connections exist as in a hub that has been running
     await bench.sink.reset(bench.session)
-    seq = (await publish(bench.session, hub, topic, bodies(1, bench.sizes.entries)[0]))["sequence"]
+    seq = (await publish(bench.session, hub.url, topic, bodies(1, bench.sizes.entries)[0]))["sequence"]
     await wait_and_check(bench, {n: [seq] for n in names}, time.time())
     return topic, names, seconds
 
@@ -285,86 +289,157 @@ async def scenario_fanout(bench: Bench, *, with_ceiling: bool = True) -> list[di
 # --- latency ------------------------------------------------------------------------------------
 
 
+async def steady_publish(bench: Bench, url: str, topic: str, payloads: Sequence[bytes],
+                         rate: float) -> tuple[dict[int, float], dict[int, float], dict[int, float]]:
+    """Publish `payloads` at a steady `rate` per second to `url` (a hub or the relay ceiling);
+    by sequence: when each was sent, answered, and stored (the stream id's time; hub only)."""
+    sent_at: dict[int, float] = {}
+    answered_at: dict[int, float] = {}
+    stored_at: dict[int, float] = {}
+
+    async def publish_at(index: int, when: float) -> None:
+        await asyncio.sleep(max(0.0, when - time.monotonic()))
+        t0 = time.time()
+        answer = await publish(bench.session, url, topic, payloads[index])
+        seq = answer["sequence"]
+        sent_at[seq], answered_at[seq] = t0, time.time()
+        millis = answer["notification_id"].partition("-")[0]
+        if millis.isdigit():
+            stored_at[seq] = int(millis) / 1000
+
+    origin = time.monotonic() + 0.05
+    await asyncio.gather(*(publish_at(i, origin + i / rate) for i in range(len(payloads))))
+    return sent_at, answered_at, stored_at
+
+
+async def latency_run(bench: Bench, url: str, topic: str, names: list[str], payloads: Sequence[bytes],
+                      cpu: CpuMeter | None = None, hub: HubProcess | None = None) -> dict:
+    """One steady-rate run; publish→delivery percentiles and the per-stage breakdown."""
+    await bench.sink.reset(bench.session)
+    if hub is not None:
+        profile_start(bench, "latency", hub)
+    started = time.time()
+    sent_at, answered_at, stored_at = await steady_publish(bench, url, topic, payloads, bench.sizes.latency_rate)
+    snapshot, result = await wait_and_check(bench, {n: sorted(sent_at) for n in names}, started)
+    if hub is not None:
+        profile_stop(bench)
+    result.update(checks.latency_summary(checks.latencies(snapshot, sent_at)))
+    result.update(subscribers=len(names), notifications=len(payloads), rate_per_s=bench.sizes.latency_rate,
+                  publish_p50_ms=checks.latency_summary([answered_at[s] - sent_at[s] for s in sent_at])["p50_ms"],
+                  stages=checks.stage_breakdown(snapshot, sent_at, answered_at, stored_at))
+    if cpu is not None:
+        result["cpu"] = cpu.done()
+    return result
+
+
 async def scenario_latency(bench: Bench) -> list[dict]:
-    """100 subscribers; notifications at a steady 20/s for 10 s; publish→delivery percentiles."""
+    """100 subscribers; notifications at a steady 20/s for 10 s; publish→delivery percentiles,
+    each run paired with the relay ceiling (the same publishes forwarded by a plain program)."""
     s = bench.sizes
     hub = bench.start_hub()
+    ceiling: CeilingServer | None = None
     try:
         await hub.wait_ready(bench.session)
+        ceiling = CeilingServer(_redis_url(hub), processes=bench.ceiling_processes)
         topic, names, _ = await setup_topic(bench, hub, "latency", s.latency_subscribers)
-        count = max(1, round(s.latency_rate * s.latency_seconds))
-        payloads = bodies(count, s.entries)
-        results = []
+        payloads = bodies(max(1, round(s.latency_rate * s.latency_seconds)), s.entries)
+        results: list[dict] = []
         for run in range(1, s.runs + 1):
-            await bench.sink.reset(bench.session)
-            cpu = hub_cpu(hub, bench)
-            sent_at: dict[int, float] = {}
-            answered: list[float] = []
-
-            async def publish_at(index: int, when: float) -> None:
-                await asyncio.sleep(max(0.0, when - time.monotonic()))
-                t0 = time.time()
-                answer = await publish(bench.session, hub, topic, payloads[index])
-                answered.append(time.time() - t0)
-                sent_at[answer["sequence"]] = t0
-
-            profile_start(bench, "latency", hub)
-            origin = time.monotonic() + 0.05
-            started = time.time()
-            await asyncio.gather(*(publish_at(i, origin + i / s.latency_rate) for i in range(count)))
-            seqs = sorted(sent_at)
-            snapshot, result = await wait_and_check(bench, {n: seqs for n in names}, started)
-            profile_stop(bench)
-            lat = checks.latencies(snapshot, sent_at)
-            result.update(checks.latency_summary(lat))
-            result.update(scenario="latency", run=run, subscribers=len(names), notifications=count,
-                          rate_per_s=s.latency_rate, publish_p50_ms=checks.latency_summary(answered)["p50_ms"],
-                          cpu=cpu.done())
+            relay_names = [f"relay-{bench.tag()}-{i}" for i in range(len(names))]
+            await ceiling.set_callbacks(bench.session, [bench.sink.url(n) for n in relay_names])
+            relay = await latency_run(bench, ceiling.url("relay"), topic, relay_names, payloads,
+                                      CpuMeter({"relay": ceiling.pids, "sinks": [bench.sink.pid]}))
+            relay.update(scenario="relay", run=run)
+            bench.emit(relay)
+            result = await latency_run(bench, hub.url, topic, names, payloads, hub_cpu(hub, bench), hub)
+            result.update(scenario="latency", run=run, relay_p50_ms=relay["p50_ms"], relay_p99_ms=relay["p99_ms"],
+                          p50_ratio=_ratio(result["p50_ms"], relay["p50_ms"]),
+                          p99_ratio=_ratio(result["p99_ms"], relay["p99_ms"]))
             bench.emit(result)
-            results.append(result)
+            results.extend((relay, result))
         return results
     finally:
+        if ceiling is not None:
+            ceiling.stop()
         hub.stop()
+
+
+def _redis_url(hub: HubProcess) -> str:
+    if not hub.redis_url:
+        raise RuntimeError("the ceilings need the hub's Redis: give --redis-url with --hub-url")
+    return hub.redis_url
+
+
+def _ratio(figure: float, ceiling: float) -> float | None:
+    if not ceiling or math.isnan(ceiling) or math.isnan(figure):
+        return None
+    return round(figure / ceiling, 3)
 
 
 # --- ingest -------------------------------------------------------------------------------------
 
 
+async def submit_all(url: str, topic: str, payloads: Sequence[bytes], count: int,
+                     concurrency: int) -> tuple[list[int], float]:
+    """POST `count` submissions to `url` (the hub or the ingest ceiling), `concurrency` in flight,
+    from a client of their own; (sequences answered, seconds)."""
+    seqs: list[int] = []
+    counter = itertools.count()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency)) as client:
+        async def submit() -> None:
+            while (i := next(counter)) < count:
+                seqs.append((await publish(client, url, topic, payloads[i % len(payloads)]))["sequence"])
+
+        started = time.perf_counter()
+        await asyncio.gather(*(submit() for _ in range(count and concurrency)))
+        return seqs, time.perf_counter() - started
+
+
 async def scenario_ingest(bench: Bench) -> list[dict]:
-    """Submissions accepted (200, stored) per second, one subscriber; its deliveries checked too."""
+    """Submissions accepted (200, stored) per second, one subscriber, its deliveries checked too;
+    each run paired with the ingest ceiling (parse, one XADD to the same Redis, 200)."""
     s = bench.sizes
     hub = bench.start_hub()
+    ceiling: CeilingServer | None = None
     try:
         await hub.wait_ready(bench.session)
+        ceiling = CeilingServer(_redis_url(hub))
         payloads = bodies(min(s.ingest_submissions, 200), s.entries)
-        results = []
+        results: list[dict] = []
         for run in range(1, s.runs + 1):
+            plain_cpu = CpuMeter({"ceiling": [ceiling.pid], "redis": hub.child_pids()["redis"]})
+            _, plain_seconds = await submit_all(ceiling.url("ingest"), "http://bench.example.org/ingest/ceiling",
+                                                payloads, s.ingest_submissions, s.ingest_concurrency)
+            plain_rate = round(s.ingest_submissions / plain_seconds, 1)
+            used = plain_cpu.done()
+            plain = {"scenario": "ingest-ceiling", "run": run, "rate": plain_rate, "check": {"ok": True},
+                     "submissions": s.ingest_submissions, "concurrency": s.ingest_concurrency, "cpu": used,
+                     "cpu_ms_per_publish": round(used["ceiling"] * 1000 / s.ingest_submissions, 3)}
+            bench.emit(plain)
+            results.append(plain)
             topic, names, _ = await setup_topic(bench, hub, "ingest", 1)
             await bench.sink.reset(bench.session)
             cpu = hub_cpu(hub, bench)
-            seqs: list[int] = []
-            counter = itertools.count()
-            connector = aiohttp.TCPConnector(limit=s.ingest_concurrency)
-            async with aiohttp.ClientSession(connector=connector) as client:
-                async def submit() -> None:
-                    while (i := next(counter)) < s.ingest_submissions:
-                        seqs.append((await publish(client, hub, topic, payloads[i % len(payloads)]))["sequence"])
-
-                profile_start(bench, "ingest", hub)
-                started = time.time()
-                await asyncio.gather(*(submit() for _ in range(s.ingest_submissions and s.ingest_concurrency)))
-                accepted_in = time.time() - started
-                profile_stop(bench)
+            profile_start(bench, "ingest", hub)
+            started = time.time()
+            seqs, accepted_in = await submit_all(hub.url, topic, payloads, s.ingest_submissions,
+                                                 s.ingest_concurrency)
+            profile_stop(bench)
             cpu_ingest = cpu.done()
             _, delivery = await wait_and_check(bench, {names[0]: sorted(seqs)}, started)
+            rate = round(len(seqs) / accepted_in, 1)
             result = {"scenario": "ingest", "run": run, "accepted": len(seqs), "seconds": round(accepted_in, 4),
-                      "rate": round(len(seqs) / accepted_in, 1), "concurrency": s.ingest_concurrency,
+                      "rate": rate, "concurrency": s.ingest_concurrency, "ceiling_rate": plain_rate,
+                      "ceiling_ratio": _ratio(rate, plain_rate),
                       "delivered_seconds": delivery["seconds"], "delivery_rate": delivery["rate"],
-                      "complete": delivery["complete"], "check": delivery["check"], "cpu": cpu_ingest}
+                      "complete": delivery["complete"], "check": delivery["check"], "cpu": cpu_ingest,
+                      "cpu_ms_per_publish": round(cpu_ingest.get("hub", 0.0) * 1000 / max(1, len(seqs)), 3)}
             bench.emit(result)
             results.append(result)
         return results
     finally:
+        if ceiling is not None:
+            ceiling.stop()
         hub.stop()
 
 
@@ -372,28 +447,43 @@ async def scenario_ingest(bench: Bench) -> list[dict]:
 
 
 async def scenario_subscribe(bench: Bench) -> list[dict]:
-    """Verified subscriptions per second: request → verification GET echoed → active."""
+    """Verified subscriptions per second: request → verification GET echoed → active; each run
+    paired with the verification ceiling (the GET, the comparison and one HSET, then 202)."""
     s = bench.sizes
     hub = bench.start_hub()
+    ceiling: CeilingServer | None = None
     try:
         await hub.wait_ready(bench.session)
-        results = []
+        ceiling = CeilingServer(_redis_url(hub))
+        results: list[dict] = []
         for run in range(1, s.runs + 1):
-            await bench.sink.reset(bench.session)
-            cpu = hub_cpu(hub, bench)
             tag = bench.tag()
             topic = f"http://bench.example.org/subscribe/{tag}"
+            plain = [bench.sink.url(f"plain-{tag}-{i}") for i in range(s.subscribe_count)]
+            started = time.perf_counter()
+            await request_subscriptions(bench, ceiling.url("verify"), topic, plain, concurrency=s.subscribe_concurrency)
+            plain_rate = round(len(plain) / (time.perf_counter() - started), 1)
+            paired = {"scenario": "subscribe-ceiling", "run": run, "rate": plain_rate, "check": {"ok": True},
+                      "subscriptions": len(plain), "concurrency": s.subscribe_concurrency}
+            bench.emit(paired)
+            results.append(paired)
+            await bench.sink.reset(bench.session)
+            cpu = hub_cpu(hub, bench)
             callbacks = [bench.sink.url(f"sub-{tag}-{i}") for i in range(s.subscribe_count)]
             profile_start(bench, "subscribe", hub)
             seconds = await subscribe_all(bench, hub, topic, callbacks, concurrency=s.subscribe_concurrency)
             profile_stop(bench)
             verified = (await bench.sink.count(bench.session))["verifications"]
+            rate = round(len(callbacks) / seconds, 1)
             result = {"scenario": "subscribe", "run": run, "subscriptions": len(callbacks),
-                      "seconds": round(seconds, 4), "rate": round(len(callbacks) / seconds, 1),
+                      "seconds": round(seconds, 4), "rate": rate, "ceiling_rate": plain_rate,
+                      "ceiling_ratio": _ratio(rate, plain_rate),
                       "verifications_seen": verified, "concurrency": s.subscribe_concurrency,
                       "check": {"ok": verified == len(callbacks)}, "cpu": cpu.done()}
             bench.emit(result)
             results.append(result)
         return results
     finally:
+        if ceiling is not None:
+            ceiling.stop()
         hub.stop()

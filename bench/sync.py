@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import os
 import shutil
 import statistics
 import sys
@@ -35,6 +36,7 @@ from .scenarios import Bench, Sizes
 RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
 RESYNC = str(Path(sys.executable).with_name("resync-sync"))
 TIME = shutil.which("time") or "/usr/bin/time"
+TMPFS = "/dev/shm" if os.path.isdir("/dev/shm") else None   # the same baseline in memory: the disk's share
 
 
 def _resources(sizes: Sizes) -> int:
@@ -111,19 +113,65 @@ asyncio.run(main(sys.argv[1], int(sys.argv[2])))
 """
 
 
-def _file_create_us(folder: Path, count: int = 500) -> float:
-    """Microseconds to create, write (2 KB), close and rename one file in `folder` now: the
-    disk's share of a baseline on this machine (both clients write every resource)."""
+def _file_costs(folder: Path, count: int = 1000) -> dict[str, float]:
+    """Microseconds per file, in `folder` now, of each step a baseline takes for a 2 KB resource:
+    create, write, close, rename (what FolderSink.write_small does), md5 + sha-256 of the body
+    (the fetcher's fixity), the state write (SyncState.commit, batched as the baseline commits,
+    and one transaction per record for contrast), and an fsync (which rsnotify does not do)."""
+    from rsnotify.subscriber.sync.state import OK, ResourceRecord, SyncState
+
     probe = folder / "probe"
     probe.mkdir()
-    started = time.perf_counter()
-    for n in range(count):
-        partial = probe / f".partial-{n}"
-        partial.write_bytes(b"x" * 2048)
-        partial.replace(probe / str(n))
-    elapsed = time.perf_counter() - started
-    shutil.rmtree(probe)
-    return round(elapsed / count * 1e6, 1)
+    body = b"x" * 2048
+    steps = dict.fromkeys(("create", "write", "close", "rename", "hash", "fsync"), 0.0)
+    clock = time.perf_counter
+    try:
+        for n in range(count):
+            partial, final = str(probe / f".partial-{n}"), str(probe / str(n))
+            t0 = clock()
+            fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            t1 = clock()
+            os.write(fd, body)
+            t2 = clock()
+            os.close(fd)
+            t3 = clock()
+            os.replace(partial, final)
+            t4 = clock()
+            hashlib.md5(body).hexdigest()
+            hashlib.sha256(body).hexdigest()
+            t5 = clock()
+            for name, spent in zip(("create", "write", "close", "rename", "hash"),
+                                   (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4)):
+                steps[name] += spent
+        synced = max(1, count // 10)
+        for n in range(synced):
+            with open(probe / f"synced-{n}", "wb") as out:
+                out.write(body)
+                t0 = clock()
+                os.fsync(out.fileno())
+                steps["fsync"] += clock() - t0
+        records = [ResourceRecord(f"http://127.0.0.1/r/{n}", f"r/{n}", OK, "0" * 32, "0" * 64, 2048)
+                   for n in range(count)]
+        state = SyncState(probe / "state.sqlite3")
+        try:
+            t0 = clock()
+            for start in range(0, count, 1000):
+                state.commit(records[start:start + 1000])
+            batched = clock() - t0
+            t0 = clock()
+            for record in records[:synced]:
+                state.commit([record])
+            each = clock() - t0
+        finally:
+            state.close()
+    finally:
+        shutil.rmtree(probe)
+    costs = {name: round((spent / (synced if name == "fsync" else count)) * 1e6, 1) for name, spent in steps.items()}
+    costs["state_write_batched"] = round(batched / count * 1e6, 1)
+    costs["state_write_each"] = round(each / synced * 1e6, 1)
+    costs["per_file_total"] = round(sum(costs[k] for k in ("create", "write", "close", "rename", "hash",
+                                                            "state_write_batched")), 1)
+    return costs
 
 
 def _tree_md5(root: Path) -> dict[str, str]:
@@ -137,44 +185,53 @@ async def _source(count: int, hub: str | None = None) -> tuple[_Proc, str]:
     return proc, f"http://127.0.0.1:{port}"
 
 
-async def baseline_run(bench: Bench, count: int, run: int, folder: Path) -> dict:
+async def baseline_run(bench: Bench, count: int, run: int, folder: Path, medium: str, *,
+                       catchup: bool = True) -> dict:
+    """The baseline of `count` resources into `folder` (on `medium`: disk or tmpfs) by rsnotify,
+    a plain fetch loop and resync-sync in turn, the per-file costs there, and (with `catchup`)
+    500 changes caught up afterwards and audited."""
     source, base = await _source(count)
     try:
         ours = folder / "rsnotify"
         wall, rss, code = await _measure([RSNOTIFY, "sync", "--once", "--capability-list", f"{base}/caps.xml",
                                           "--dir", str(ours), "--concurrency", "32"], folder)
-        create_us = _file_create_us(folder)
+        costs = _file_costs(folder)
         plain_wall, _, _ = await _measure([sys.executable, "-c", _PLAIN_FETCH, base, str(count)], folder)
         theirs = folder / "resync"
         resync_wall, resync_rss, resync_code = await _measure(
             [RESYNC, "--baseline", "--sitemap", f"{base}/resourcelist.xml", f"{base}/r/={theirs}"], folder)
         ours_files = _tree_md5(ours / f"127.0.0.1_{base.rsplit(':', 1)[1]}" / "r")
         equal = ours_files == _tree_md5(theirs) and len(ours_files) == count
-
-        async with bench.session.post(f"{base}/admin/changes", params={"count": str(min(500, count))}) as response:
-            await response.json()
-        async with bench.session.get(f"{base}/gets") as response:
-            gets_before = (await response.json())["gets"]
-        catchup_wall, catchup_rss, catchup_code = await _measure(
-            [RSNOTIFY, "sync", "--once", "--capability-list", f"{base}/caps.xml", "--dir", str(ours)], folder)
-        async with bench.session.get(f"{base}/gets") as response:
-            catchup_gets = (await response.json())["gets"] - gets_before
-        audit = await asyncio.create_subprocess_exec(RSNOTIFY, "audit", "--capability-list", f"{base}/caps.xml",
-                                                     "--dir", str(ours), stdout=asyncio.subprocess.DEVNULL,
-                                                     stderr=asyncio.subprocess.DEVNULL)
-        audit_code = await audit.wait()
+        result = {
+            "scenario": "sync", "run": run, "resources": count, "medium": medium,
+            "baseline_s": wall, "baseline_rate": round(count / wall) if wall else None,
+            "baseline_rss_mb": round(rss, 1), "baseline_exit": code, "plain_fetch_s": plain_wall,
+            "ceiling_ratio": round(plain_wall / wall, 2) if wall else None, "file_costs_us": costs,
+            "resync_s": resync_wall, "resync_ratio": round(resync_wall / wall, 2) if wall else None,
+            "resync_rss_mb": round(resync_rss, 1), "resync_exit": resync_code, "same_bytes_as_resync": equal,
+        }
+        if catchup:
+            result.update(await _catch_up(bench, base, ours, folder, count))
     finally:
         await source.stop()
-    return {
-        "scenario": "sync", "run": run, "resources": count,
-        "baseline_s": wall, "baseline_rate": round(count / wall) if wall else None, "baseline_rss_mb": round(rss, 1),
-        "baseline_exit": code, "plain_fetch_s": plain_wall,
-        "ceiling_ratio": round(plain_wall / wall, 2) if wall else None, "file_create_us": create_us,
-        "resync_s": resync_wall, "resync_rss_mb": round(resync_rss, 1),
-        "resync_exit": resync_code, "same_bytes_as_resync": equal,
-        "catchup_500_s": catchup_wall, "catchup_gets": catchup_gets, "catchup_exit": catchup_code,
-        "catchup_rss_mb": round(catchup_rss, 1), "audit_exit": audit_code,
-    }
+    return result
+
+
+async def _catch_up(bench: Bench, base: str, ours: Path, folder: Path, count: int) -> dict:
+    """500 changes at the Source, then `rsnotify sync --once` again, then `rsnotify audit`."""
+    async with bench.session.post(f"{base}/admin/changes", params={"count": str(min(500, count))}) as response:
+        await response.json()
+    async with bench.session.get(f"{base}/gets") as response:
+        gets_before = (await response.json())["gets"]
+    catchup_wall, catchup_rss, catchup_code = await _measure(
+        [RSNOTIFY, "sync", "--once", "--capability-list", f"{base}/caps.xml", "--dir", str(ours)], folder)
+    async with bench.session.get(f"{base}/gets") as response:
+        catchup_gets = (await response.json())["gets"] - gets_before
+    audit = await asyncio.create_subprocess_exec(RSNOTIFY, "audit", "--capability-list", f"{base}/caps.xml",
+                                                 "--dir", str(ours), stdout=asyncio.subprocess.DEVNULL,
+                                                 stderr=asyncio.subprocess.DEVNULL)
+    return {"catchup_500_s": catchup_wall, "catchup_gets": catchup_gets, "catchup_exit": catchup_code,
+            "catchup_rss_mb": round(catchup_rss, 1), "audit_exit": await audit.wait()}
 
 
 async def live_run(bench: Bench, run: int, folder: Path, rate: float, seconds: float) -> dict:
@@ -281,12 +338,14 @@ async def scenario_sync(bench: Bench) -> list[dict]:
     smoke = count <= 200
     results = []
     for run in range(1, bench.sizes.runs + 1):
-        with tempfile.TemporaryDirectory(prefix="rsnotify-bench-sync-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="rsnotify-bench-sync-") as tmp, \
+                tempfile.TemporaryDirectory(prefix="rsnotify-bench-sync-", dir=TMPFS) as shm:
             folder = Path(tmp)
-            steps = (baseline_run(bench, count, run, folder),
-                     live_run(bench, run, folder, 20.0, 1.0 if smoke else 10.0),
-                     inbox_run(bench, run, folder, 200 if smoke else 5000))
-            for name, step in zip(("sync", "sync-live", "sync-inbox"), steps, strict=True):
+            steps = (("sync", baseline_run(bench, count, run, folder, "disk")),
+                     ("sync", baseline_run(bench, count, run, Path(shm), "tmpfs", catchup=False)),
+                     ("sync-live", live_run(bench, run, folder, 20.0, 1.0 if smoke else 10.0)),
+                     ("sync-inbox", inbox_run(bench, run, folder, 200 if smoke else 5000)))
+            for name, step in steps:
                 try:
                     result = await step   # coroutines run one after another, here
                 except RuntimeError as exc:   # e.g. the hub would not start: say so, go on
@@ -300,21 +359,29 @@ async def scenario_sync(bench: Bench) -> list[dict]:
 
 def summary(results: list[dict]) -> list[str]:
     """Median lines for the targets table."""
-    def med(kind: str, key: str) -> float | None:
-        values = [r[key] for r in results if r["scenario"] == kind and r.get(key) is not None]
+    def med(kind: str, key: str, medium: str | None = None) -> float | None:
+        values = [r[key] for r in results if r["scenario"] == kind and r.get(key) is not None
+                  and (medium is None or r.get("medium") == medium)]
         return statistics.median(values) if values else None
 
-    base = [r for r in results if r["scenario"] == "sync"]
+    base = [r for r in results if r["scenario"] == "sync" and "resources" in r]
     count = base[0]["resources"] if base else 0
-    return [
-        (f"sync baseline {count:,} x 2 KB: {med('sync', 'baseline_s')} s (goal <= 40 s at 100,000), peak RSS "
-        f"{med('sync', 'baseline_rss_mb')} MB (goal <= 100); resync-sync --baseline same run: "
-        f"{med('sync', 'resync_s')} s, {med('sync', 'resync_rss_mb')} MB; a plain aiohttp fetch loop (no writes) "
-        f"{med('sync', 'plain_fetch_s')} s; creating one file here took {med('sync', 'file_create_us')} us"),
+    lines = []
+    for medium in ("disk", "tmpfs"):
+        costs = [r["file_costs_us"] for r in base if r.get("medium") == medium]
+        per_file = ", ".join(f"{k} {statistics.median(c[k] for c in costs):g}" for k in costs[0]) if costs else ""
+        lines.append(
+            f"sync baseline {count:,} x 2 KB on {medium}: {med('sync', 'baseline_s', medium)} s = "
+            f"{med('sync', 'ceiling_ratio', medium)} x the plain aiohttp fetch loop's rate "
+            f"({med('sync', 'plain_fetch_s', medium)} s, no writes; goal >= 0.6), "
+            f"{med('sync', 'resync_ratio', medium)} x resync-sync --baseline's ({med('sync', 'resync_s', medium)} s; "
+            f"goal >= 3); peak RSS {med('sync', 'baseline_rss_mb', medium)} MB (goal <= 100); per file (us): {per_file}")
+    lines += [
         (f"sync catch-up of 500 changes after restart: {med('sync', 'catchup_500_s')} s (goal <= 3 s), "
-        f"{med('sync', 'catchup_gets')} resource GETs"),
+         f"{med('sync', 'catchup_gets')} resource GETs"),
         (f"sync live publish->file p50 {med('sync-live', 'p50_ms')} ms (goal <= 40), p99 {med('sync-live', 'p99_ms')} ms "
-        f"(goal <= 100) at 20 notifications/s x 10 changes"),
+         f"(goal <= 100) at 20 notifications/s x 10 changes"),
         (f"sync inbox: {med('sync-inbox', 'rate')} deliveries/s (goal >= 1,000); the same client against a plain "
-        f"aiohttp sink: {med('sync-inbox', 'sink_rate')}/s"),
+         f"aiohttp sink: {med('sync-inbox', 'sink_rate')}/s"),
     ]
+    return lines

@@ -21,6 +21,7 @@ from pathlib import Path
 import redis as redis_sync
 from aiohttp import web
 
+from rsnotify import eventloop
 from rsnotify.filelocks import LockBusyError
 from rsnotify.filelocks import lock as lock_file
 from rsnotify.filelocks import unlock as unlock_file
@@ -162,7 +163,7 @@ def run_hub(settings: HubSettings, *, log_level: str = "INFO", announce: Callabl
             children = Children(settings, log_level)
             children.start(settings.workers)
             try:
-                asyncio.run(_serve(app, sock, settings, children, redis_server, announce))
+                eventloop.run(_serve(app, sock, settings, children, redis_server, announce))
             finally:
                 children.stop()
         finally:

@@ -75,6 +75,7 @@ def build_link_header(links: Iterable[tuple[str, str]] | Mapping[str, str]) -> s
 
 _TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
 _LINK_START = re.compile(r"\s*<([^>]*)>\s*")
+_ESCAPE = re.compile(r"\\(.)")  # a quoted-pair in a quoted-string
 _PARAM = re.compile(rf"\s*;\s*({_TOKEN})\s*(?:=\s*(\"(?:[^\"\\]|\\.)*\"|{_TOKEN}))?\s*")
 
 
@@ -98,7 +99,9 @@ def parse_link_header(values: str | Iterable[str]) -> list[HeaderLink]:
             while (param := _PARAM.match(text, pos)) is not None:
                 name, raw = param.group(1).lower(), param.group(2) or ""
                 if raw.startswith('"'):
-                    raw = re.sub(r"\\(.)", r"\1", raw[1:-1])
+                    raw = raw[1:-1]
+                    if "\\" in raw:
+                        raw = _ESCAPE.sub(r"\1", raw)
                 params.append((name, raw))
                 pos = param.end()
             links.append(HeaderLink(href, tuple(params)))

@@ -24,6 +24,7 @@ import aiohttp
 import click
 from aiohttp import web
 
+from rsnotify import eventloop
 from rsnotify.errors import WireError
 from rsnotify.websub import check_url
 
@@ -135,7 +136,7 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
     if mirror:
         sys.exit(_mirror(Path(mirror), settings, unsubscribe_on_exit, verbose, topic=topic, source=source,
                          capability_list=capability_list))
-    exit_code = asyncio.run(_run(settings, unsubscribe_on_exit, hub=hub, topic=topic,
+    exit_code = eventloop.run(_run(settings, unsubscribe_on_exit, hub=hub, topic=topic,
                                  capability_list=capability_list, source=source))
     sys.exit(exit_code)
 
@@ -566,7 +567,7 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
                                               lease_seconds=lease_seconds, remembered_ids=50)
         except SubscriberError as exc:
             raise click.BadParameter(str(exc)) from None
-    code = asyncio.run(run_sync(command, once=once))
+    code = eventloop.run(run_sync(command, once=once))
     quiet_exit_on_signals(code)
     sys.exit(code)
 
@@ -596,6 +597,6 @@ def audit(deep: bool, repair: bool, **common: Any) -> None:
     this waits for its answer."""
     from .sync.runner import quiet_exit_on_signals, run_audit
     command = _sync_command(**common)
-    code = asyncio.run(run_audit(command, deep=deep, repair=repair))
+    code = eventloop.run(run_audit(command, deep=deep, repair=repair))
     quiet_exit_on_signals(code)
     sys.exit(code)

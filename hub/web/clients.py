@@ -6,6 +6,7 @@ loopback peer that carries no forwarding header (a proxy's, or one a client made
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -33,7 +34,10 @@ class Client:
     relayed_by: str = ""  # the forwarding header that made an untrusted relay visible, for messages
 
 
+@functools.lru_cache(maxsize=4096)
 def parse_address(text: str | None) -> Address | None:
+    """The IP address `text` names (an IPv4-mapped IPv6 one as IPv4), or None. Cached: a hub
+    hears from few peers, and parsing one cost more than the rest of identifying a client."""
     try:
         ip = ipaddress.ip_address((text or "").strip().strip("[]").split("%", 1)[0])
     except ValueError:

@@ -24,7 +24,7 @@ from rsnotify.errors import (
     ValidationError,
     WireError,
 )
-from rsnotify.safexml import parse_in_thread
+from rsnotify.safexml import parse_soon
 from rsnotify.websub import (
     NOTIFICATION_ID_HEADER,
     REPLAY_FIELD,
@@ -285,7 +285,7 @@ async def validate_notification(body: bytes) -> None:
     if not body:
         raise BadRequestError("the body is empty; expected a ResourceSync change notification (<urlset>)")
     try:
-        await parse_in_thread(parse_notification, body, error=NotificationParseError)
+        await parse_soon(parse_notification, body, error=NotificationParseError)
     except ValidationError as exc:
         raise BadRequestError(["the body is not a valid change notification:", *exc.problems]) from None
     except DocumentParseError as exc:

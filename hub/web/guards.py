@@ -9,6 +9,7 @@ on another site could make a visitor's browser send to a hub on their machine or
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 from urllib.parse import urlsplit
 
@@ -48,6 +49,7 @@ def raw_body_headers(content_type: str, filename: str) -> dict[str, str]:
             "Content-Security-Policy": RAW_BODY_POLICY}
 
 
+@functools.lru_cache(maxsize=16)   # one settings object per process: computed once, not per request
 def allowed_hosts(settings: HubSettings) -> frozenset[str]:
     """Host names a request may name: the public URL's, the listening address's, and localhost's."""
     names = set(LOCAL_NAMES)

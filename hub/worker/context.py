@@ -21,6 +21,8 @@ from redis.asyncio import Redis
 from redis.exceptions import RedisError
 from rq import Queue
 
+from rsnotify import eventloop
+
 from .. import crypto, netguard, redis_clients, store
 from ..errors import SettingsError
 from ..settings import HubSettings
@@ -36,14 +38,6 @@ USER_AGENT = "rsnotify-hub (+https://github.com/rsnotify)"
 STOP_GRACE = 5.0          # s a stopping worker waits for the deliveries in flight
 
 
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop  # optional: a faster loop when installed
-    except ImportError:
-        return asyncio.new_event_loop()
-    return uvloop.new_event_loop()
-
-
 class LoopThread:
     """An event loop running forever in a daemon thread; the main thread hands it coroutines.
 
@@ -52,7 +46,7 @@ class LoopThread:
     """
 
     def __init__(self) -> None:
-        self.loop = _new_loop()
+        self.loop = eventloop.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="rsnotify-loop", daemon=True)
         self._thread.start()
 

@@ -53,6 +53,7 @@ async def fan_out(ctx: WorkerContext, topic_id: str) -> FanOutReport:
     batched.clear_fan_out_flag(ctx.batch, topic_id)
     topic_log = TopicLog(ctx, topic_id, await d.topic_url(topic_id))
     last_id, tasks = await _dispatch(ctx, topic_log, report)
+    topic_log.subscriptions = report.served + report.busy    # every active one lags at a fan-out
     if d.follow_seconds > 0 and last_id is not None:
         d.spawn(follow(ctx, topic_id, topic_log, last_id or "0-0"))
         if report.served + report.busy >= SHARE_FROM and ctx.queue is not None:
@@ -117,7 +118,7 @@ async def follow(ctx: WorkerContext, tid: str, topic_log: TopicLog | None = None
     try:
         quiet_until = time.monotonic() + d.follow_seconds
         while not d.stopping:
-            await claims.follow(ctx.batch, tid, token, lease_ms)
+            topic_log.followers = max(1, int(await claims.follow(ctx.batch, tid, token, lease_ms)))
             wait = quiet_until - time.monotonic()
             if wait <= 0:
                 break
@@ -202,6 +203,7 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
     d.claimed += 1
     try:
         while True:
+            topic_log.holders.add(run.sid)
             verdict = await _work(ctx, run, topic_log)
             if verdict == "idle" and await _linger(ctx, run, topic_log):
                 continue
@@ -255,6 +257,7 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
         with contextlib.suppress(RedisError, OSError):
             await d.checkpoint(run, release=True, due_at=ctx.now() + ctx.settings.retry_base)
     finally:
+        topic_log.holders.discard(run.sid)
         if d.runs.get(run.sid) is run:
             del d.runs[run.sid]
         if run.has_slot and run.lane is not None:
@@ -266,10 +269,17 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
 async def _linger(ctx: WorkerContext, run: SubRun, topic_log: TopicLog) -> bool:
     """On a topic this worker follows, keep the subscription a moment after its last entry: the
     next publish then goes out at once, without a new claim and a release (most of the cost of
-    a delivery at a steady rate). Only while slots are free, so nobody waits for them."""
+    a delivery at a steady rate). Only while slots are free, so nobody waits for them, and only
+    for this worker's share of a topic that several workers follow: the rest are let go, so the
+    other followers claim them and the topic's sends are spread over the workers (lingering
+    runs would otherwise keep every subscription on the worker that fanned out first)."""
     d = ctx.deliveries
     if topic_log.tid not in d.following or d.slots.locked() or run.stop or d.stopping or run.resend \
             or not run.has_slot:
+        return False
+    share = topic_log.fair_share()
+    if share is not None and len(topic_log.holders) > share:
+        topic_log.holders.discard(run.sid)     # at once, so only the runs beyond the share let go
         return False
     return await topic_log.wait_beyond(run.cursor_key, LINGER)
 

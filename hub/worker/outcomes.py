@@ -49,10 +49,13 @@ async def apply_outcome(ctx: WorkerContext, run: SubRun, item: Item, response: R
                 await _dead_letter_resent(ctx, run, entry)
             else:
                 run.cursor, run.cursor_key, run.cursor_seq = entry.notification_id, item.key, entry.sequence
-            # DEBUG: thousands a second at full fan-out; the worker's summary line counts them
-            log.debug("delivered %s (seq %d) to %s: %d in %.1f ms", entry.notification_id, entry.sequence,
-                      escape(run.callback), status, ms,
-                      extra=delivery_fields(run.sid, entry.notification_id, entry.sequence, status, ms, attempt))
+            # DEBUG: thousands a second at full fan-out; the worker's summary line counts them. The
+            # arguments (escape, delivery_fields) are built only when the line is written.
+            if log.isEnabledFor(logging.DEBUG):
+                log.debug("delivered %s (seq %d) to %s: %d in %.1f ms", entry.notification_id, entry.sequence,
+                          escape(run.callback), status, ms,
+                          extra=delivery_fields(run.sid, entry.notification_id, entry.sequence, status, ms,
+                                                attempt))
         case 410:
             outcome, verdict = "gone", "gone"
             run.gone = 1

@@ -30,9 +30,22 @@ class TopicLog:
         self._refresh: asyncio.Future[None] | None = None
         self._grown = asyncio.Event()                     # set (and replaced) when the window grows
         self._refreshed_at = 0.0
+        # for sharing a followed topic among workers (fanout._linger): the live followers, the
+        # topic's subscriptions as this worker's first fan-out found them (0: unknown), and the
+        # subscriptions this worker holds on it now
+        self.followers = 1
+        self.subscriptions = 0
+        self.holders: set[str] = set()
 
     def item(self, entry: LogEntry, key: tuple[int, int] | None = None) -> Item:
         return make_item(entry, self.topic, self.hub_url, key)
+
+    def fair_share(self) -> int | None:
+        """How many of the topic's subscriptions this worker should hold while several follow it
+        (None: no limit, when it follows alone or does not know how many there are)."""
+        if self.followers <= 1 or not self.subscriptions:
+            return None
+        return -(-self.subscriptions // self.followers)
 
     @property
     def is_primed(self) -> bool:

@@ -17,6 +17,7 @@ import aiohttp
 import click
 from aiohttp import web
 
+from rsnotify import eventloop
 from rsnotify.neterrors import describe_client_error
 
 from ..client import Publisher
@@ -137,7 +138,7 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
                    f"change memory {memory_path}", err=True)
         count = runner.sync_folder()
         click.echo(f"rsnotify source: start scan recorded {count} change(s)", err=True)
-        asyncio.run(_serve(runner, sock, header_timeout))
+        eventloop.run(_serve(runner, sock, header_timeout))
     except OSError as exc:
         raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
     except StateError as exc:

@@ -36,6 +36,7 @@ from rsnotify.netguard import Network
 from .outcomes import FetchOutcome, Refusal
 from .session import make_session
 from .sink import FolderSink, PathConflictError, SymlinkRefusedError
+from .writer import BatchWriter
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ class Fetcher:
                  max_bytes: int = DEFAULT_MAX_BYTES, announced_by: str = "the Source announced",
                  middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()) -> None:
         self.sink = sink
+        self.writer = BatchWriter(sink)   # small files for a slow disk, many per thread hand-off
         self.announced_by = announced_by
         self.max_concurrency = concurrency
         self.limit = concurrency
@@ -334,7 +336,7 @@ class Fetcher:
         else:
             # A slow disk (or a big body): the loop keeps fetching while a thread waits on it.
             started = time.perf_counter()
-            await asyncio.to_thread(self.sink.write_small, path, body)
+            await self.writer.write(path, body)
             if len(body) <= INLINE_WRITE and time.perf_counter() - started < SLOW_WRITE / 2:
                 self._write_seconds = 0.9 * self._write_seconds   # the disk got quick again
         return FetchResult(loc, FetchOutcome.STORED, computed["md5"], computed["sha256"], len(body))

@@ -152,6 +152,7 @@ class FolderSink:
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self.root = Path(root).resolve()
         self._root_text = str(self.root)
+        self._root_prefix = os.path.join(self._root_text, "")
         self._counter = itertools.count()
         try:
             self.name_max = int(os.pathconf(self._root_text if self.root.exists() else "/", "PC_NAME_MAX"))
@@ -183,6 +184,9 @@ class FolderSink:
         return self.place(loc).path
 
     def relative(self, path: Path) -> str:
+        text = str(path)
+        if text.startswith(self._root_prefix):   # every path_for path: a slice, not pathlib's walk
+            return text[len(self._root_prefix):].replace(os.sep, "/")
         return path.relative_to(self.root).as_posix()
 
     def absolute(self, relative: str) -> Path:

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 GROUPS = (("ceiling", "fanout", "latency", "ingest", "subscribe", "scale"), ("isolation", "failover"),
           ("source", "sync"))
 SCENARIOS = {"ceiling", "fanout", "latency", "ingest", "subscribe", "scale", "isolation", "failover", "source",
-             "sync", "sync-live", "sync-inbox"}
+             "sync", "sync-live", "sync-inbox", "relay", "ingest-ceiling", "subscribe-ceiling"}
 
 
 def test_the_groups_cover_every_scenario() -> None:
@@ -62,7 +62,17 @@ def test_every_scenario_runs_end_to_end_with_all_deliveries_checked(tmp_path: Pa
     fanout = next(r for r in runs if r["scenario"] == "fanout")
     assert fanout["deliveries"] == fanout["subscribers"] * fanout["notifications"]
     assert fanout["ceiling_ratio"] > 0
-    assert "| fan-out / ceiling |" in (tmp_path / "bench-0.log").read_text()
+    first_log = (tmp_path / "bench-0.log").read_text()          # the group with every ceiling
+    assert "| fan-out / ceiling |" in first_log
+    # every scenario with a ceiling is paired with one from the same invocation, and says its ratio
+    for name, key in (("ingest", "ceiling_ratio"), ("subscribe", "ceiling_ratio"), ("latency", "p50_ratio"),
+                      ("latency", "p99_ratio")):
+        assert all(r[key] > 0 for r in runs if r["scenario"] == name), (name, key)
+    first = [json.loads(line) for line in (tmp_path / "results-0.jsonl").read_text().splitlines()]
+    ratios = first[-1]["ratios"]
+    assert [row.split(" | ")[0].strip("| ") for row in ratios[2:]] == ["fanout", "ingest", "subscribe", "latency",
+                                                                         "latency"]
+    assert ratios[-1] in first_log
 
 
 def test_check_catches_missing_duplicate_and_reordered_deliveries() -> None:

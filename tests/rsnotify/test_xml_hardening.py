@@ -23,12 +23,14 @@ from rsnotify.errors import (
 from rsnotify.lists import open_list
 from rsnotify.notification import ChangeNotification, ResourceChange
 from rsnotify.safexml import (
+    INLINE_BYTES,
     MAX_ATTRIBUTES,
     MAX_ELEMENTS,
     URL,
     iterparse,
     parse_in_thread,
     parse_root,
+    parse_soon,
 )
 from rsnotify.xml import parse_notification, to_xml
 
@@ -171,6 +173,31 @@ def test_parse_in_thread_keeps_the_loop_free_and_bounds_the_time() -> None:
 
     asyncio.run(run())
     assert threads and threads[0] != threading.main_thread().name
+
+
+def test_parse_soon_parses_small_bodies_on_the_loop_and_large_ones_in_the_parser_thread() -> None:
+    threads: list[str] = []
+
+    def parse_here(data: bytes) -> object:
+        threads.append(threading.current_thread().name)
+        return parse_notification(data)
+
+    small = notification()
+    # a valid notification just past the inline limit: padding in a comment
+    large = notification().replace(b"</urlset>", b"<!--" + b"x" * INLINE_BYTES + b"--></urlset>")
+    crowd = " ".join(f'a{i}="1"' for i in range(MAX_ATTRIBUTES + 1))
+    hostile = notification().replace(b'<rs:md change="created"', f'<rs:md change="created" {crowd}'.encode())
+    assert len(small) <= INLINE_BYTES < len(large) and len(hostile) <= INLINE_BYTES
+
+    async def run() -> None:
+        assert (await parse_soon(parse_here, small, error=NotificationParseError)).changes
+        assert (await parse_soon(parse_here, large, error=NotificationParseError)).changes
+        with pytest.raises(NotificationParseError, match=f"expected at most {MAX_ATTRIBUTES}"):
+            await parse_soon(parse_notification, hostile, error=NotificationParseError)   # inline: the same checks
+
+    asyncio.run(run())
+    assert threads[0] == threading.main_thread().name
+    assert threads[1].startswith("rsnotify-xml")
 
 
 @pytest.mark.parametrize(
