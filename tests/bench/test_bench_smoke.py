@@ -50,7 +50,9 @@ def test_every_scenario_runs_end_to_end_with_all_deliveries_checked(tmp_path: Pa
         lines = [json.loads(line) for line in out.read_text().splitlines()]
         assert lines[-1]["summary"][0].startswith("| target |"), said[-3000:]
         runs += [line for line in lines if "scenario" in line]
-    assert sorted(r["scenario"] for r in runs) == sorted(SCENARIOS)      # each once (--smoke: one run)
+    # each once (--smoke: one run), the sync baseline once per medium (disk, tmpfs)
+    assert sorted((r["scenario"], r.get("medium")) for r in runs) == sorted(
+        [(name, None) for name in SCENARIOS - {"sync"}] + [("sync", "disk"), ("sync", "tmpfs")])
     for run in runs:
         assert "skipped" not in run, run     # a step that could not run is reported, not passed over
         if "check" in run:       # hub scenarios: every delivery counted, no duplicates, in order
