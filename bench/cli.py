@@ -34,7 +34,7 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("scenarios", nargs=-1, type=click.Choice(SCENARIOS + EXTRA_SCENARIOS + ("peer", "all")))
-@click.option("--full", is_flag=True, help="The issue's sizes (100,000 subscriptions, 10 s latency, 5 runs) "
+@click.option("--full", is_flag=True, help="The issue's sizes (100,000 subscriptions, 10 s latency, 100,000 sync resources, 5 runs) "
                                            "instead of the quick default.")
 @click.option("--smoke", is_flag=True, hidden=True, help="The smallest size of each scenario (the tests').")
 @click.option("--runs", type=click.IntRange(1, 50), default=None, help="Runs per scenario [default: 3; 5 with --full].")
