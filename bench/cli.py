@@ -34,10 +34,13 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.argument("scenarios", nargs=-1, type=click.Choice(SCENARIOS + EXTRA_SCENARIOS + ("peer", "all")))
-@click.option("--full", is_flag=True, help="The issue's sizes (100,000 subscriptions, 10 s latency, 5 runs) "
+@click.option("--full", is_flag=True, help="The issue's sizes (100,000 subscriptions, 10 s latency, 100,000 sync resources, 5 runs) "
                                            "instead of the quick default.")
 @click.option("--smoke", is_flag=True, hidden=True, help="The smallest size of each scenario (the tests').")
 @click.option("--runs", type=click.IntRange(1, 50), default=None, help="Runs per scenario [default: 3; 5 with --full].")
+@click.option("--sync-resources", type=click.IntRange(1, 1_000_000), default=None, metavar="N",
+              help="2 KB resources in the sync scenario's baseline [default: 10,000; 100,000 with --full]; "
+                   "e.g. `sync --sync-resources 100000 --runs 1`.")
 @click.option("--workers", type=click.IntRange(0, 64), default=2, show_default=True,
               help="Worker processes the hub starts (rsnotify hub --workers).")
 @click.option("--redis-url", default=None, help="Run the hub on this Redis instead of its embedded one.")
@@ -58,11 +61,12 @@ RESULTS_DIR = Path(__file__).resolve().parent / "results"
               help="JSON lines file [default: bench/results/<time>.jsonl].")
 @click.option("--timeout", type=click.FloatRange(1), default=300.0, show_default=True,
               help="Seconds a run may wait for its deliveries or subscriptions.")
-def main(scenarios: Sequence[str], full: bool, smoke: bool, runs: int | None, workers: int, redis_url: str | None,
+def main(scenarios: Sequence[str], full: bool, smoke: bool, runs: int | None, sync_resources: int | None,
+         workers: int, redis_url: str | None,
          hub_url: str | None, hub_log_level: str, hub_args: Sequence[str], peer: bool, peer_concurrency: int, profile_dir: str | None,
          out_path: str | None, timeout: float) -> None:
     """Benchmark an rsnotify hub on this machine: SCENARIOS from ceiling, fanout, latency, ingest,
-    subscribe, scale, isolation, failover, source [default: all of them], plus peer with --peer, and
+    subscribe, scale, isolation, failover, source, sync [default: all of them], plus peer with --peer, and
     replication (plain Redis beside Sentinel with --min-replicas 1, and a primary kill) when named.
 
     Each scenario runs several times; every run prints one JSON line and a readable line
@@ -76,13 +80,15 @@ def main(scenarios: Sequence[str], full: bool, smoke: bool, runs: int | None, wo
     sizes = Sizes.smoke() if smoke else Sizes.full() if full else Sizes.quick()
     if runs is not None:
         sizes = _with(sizes, runs=runs)
+    if sync_resources is not None:
+        sizes = _with(sizes, sync_resources=sync_resources)
     if out_path is None:
         RESULTS_DIR.mkdir(exist_ok=True)
         out_path = str(RESULTS_DIR / f"{datetime.datetime.now():%Y%m%d-%H%M%S}.jsonl")
     with open(out_path, "w") as jsonl:
         output = Output(jsonl)
         output.say(f"rsnotify bench: {' '.join(chosen)}; {'full' if full else 'smoke' if smoke else 'quick'} sizes, "
-                   f"{sizes.runs} runs; {os.cpu_count()} cores; hub workers {workers}; results in {out_path}")
+                   f"{sizes.runs} runs; {os.cpu_count()} cores; load {os.getloadavg()[0]:.1f}; hub workers {workers}; results in {out_path}")
         results = asyncio.run(_run(chosen, sizes, output, workers=workers, redis_url=redis_url, hub_url=hub_url,
                                    log_level=hub_log_level, hub_args=tuple(hub_args), peer_concurrency=peer_concurrency,
                                    profile_dir=profile_dir,

@@ -61,10 +61,11 @@ class Sizes:
     source_edits: int = 20                # file edits per run for rsnotify source's detect->publish latency
     source_resources: int = 100_000       # resources in the Resource List rendered for its peak RSS
     replication_publishes: int = 200      # one-at-a-time publishes timed on plain Redis and on Sentinel
+    sync_resources: int = 10_000          # 2 KB resources in the Destination's baseline (sync scenario)
 
     @classmethod
     def full(cls) -> Sizes:
-        return cls(runs=5)
+        return cls(runs=5, sync_resources=100_000)
 
     @classmethod
     def quick(cls) -> Sizes:
@@ -81,7 +82,8 @@ class Sizes:
                    scale_hot_subscribers=20, scale_notifications=2, peer_subscribers=10, peer_notifications=2,
                    isolation_black_holes=20, isolation_hanging=10, isolation_subscribers=2, isolation_seconds=0.5,
                    failover_subscribers=3, failover_before=1.0, failover_after=2.0,
-                   source_publishes=10, source_edits=2, source_resources=1_000, replication_publishes=10)
+                   source_publishes=10, source_edits=2, source_resources=1_000, replication_publishes=10,
+                   sync_resources=200)
 
 
 @dataclass

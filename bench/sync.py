@@ -2,7 +2,8 @@
 
 - baseline: `rsnotify sync --once` of N x 2 KB resources from a loopback Source process
   (bench.sync_source), wall time and peak RSS (GNU time), side by side with the reference
-  client `resync-sync --baseline` on the same Source in the same run;
+  client `resync-sync --baseline` and a plain aiohttp fetch loop on the same Source in the same run,
+  on the disk and on tmpfs; then `rsnotify audit` and `audit --deep` of the copy (time, peak RSS);
 - catch-up: 500 changes (60% updates, 20% creations, 20% deletions) made while the Destination
   was stopped, then `rsnotify sync --once` again: wall time from start to exit, the resource GETs
   it made, and `rsnotify audit` to check the copy is equal;
@@ -31,19 +32,12 @@ from rsnotify.publisher import Publisher
 from tests.support.ports import free_port
 from rsnotify.xml import to_xml
 
-from .scenarios import Bench, Sizes
+from .scenarios import Bench
 
 RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
 RESYNC = str(Path(sys.executable).with_name("resync-sync"))
 TIME = shutil.which("time") or "/usr/bin/time"
 TMPFS = "/dev/shm" if os.path.isdir("/dev/shm") else None   # the same baseline in memory: the disk's share
-
-
-def _resources(sizes: Sizes) -> int:
-    """100,000 with --full (the issue's size), 10,000 by default, 200 for the smoke test."""
-    if sizes.source_resources <= 1_000:
-        return 200
-    return 100_000 if sizes.runs >= 5 else 10_000
 
 
 class _Proc:
@@ -195,8 +189,9 @@ async def baseline_run(bench: Bench, count: int, run: int, folder: Path, medium:
         ours = folder / "rsnotify"
         wall, rss, code = await _measure([RSNOTIFY, "sync", "--once", "--capability-list", f"{base}/caps.xml",
                                           "--dir", str(ours), "--concurrency", "32"], folder)
+        audits = await _audits(base, ours, folder)
         costs = _file_costs(folder)
-        plain_wall, _, _ = await _measure([sys.executable, "-c", _PLAIN_FETCH, base, str(count)], folder)
+        plain_wall, plain_rss, _ = await _measure([sys.executable, "-c", _PLAIN_FETCH, base, str(count)], folder)
         theirs = folder / "resync"
         resync_wall, resync_rss, resync_code = await _measure(
             [RESYNC, "--baseline", "--sitemap", f"{base}/resourcelist.xml", f"{base}/r/={theirs}"], folder)
@@ -205,15 +200,29 @@ async def baseline_run(bench: Bench, count: int, run: int, folder: Path, medium:
         result = {
             "scenario": "sync", "run": run, "resources": count, "medium": medium,
             "baseline_s": wall, "baseline_rate": round(count / wall) if wall else None,
-            "baseline_rss_mb": round(rss, 1), "baseline_exit": code, "plain_fetch_s": plain_wall,
+            "baseline_rss_mb": round(rss, 1), "baseline_exit": code, **audits, "plain_fetch_s": plain_wall,
+            "plain_fetch_rate": round(count / plain_wall) if plain_wall else None,
+            "plain_fetch_rss_mb": round(plain_rss, 1),
             "ceiling_ratio": round(plain_wall / wall, 2) if wall else None, "file_costs_us": costs,
-            "resync_s": resync_wall, "resync_ratio": round(resync_wall / wall, 2) if wall else None,
+            "resync_s": resync_wall, "resync_rate": round(count / resync_wall) if resync_wall else None,
+            "resync_ratio": round(resync_wall / wall, 2) if wall else None,
             "resync_rss_mb": round(resync_rss, 1), "resync_exit": resync_code, "same_bytes_as_resync": equal,
         }
         if catchup:
             result.update(await _catch_up(bench, base, ours, folder, count))
     finally:
         await source.stop()
+    return result
+
+
+async def _audits(base: str, ours: Path, folder: Path) -> dict:
+    """`rsnotify audit` and `rsnotify audit --deep` of the fresh copy (the files are still in the
+    page cache, so --deep reads memory, not the disk): wall time, peak RSS, exit (0: in sync)."""
+    result: dict[str, float | int] = {}
+    for key, extra in (("audit", []), ("audit_deep", ["--deep"])):
+        wall, rss, code = await _measure([RSNOTIFY, "audit", "--capability-list", f"{base}/caps.xml",
+                                          "--dir", str(ours), *extra], folder)
+        result.update({f"{key}_s": wall, f"{key}_rss_mb": round(rss, 1), f"{key}_exit": code})
     return result
 
 
@@ -231,7 +240,7 @@ async def _catch_up(bench: Bench, base: str, ours: Path, folder: Path, count: in
                                                  "--dir", str(ours), stdout=asyncio.subprocess.DEVNULL,
                                                  stderr=asyncio.subprocess.DEVNULL)
     return {"catchup_500_s": catchup_wall, "catchup_gets": catchup_gets, "catchup_exit": catchup_code,
-            "catchup_rss_mb": round(catchup_rss, 1), "audit_exit": await audit.wait()}
+            "catchup_rss_mb": round(catchup_rss, 1), "catchup_audit_exit": await audit.wait()}
 
 
 async def live_run(bench: Bench, run: int, folder: Path, rate: float, seconds: float) -> dict:
@@ -334,8 +343,8 @@ async def _post_all(bench: Bench, url: str, body: bytes, deliveries: int, prefix
 
 
 async def scenario_sync(bench: Bench) -> list[dict]:
-    count = _resources(bench.sizes)
-    smoke = count <= 200
+    count = bench.sizes.sync_resources
+    smoke = bench.sizes.source_resources <= 1_000     # --smoke: the live and inbox steps at their shortest
     results = []
     for run in range(1, bench.sizes.runs + 1):
         with tempfile.TemporaryDirectory(prefix="rsnotify-bench-sync-") as tmp, \
@@ -371,11 +380,20 @@ def summary(results: list[dict]) -> list[str]:
         costs = [r["file_costs_us"] for r in base if r.get("medium") == medium]
         per_file = ", ".join(f"{k} {statistics.median(c[k] for c in costs):g}" for k in costs[0]) if costs else ""
         lines.append(
-            f"sync baseline {count:,} x 2 KB on {medium}: {med('sync', 'baseline_s', medium)} s = "
+            f"sync baseline {count:,} x 2 KB on {medium}: {med('sync', 'baseline_s', medium)} s "
+            f"({med('sync', 'baseline_rate', medium)}/s, goal <= 40 s at 100,000 on tmpfs) = "
             f"{med('sync', 'ceiling_ratio', medium)} x the plain aiohttp fetch loop's rate "
-            f"({med('sync', 'plain_fetch_s', medium)} s, no writes; goal >= 0.6), "
-            f"{med('sync', 'resync_ratio', medium)} x resync-sync --baseline's ({med('sync', 'resync_s', medium)} s; "
-            f"goal >= 3); peak RSS {med('sync', 'baseline_rss_mb', medium)} MB (goal <= 100); per file (us): {per_file}")
+            f"({med('sync', 'plain_fetch_s', medium)} s, {med('sync', 'plain_fetch_rate', medium)}/s, no writes; "
+            f"goal >= 0.6), {med('sync', 'resync_ratio', medium)} x resync-sync --baseline's "
+            f"({med('sync', 'resync_s', medium)} s, {med('sync', 'resync_rate', medium)}/s; goal >= 3); "
+            f"peak RSS {med('sync', 'baseline_rss_mb', medium)} MB (goal <= 100), plain loop "
+            f"{med('sync', 'plain_fetch_rss_mb', medium)} MB, resync {med('sync', 'resync_rss_mb', medium)} MB; "
+            f"per file (us): {per_file}")
+        lines.append(
+            f"sync audit of the {count:,} on {medium}: {med('sync', 'audit_s', medium)} s, "
+            f"{med('sync', 'audit_rss_mb', medium)} MB (goal <= 5 s at 100,000); --deep "
+            f"{med('sync', 'audit_deep_s', medium)} s, {med('sync', 'audit_deep_rss_mb', medium)} MB "
+            f"(goal <= 10 s)")
     lines += [
         (f"sync catch-up of 500 changes after restart: {med('sync', 'catchup_500_s')} s (goal <= 3 s), "
          f"{med('sync', 'catchup_gets')} resource GETs"),

@@ -61,6 +61,9 @@ def test_every_scenario_runs_end_to_end_with_all_deliveries_checked(tmp_path: Pa
             exits = {k: v for k, v in run.items() if k.endswith("_exit")}
             assert all(v == 0 for v in exits.values()), run
             assert exits or run.get("complete") == run.get("notifications") or run.get("failures") == 0, run
+    for run in (r for r in runs if r["scenario"] == "sync"):   # each copy audited, plain and --deep, and timed
+        assert run["audit_exit"] == run["audit_deep_exit"] == 0 and run["audit_s"] > 0 and run["audit_deep_s"] > 0, run
+        assert run["audit_rss_mb"] > 0 and run["audit_deep_rss_mb"] > 0, run
     fanout = next(r for r in runs if r["scenario"] == "fanout")
     assert fanout["deliveries"] == fanout["subscribers"] * fanout["notifications"]
     assert fanout["ceiling_ratio"] > 0
