@@ -31,6 +31,7 @@ import aiohttp
 
 from rsnotify import __version__
 from rsnotify.backoff import backoff_delay
+from rsnotify.bodies import bounded_chunks
 from rsnotify.netguard import Network
 
 from .outcomes import FetchOutcome, Refusal
@@ -276,10 +277,9 @@ class Fetcher:
         size = 0
         try:
             with out:
-                async for chunk in response.content.iter_chunked(256 * 1024):
+                async for chunk in bounded_chunks(
+                        response, cap, lambda sent: self._too_long(loc, sent, length, at_least=True)):
                     size += len(chunk)
-                    if size > cap:
-                        raise self._too_long(loc, size, length, at_least=True)
                     out.write(chunk)
                     md5.update(chunk)
                     sha256.update(chunk)
@@ -311,14 +311,8 @@ class Fetcher:
                              hashes: tuple[tuple[str, str], ...], md5: Any, sha256: Any,
                              others: dict[str, Any], cap: int) -> FetchResult:
         # read a chunk at a time and cut at `cap` (aiohttp holds the body to its Content-Length)
-        parts: list[bytes] = []
-        size = 0
-        async for chunk in response.content.iter_chunked(256 * 1024):
-            size += len(chunk)
-            if size > cap:
-                raise self._too_long(loc, size, length, at_least=True)
-            parts.append(chunk)
-        body = b"".join(parts)
+        body = b"".join([chunk async for chunk in bounded_chunks(
+            response, cap, lambda sent: self._too_long(loc, sent, length, at_least=True))])
         for hasher in (md5, sha256, *others.values()):
             hasher.update(body)
         computed = {"md5": md5.hexdigest(), "sha-256": sha256.hexdigest(), "sha256": sha256.hexdigest()}
