@@ -7,7 +7,6 @@ the same rules (the last test)."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import subprocess
@@ -20,7 +19,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from rsnotify.lists import ListInfo, ListWriter, Resource
+from rsnotify.lists import ListInfo, Resource
 from rsnotify.notification import (
     CapabilityEntry,
     CapabilityList,
@@ -33,6 +32,7 @@ from rsnotify.subscriber.sync.runner import status_of
 from rsnotify.xml import capability_list_to_xml, to_xml
 from tests.support.ports import free_port
 from tests.support.servers import ThreadedServer
+from tests.support.sources import list_bytes
 
 RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -66,14 +66,6 @@ class HostileSource:
     def delete(self, loc: str) -> None:
         self.changes.append(ResourceChange(loc, ChangeType.DELETED, changed_at=T1))
 
-    @staticmethod
-    def render(info: ListInfo, entries: list) -> bytes:
-        out = io.BytesIO()
-        with ListWriter(out, info) as writer:
-            for entry in entries:
-                writer.write(entry)
-        return out.getvalue()
-
     async def handle(self, request: web.Request) -> web.StreamResponse:
         path = request.raw_path
         self.hits.append(path)
@@ -84,9 +76,9 @@ class HostileSource:
         if path == "/resourcelist.xml" and self.list_redirect:
             raise web.HTTPFound(self.list_redirect)
         if path == "/resourcelist.xml":
-            return web.Response(body=self.render(ListInfo("resourcelist", at=T0), self.listed))
+            return web.Response(body=list_bytes(ListInfo("resourcelist", at=T0), self.listed))
         if path == "/changelist.xml":
-            return web.Response(body=self.render(ListInfo("changelist", from_=T0), self.changes))
+            return web.Response(body=list_bytes(ListInfo("changelist", from_=T0), self.changes))
         body = self.bodies.get(path)
         if body is None:
             raise web.HTTPNotFound()
