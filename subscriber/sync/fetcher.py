@@ -173,9 +173,6 @@ class Fetcher:
             self._successes = 0
             self._grant()
 
-    def host_allowed(self, loc: str) -> bool:
-        return self.refusal(loc) is None
-
     def refusal(self, loc: str) -> tuple[Refusal, str] | None:
         """Why `loc` may not be fetched or deleted (the rule and a message), or None."""
         if self.allowed_hosts is None:

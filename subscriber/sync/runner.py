@@ -279,9 +279,6 @@ def _source_failed(reporter: Reporter, exc: SourceUnreachableError | SourceDocum
     return EXIT_DIFFERENCES
 
 
-EXIT_INTERRUPTED = 130     # audit stopped by Ctrl-C (128 + SIGINT; SIGTERM: 143): no verdict
-
-
 async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:
     """Audit DIR. Beside a running sync it only reads; `--repair` then asks that sync to audit
     and repair (a request row it picks up), waits for its answer, and takes the folder itself

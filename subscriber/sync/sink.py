@@ -38,7 +38,6 @@ from urllib.parse import quote_from_bytes, unquote_to_bytes, urlsplit
 from .outcomes import Refusal
 
 ESCAPE = "%%"              # the prefix of every escaped name
-INDEX_NAME = ESCAPE        # the file of a URL whose path ends with "/": its empty last segment, escaped
 PARTIAL_PREFIX = ".partial-"
 DEFAULT_NAME_MAX = 255
 _SAFE = "-._~!$&'()*+,;=@"   # kept as they are inside an escaped name; everything else is %XX
