@@ -112,7 +112,8 @@ def _file_costs(folder: Path, count: int = 1000) -> dict[str, float]:
     create, write, close, rename (what FolderSink.write_small does), md5 + sha-256 of the body
     (the fetcher's fixity), the state write (SyncState.commit, batched as the baseline commits,
     and one transaction per record for contrast), and an fsync (which rsnotify does not do)."""
-    from rsnotify.subscriber.sync.state import OK, ResourceRecord, SyncState
+    from rsnotify.subscriber.sync.outcomes import ResourceState
+    from rsnotify.subscriber.sync.state import ResourceRecord, SyncState
 
     probe = folder / "probe"
     probe.mkdir()
@@ -144,7 +145,7 @@ def _file_costs(folder: Path, count: int = 1000) -> dict[str, float]:
                 t0 = clock()
                 os.fsync(out.fileno())
                 steps["fsync"] += clock() - t0
-        records = [ResourceRecord(f"http://127.0.0.1/r/{n}", f"r/{n}", OK, "0" * 32, "0" * 64, 2048)
+        records = [ResourceRecord(f"http://127.0.0.1/r/{n}", f"r/{n}", ResourceState.OK, "0" * 32, "0" * 64, 2048)
                    for n in range(count)]
         state = SyncState(probe / "state.sqlite3")
         try:

@@ -198,10 +198,7 @@ async def _serve(app: web.Application, sock: socket.socket, settings: HubSetting
     await runner.setup()  # runs the app's startup: Redis reachable, secret key matches
     site = web.SockSite(runner, sock)
     await site.start()
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(signum, stop.set)
+    stop = eventloop.stop_on_signals()
     shown = redacted(str(settings.redis_url))    # the data password stays out of logs
     where = f"{settings.data_path} (Redis {shown}, AOF)" if redis_server else f"Redis at {shown}"
     announce(f"rsnotify hub serving at {settings.hub_url}\n"

@@ -12,6 +12,7 @@ from typing import Any
 import aiohttp
 import click
 
+from .bodies import bounded_chunks
 from .documents import ParsedDocument, parse_document
 from .errors import RsnotifyError
 from .neterrors import describe_client_error
@@ -74,13 +75,8 @@ async def _fetch(url: str) -> bytes:
         async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
             if response.status != 200:
                 raise click.UsageError(f"{url} answered {response.status}; expected 200")
-            chunks, size = [], 0
-            async for chunk in response.content.iter_chunked(256 * 1024):
-                size += len(chunk)
-                if size > MAX_DOCUMENT_BYTES:
-                    raise click.UsageError(f"{url} is larger than {MAX_DOCUMENT_BYTES} bytes, the Sitemap limit")
-                chunks.append(chunk)
-            return b"".join(chunks)
+            return b"".join([chunk async for chunk in bounded_chunks(response, MAX_DOCUMENT_BYTES, lambda _: (
+                click.UsageError(f"{url} is larger than {MAX_DOCUMENT_BYTES} bytes, the Sitemap limit")))])
     except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
         raise click.UsageError(f"cannot fetch {url}: {describe_client_error(exc)}") from None
 

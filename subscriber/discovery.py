@@ -23,6 +23,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from lxml import etree
 
+from rsnotify.bodies import bounded_chunks
 from rsnotify.errors import DocumentParseError, ValidationError, WireError
 from rsnotify.neterrors import describe_client_error
 from rsnotify.notification import (
@@ -147,14 +148,10 @@ async def discover(url: str, session: aiohttp.ClientSession | None = None) -> li
 async def read_bounded(response: aiohttp.ClientResponse, limit: int, what: str) -> bytes:
     """The whole body, read to its end (StreamReader.read(n) stops at what is buffered, often
     64 KiB); DiscoveryError past `limit` bytes."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.content.iter_chunked(256 * 1024):
-        size += len(chunk)
-        if size > limit:
-            raise DiscoveryError(f"{what} is larger than {limit} bytes; expected at most {limit}")
-        chunks.append(chunk)
-    return b"".join(chunks)
+    def too_large(size: int) -> DiscoveryError:
+        return DiscoveryError(f"{what} is larger than {limit} bytes; expected at most {limit}")
+
+    return b"".join([chunk async for chunk in bounded_chunks(response, limit, too_large)])
 
 
 # --- plain WebSub discovery --------------------------------------------------------------

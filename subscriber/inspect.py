@@ -20,6 +20,7 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
+from rsnotify.bodies import bounded_chunks
 from rsnotify.datetimes import format_datetime
 from rsnotify.documents import DOCUMENT_NAMES, ParsedDocument, parse_document
 from rsnotify.errors import DocumentParseError, RsnotifyError
@@ -309,11 +310,8 @@ async def _download(session: aiohttp.ClientSession, url: str, out: IO[bytes]) ->
         async with session.get(url, allow_redirects=True, max_redirects=MAX_REDIRECTS) as response:
             if response.status != 200:
                 raise _Unreadable(f"{url} answered {response.status}; expected 200")
-            size = 0
-            async for chunk in response.content.iter_chunked(256 * 1024):
-                size += len(chunk)
-                if size > MAX_DOCUMENT_BYTES:
-                    raise _Unreadable(f"{url} is larger than {MAX_DOCUMENT_BYTES} bytes, the Sitemap limit")
+            async for chunk in bounded_chunks(response, MAX_DOCUMENT_BYTES, lambda _: _Unreadable(
+                    f"{url} is larger than {MAX_DOCUMENT_BYTES} bytes, the Sitemap limit")):
                 out.write(chunk)
             return str(response.url)
     except (TimeoutError, aiohttp.ClientError) as exc:

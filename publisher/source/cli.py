@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import signal
 import socket
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -206,10 +205,7 @@ def _family(host: str) -> socket.AddressFamily:
 
 
 async def _serve(runner: Source, sock: socket.socket, header_timeout: float) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = eventloop.stop_on_signals()
     # aiohttp closes a connection that has not sent a whole request within keepalive_timeout of
     # connecting (or of its last answer): the header deadline against trickling clients, as the hub's
     app_runner = web.AppRunner(runner.app(), access_log=None, keepalive_timeout=header_timeout)

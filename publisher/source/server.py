@@ -12,12 +12,14 @@ import asyncio
 import io
 import logging
 import shutil
+import sqlite3
 import threading
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import BinaryIO
 from urllib.parse import urlsplit
 
 import watchfiles
@@ -35,7 +37,7 @@ from ..memory.changelist import (
     write_changelist_document,
 )
 from ..memory.resourcelist import ResourceListFiles, snapshot_resource_list
-from ..memory.store import ChangeMemory
+from ..memory.store import ChangeListRecord, ChangeMemory
 from ..outbox import Outbox
 from ..web.topic import Topic, topic_handler
 from .folder import Folder, changes_against, media_type
@@ -249,14 +251,33 @@ class Source:
             raise web.HTTPNotFound(text=f"no resource at {path}")
         return web.FileResponse(file, headers={"Content-Type": media_type(file)})
 
+    # -- the documents, rendered alike whether served (here) or written into a folder (static.py) --
+
     def _render_changelist_document(self) -> bytes:
         out = io.BytesIO()
         with self.memory.snapshot() as db:
-            write_changelist_document(
-                db, self.publisher.topic_url, out, up=self.urls.capability_list,
-                list_url=lambda record: self.urls.child(changelist_name(record)), now=lambda: datetime.now(UTC),
-            )
+            self._write_changelist_document(db, out)
         return out.getvalue()
+
+    def _write_changelist_document(self, db: sqlite3.Connection, out: BinaryIO) -> None:
+        """The Change List (or its index) `changelist.xml`, as of the memory snapshot `db`."""
+        write_changelist_document(
+            db, self.publisher.topic_url, out, up=self.urls.capability_list,
+            list_url=lambda record: self.urls.child(changelist_name(record)), now=lambda: datetime.now(UTC),
+        )
+
+    def _changelist_bytes(self, db: sqlite3.Connection, record: ChangeListRecord) -> bytes:
+        """One Change List of the index, as of the memory snapshot `db`."""
+        out = io.BytesIO()
+        write_changelist(db, record, out, up=self.urls.capability_list, index=self.urls.change_list)
+        return out.getvalue()
+
+    def _snapshot_resource_list(self) -> ResourceListFiles:
+        """The Resource List (with its parts and index) as the memory holds it now, in the cache."""
+        return snapshot_resource_list(
+            self.memory, self.publisher.topic_url, self.cache_dir / "resourcelists",
+            up=self.urls.capability_list, part_url=self.urls.child, index_url=self.urls.resource_list,
+        )
 
     async def _changelist(self, name: str) -> web.StreamResponse:
         cached = self.cache_dir / "changelists" / name
@@ -276,13 +297,12 @@ class Source:
                 return None
             if not record.is_open and cached.is_file():
                 return cached
-            out = io.BytesIO()
-            write_changelist(db, record, out, up=self.urls.capability_list, index=self.urls.change_list)
+            body = self._changelist_bytes(db, record)
         if record.is_open:
-            return out.getvalue()
+            return body
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(".partial")
-        partial.write_bytes(out.getvalue())
+        partial.write_bytes(body)
         partial.replace(cached)
         return cached
 
@@ -290,10 +310,7 @@ class Source:
         async with self._render_lock:
             until = self.memory.last_until(self.publisher.topic_url)
             if not self._snapshots or (until is not None and self._snapshots[-1].at != until):
-                snapshot = await asyncio.to_thread(
-                    snapshot_resource_list, self.memory, self.publisher.topic_url, self.cache_dir / "resourcelists",
-                    up=self.urls.capability_list, part_url=self.urls.child, index_url=self.urls.resource_list,
-                )
+                snapshot = await asyncio.to_thread(self._snapshot_resource_list)
                 self._snapshots.append(snapshot)
                 # The previous snapshot stays for clients reading its parts; older ones go.
                 for old in self._snapshots[:-2]:

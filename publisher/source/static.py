@@ -15,16 +15,11 @@ import os
 import re
 import shutil
 from collections.abc import Iterable
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from ..memory.changelist import (
-    changelist_name,
-    write_changelist,
-    write_changelist_document,
-)
-from ..memory.resourcelist import RESOURCE_LIST_NAME, snapshot_resource_list
+from ..memory.changelist import changelist_name
+from ..memory.resourcelist import RESOURCE_LIST_NAME
 from ..memory.store import changelists
 from .server import Source
 
@@ -75,10 +70,7 @@ class StaticSource(Source):
     # -- lists ----------------------------------------------------------------------------------
 
     def _write_resource_list(self) -> None:
-        snapshot = snapshot_resource_list(
-            self.memory, self.publisher.topic_url, self.cache_dir / "resourcelists",
-            up=self.urls.capability_list, part_url=self.urls.child, index_url=self.urls.resource_list,
-        )
+        snapshot = self._snapshot_resource_list()
         try:
             for part in snapshot.parts:  # parts first: the index that names them comes last
                 self._copy(part, part.name)
@@ -108,14 +100,9 @@ class StaticSource(Source):
                 names.add(name)
                 if not record.is_open and (self.out / name).is_file():
                     continue  # closed lists never change
-                out = io.BytesIO()
-                write_changelist(db, record, out, up=self.urls.capability_list, index=self.urls.change_list)
-                self._put(name, out.getvalue())
+                self._put(name, self._changelist_bytes(db, record))
             document = io.BytesIO()
-            write_changelist_document(
-                db, topic, document, up=self.urls.capability_list,
-                list_url=lambda record: self.urls.child(changelist_name(record)), now=lambda: datetime.now(UTC),
-            )
+            self._write_changelist_document(db, document)
         self._put(CHANGE_LIST_NAME, document.getvalue())
         # Lists the memory no longer keeps (--keep) leave the index first, then the folder.
         self._remove(path for path in self.out.glob("changelist-*.xml") if path.name not in names)

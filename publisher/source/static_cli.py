@@ -7,10 +7,11 @@ Exit codes with --once: 0 scanned, written and every notification accepted by th
 from __future__ import annotations
 
 import asyncio
-import signal
 from pathlib import Path
 
 import click
+
+from rsnotify import eventloop
 
 from ..client import Publisher
 from ..memory.store import ChangeMemory
@@ -66,10 +67,7 @@ def run(src: Path, urls: SourceUrls, publisher: Publisher, outbox: Outbox, memor
 
 
 async def _follow(runner: StaticSource) -> None:
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, stop.set)
+    stop = eventloop.stop_on_signals()
     click.echo(f"rsnotify source: watching {runner.folder.root}", err=True)
     await runner.watch(stop)
     click.echo("rsnotify source: stopped (undelivered notifications stay in the outbox)", err=True)

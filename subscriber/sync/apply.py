@@ -256,7 +256,7 @@ class Applier:
         try:
             placement = self.sink.place(change.loc)
         except ValueError as exc:
-            self.refuse(Refusal(getattr(exc, "rule", Refusal.HOST)), change.loc, str(exc))
+            self.refuse(getattr(exc, "rule", Refusal.HOST), change.loc, str(exc))
             refused = None if change.change is ChangeType.DELETED else _refused(change.loc, str(exc), kind)
             return refused, Outcome(change.loc, kind, ChangeOutcome.REFUSED, None, str(exc))
         if change.change is ChangeType.DELETED:

@@ -27,11 +27,11 @@ from rsnotify.lists import Resource
 
 from .apply import hashes_match
 from .context import SyncContext
-from .outcomes import ChangeOutcome, Refusal
+from .outcomes import ChangeOutcome, Refusal, ResourceState
 from .remote import SourceDocumentError
 from .resources import ResourceListRead, resource_chunks
 from .sink import FolderSink, SymlinkRefusedError
-from .state import CONFLICT, DELETED, OK, ResourceRecord, SyncState
+from .state import ResourceRecord, SyncState
 
 T = TypeVar("T")
 
@@ -123,7 +123,7 @@ class _Seen:
         """Live records (not tombstones) the Resource List did not list."""
         chunk: list[ResourceRecord] = []
         for record in state.iter_records(batch):
-            if record.state != DELETED:
+            if record.state != ResourceState.DELETED:
                 chunk.append(record)
             if len(chunk) >= batch:
                 yield from self._filter(chunk)
@@ -178,7 +178,8 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
                     and record.changed_at > report.at:
                 report.newer_locally += 1
                 continue
-            if record is not None and record.state in (OK, CONFLICT) and record.path in contested:
+            if record is not None and record.state in (ResourceState.OK, ResourceState.CONFLICT) \
+                    and record.path in contested:
                 # Both sides of a name collision: the keeper's file and the loc left without one.
                 report.conflicts += 1
                 report.note("conflict", resource.loc)
@@ -232,8 +233,8 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
                     await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
                 except SymlinkRefusedError as exc:
                     ctx.applier.refuse(Refusal.SYMLINK, record.loc, str(exc))
-            ctx.state.commit([ResourceRecord(record.loc, record.path, DELETED, changed_at=record.changed_at,
-                                             last_change="deleted")])
+            ctx.state.commit([ResourceRecord(record.loc, record.path, ResourceState.DELETED,
+                                             changed_at=record.changed_at, last_change="deleted")])
             report.repaired += 1
     report.untracked = await _in_thread(_count_untracked, ctx, report)
     report.escaped = ctx.state.count_escaped()
@@ -272,7 +273,7 @@ def _judge(sink: FolderSink, resource: Resource, record: ResourceRecord | None, 
     kind = sink.kind(path)
     if kind == "symlink":
         return "symlink"
-    if record is None or record.state == DELETED or kind != "file":
+    if record is None or record.state == ResourceState.DELETED or kind != "file":
         return "missing"
     match = hashes_match(record, resource.hashes)
     if match is None:
@@ -281,7 +282,7 @@ def _judge(sink: FolderSink, resource: Resource, record: ResourceRecord | None, 
         match = resource.length == record.length and (resource.lastmod is None or resource.lastmod == record.lastmod)
     elif resource.length is not None and resource.length != record.length:
         match = False
-    if not match or record.state != OK:
+    if not match or record.state != ResourceState.OK:
         return "changed"
     if deep and _corrupt(sink, record, path):
         return "corrupt"
@@ -308,7 +309,7 @@ def _count_untracked(ctx: SyncContext, report: AuditReport, cancelled: threading
         if ctx.applier.exclusions.excludes_file(relative):
             continue     # an excluded part of the tree: files there are not the sync's business
         record = ctx.state.record_by_path(relative)
-        if record is None or record.state == DELETED:
+        if record is None or record.state == ResourceState.DELETED:
             count += 1
             report.note("untracked", relative)
     return count

@@ -114,7 +114,7 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
                 try:
                     path = ctx.sink.path_for(resource.loc)
                 except ValueError as exc:
-                    ctx.applier.refuse(Refusal(getattr(exc, "rule", Refusal.HOST)), resource.loc, str(exc))
+                    ctx.applier.refuse(getattr(exc, "rule", Refusal.HOST), resource.loc, str(exc))
                     batch.add(ResourceRecord(resource.loc, None, ResourceState.REFUSED, last_error=str(exc)[:500]))
                     report.failed += 1
                     continue

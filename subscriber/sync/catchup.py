@@ -19,9 +19,9 @@ from rsnotify.notification import ChangeType, ResourceChange
 
 from .context import SyncContext
 from .names import migrate_names
-from .outcomes import ChangeOutcome
+from .outcomes import ChangeOutcome, ResourceState
 from .remote import RemoteList, SourceDocumentError
-from .state import DELETED, OK, ResourceRecord
+from .state import ResourceRecord
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ def _applied(change: ResourceChange, record: ResourceRecord | None) -> bool:
         return True
     deleted = change.change is ChangeType.DELETED
     return (record.changed_at == change.changed_at and record.last_change == change.change.value
-            and record.state == (DELETED if deleted else OK))
+            and record.state == (ResourceState.DELETED if deleted else ResourceState.OK))
 
 
 async def _apply(ctx: SyncContext, changes: list[ResourceChange], report: CatchupReport) -> None:

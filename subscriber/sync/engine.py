@@ -47,7 +47,7 @@ from .push import Push
 from .remote import SourceDocumentError, SourceUnreachableError
 from .session import make_session, source_networks
 from .sink import FolderSink
-from .state import CONFLICT, FAILED, REFUSED, STALE, STATE_DIR, SyncState
+from .state import RETRIED_STATES, STATE_DIR, SyncState
 
 log = logging.getLogger(__name__)
 
@@ -321,7 +321,7 @@ class SyncEngine:
 
     def exit_code(self) -> int:
         counts = self.state.counts_by_state()
-        troubled = sum(counts.get(s, 0) for s in (FAILED, STALE, CONFLICT, REFUSED))
+        troubled = sum(counts.get(s, 0) for s in RETRIED_STATES)   # changes still to apply
         refused = self.ctx is not None and self.ctx.applier.refusals > 0   # this run refused something
         if self.state.get("unrecoverable_gap") or troubled or refused:
             return EXIT_DIFFERENCES

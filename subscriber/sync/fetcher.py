@@ -25,14 +25,16 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from typing import Any, Self
-from urllib.parse import urljoin, urlsplit
+from urllib.parse import urljoin
 
 import aiohttp
 
 from rsnotify import __version__
 from rsnotify.backoff import backoff_delay
+from rsnotify.bodies import bounded_chunks
 from rsnotify.netguard import Network
 
+from .headers import origin
 from .outcomes import FetchOutcome, Refusal
 from .session import make_session
 from .sink import FolderSink, PathConflictError, SymlinkRefusedError
@@ -46,7 +48,6 @@ HASHLIB_NAMES = {"md5": "md5", "sha-1": "sha1", "sha1": "sha1", "sha-256": "sha2
 MAX_REDIRECTS = 5
 MAX_RETRY_WAIT = 300.0  # s: the longest wait between two tries of one resource (also for Retry-After)
 _REDIRECTS = (301, 302, 303, 307, 308)
-_DEFAULT_PORTS = {"http": 80, "https": 443}
 DEFAULT_MAX_BYTES = 1024**3      # --max-resource-size
 
 
@@ -109,7 +110,7 @@ class Fetcher:
         # allowed_hosts: "HOST" (any port) or "HOST:PORT"; None: any loc. allowed_origins: URLs
         # whose scheme, host and port are the Source's own (its Capability List and lists).
         self.allowed_hosts = {h.lower() for h in allowed_hosts} if allowed_hosts is not None else None
-        self.allowed_origins = {_origin(url) for url in allowed_origins}
+        self.allowed_origins = {origin(url) for url in allowed_origins}
         self.tries = tries
         self.retry_base = retry_base
         self.max_bytes = max_bytes
@@ -172,19 +173,16 @@ class Fetcher:
             self._successes = 0
             self._grant()
 
-    def host_allowed(self, loc: str) -> bool:
-        return self.refusal(loc) is None
-
     def refusal(self, loc: str) -> tuple[Refusal, str] | None:
         """Why `loc` may not be fetched or deleted (the rule and a message), or None."""
         if self.allowed_hosts is None:
             return None
         try:
-            origin = _origin(loc)
+            where = origin(loc)
         except ValueError:
             return Refusal.HOST, f"{loc} has no valid host and port"
-        _, host, port = origin
-        if origin in self.allowed_origins or host in self.allowed_hosts or f"{host}:{port}" in self.allowed_hosts:
+        _, host, port = where
+        if where in self.allowed_origins or host in self.allowed_hosts or f"{host}:{port}" in self.allowed_hosts:
             return None
         if any(host == known for _, known, _ in self.allowed_origins):
             return Refusal.ORIGIN, (f"{loc} is on the Source's host but not its scheme and port "
@@ -276,10 +274,9 @@ class Fetcher:
         size = 0
         try:
             with out:
-                async for chunk in response.content.iter_chunked(256 * 1024):
+                async for chunk in bounded_chunks(
+                        response, cap, lambda sent: self._too_long(loc, sent, length, at_least=True)):
                     size += len(chunk)
-                    if size > cap:
-                        raise self._too_long(loc, size, length, at_least=True)
                     out.write(chunk)
                     md5.update(chunk)
                     sha256.update(chunk)
@@ -311,14 +308,8 @@ class Fetcher:
                              hashes: tuple[tuple[str, str], ...], md5: Any, sha256: Any,
                              others: dict[str, Any], cap: int) -> FetchResult:
         # read a chunk at a time and cut at `cap` (aiohttp holds the body to its Content-Length)
-        parts: list[bytes] = []
-        size = 0
-        async for chunk in response.content.iter_chunked(256 * 1024):
-            size += len(chunk)
-            if size > cap:
-                raise self._too_long(loc, size, length, at_least=True)
-            parts.append(chunk)
-        body = b"".join(parts)
+        body = b"".join([chunk async for chunk in bounded_chunks(
+            response, cap, lambda sent: self._too_long(loc, sent, length, at_least=True))])
         for hasher in (md5, sha256, *others.values()):
             hasher.update(body)
         computed = {"md5": md5.hexdigest(), "sha-256": sha256.hexdigest(), "sha256": sha256.hexdigest()}
@@ -358,16 +349,9 @@ def _fixity_problem(size: int, computed: dict[str, str], length: int | None,
     return None
 
 
-def _origin(url: str) -> tuple[str, str, int | None]:
-    """(scheme, host, port) with the scheme's default port filled in; ValueError for a bad port."""
-    parts = urlsplit(url)
-    scheme = parts.scheme.lower()
-    return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
-
-
 def _same_origin(a: str, b: str) -> bool:
     try:
-        return _origin(a) == _origin(b)
+        return origin(a) == origin(b)
     except ValueError:
         return False
 

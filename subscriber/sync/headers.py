@@ -37,11 +37,17 @@ def parse_header(text: str) -> Header:
     return name, value
 
 
-def origin(url: str) -> tuple[str, str, int]:
-    """(scheme, host, port) with the scheme's default port filled in."""
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+Origin = tuple[str, str, int | None]
+
+
+def origin(url: str) -> Origin:
+    """(scheme, host, port) with the scheme's default port filled in (None for a scheme other
+    than http and https); ValueError for a bad port. The fetcher's trust rules use it too."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    return scheme, (parts.hostname or "").lower(), parts.port or (443 if scheme == "https" else 80)
+    return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
 
 
 def source_header_middleware(source_url: str, headers: Sequence[Header]) -> ClientMiddlewareType:
@@ -58,4 +64,4 @@ def source_header_middleware(source_url: str, headers: Sequence[Header]) -> Clie
     return add_source_headers
 
 
-__all__ = ["Header", "origin", "parse_header", "source_header_middleware"]
+__all__ = ["Header", "Origin", "origin", "parse_header", "source_header_middleware"]

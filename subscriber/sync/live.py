@@ -23,7 +23,8 @@ from rsnotify.xml import parse_notification
 
 from . import events as ev
 from .context import SyncContext
-from .state import APPLIED, COVERED, INVALID, InboxRow
+from .outcomes import InboxStatus
+from .state import InboxRow
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ async def drain(ctx: SyncContext, *, bridge_id: int = 0, settle: float | None = 
         invalid = [(row, problem) for row, problem in pending if isinstance(problem, str)]
         if invalid:
             row, problem = invalid[0]
-            ctx.state.commit(inbox_status=[(row.id, INVALID, problem[:500])])
+            ctx.state.commit(inbox_status=[(row.id, InboxStatus.INVALID, problem[:500])])
             ctx.events.emit(ev.GAP, kind="invalid", notification_id=row.notification_id, sequence=row.sequence,
                             detail=problem)
             return DrainResult(GAP, result.applied, ctx.state.high_water, None)
@@ -91,7 +92,7 @@ async def drain(ctx: SyncContext, *, bridge_id: int = 0, settle: float | None = 
             high_water = ctx.state.high_water
             if high_water is not None and notification.until_time <= high_water:
                 _check_sequence(ctx, row, last_sequences)
-                ctx.state.commit(inbox_status=[(row.id, COVERED, None)], sequences=_seq(row))
+                ctx.state.commit(inbox_status=[(row.id, InboxStatus.COVERED, None)], sequences=_seq(row))
             elif high_water is not None and notification.from_time > high_water and row.id > bridge_id:
                 if progressed:
                     break      # re-read: an earlier delivery may have arrived meanwhile
@@ -164,7 +165,8 @@ def _check_sequence(ctx: SyncContext, row: InboxRow, last_sequences: dict[str, i
 async def _apply(ctx: SyncContext, row: InboxRow, notification: ChangeNotification) -> None:
     records, outcomes = await ctx.applier.apply_changes(notification.changes)
     filled = _fills_open_gap(ctx, notification)
-    ctx.state.commit(records, high_water=notification.until_time, inbox_status=[(row.id, APPLIED, None)],
+    ctx.state.commit(records, high_water=notification.until_time,
+                     inbox_status=[(row.id, InboxStatus.APPLIED, None)],
                      sequences=_seq(row), last_notification_id=row.notification_id,
                      last_until_received=format_datetime(notification.until_time),
                      **({"unrecoverable_gap": None, "engine_state": "live"} if filled else {}))

@@ -15,13 +15,13 @@ from aiohttp import (
     ClientResponse,
 )
 
-from .headers import origin
+from .headers import Origin, origin
 
 
 def rate_limit_middleware(rate: float, clock: Callable[[], float] = time.monotonic) -> ClientMiddlewareType:
     """Requests to one origin start at least 1/`rate` seconds apart (concurrent ones queue up)."""
     interval = 1.0 / rate
-    next_start: dict[tuple[str, str, int], float] = {}
+    next_start: dict[Origin, float] = {}
 
     async def throttle(request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         key = origin(str(request.url))

@@ -12,6 +12,7 @@ from typing import IO, BinaryIO, cast
 
 import aiohttp
 
+from rsnotify.bodies import bounded_chunks
 from rsnotify.errors import DocumentParseError
 from rsnotify.lists import Entry, ListInfo, ListStream, open_list
 
@@ -54,11 +55,8 @@ class RemoteList:
                     raise SourceUnreachableError(f"{what} {url} answered {response.status}")
                 if response.status != 200:
                     raise SourceDocumentError(f"{what} {url} answered {response.status}; expected 200")
-                size = 0
-                async for chunk in response.content.iter_chunked(256 * 1024):
-                    size += len(chunk)
-                    if size > MAX_LIST_BYTES:
-                        raise SourceDocumentError(f"{what} {url} is larger than {MAX_LIST_BYTES} bytes")
+                async for chunk in bounded_chunks(response, MAX_LIST_BYTES, lambda _: SourceDocumentError(
+                        f"{what} {url} is larger than {MAX_LIST_BYTES} bytes")):
                     window = tail + chunk
                     count += window.count(b"<url>") + window.count(b"<sitemap>") \
                         - tail.count(b"<url>") - tail.count(b"<sitemap>")

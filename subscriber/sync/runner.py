@@ -63,15 +63,18 @@ class SyncCommand:
     tries: int = 5                 # attempts per resource GET
     rate: float | None = None      # requests a second to one host at most (None: no limit)
 
-    def engine_options(self) -> dict[str, Any]:
-        """The request options SyncEngine takes: timeout, tries, the Source's headers, the rate."""
+    def engine(self, **mode: Any) -> SyncEngine:
+        """A SyncEngine on DIR and the Source with this command's trust and request options
+        (timeout, tries, the Source's headers, the rate); `mode`: what sync or audit adds."""
         source = self.source or self.capability_list
         middlewares: list[ClientMiddlewareType] = []
         if self.rate is not None:   # first: a throttled request waits before anything is added to it
             middlewares.append(rate_limit_middleware(self.rate))
         if self.headers and source:
             middlewares.append(source_header_middleware(source, self.headers))
-        return {"request_timeout": self.timeout, "tries": self.tries, "middlewares": tuple(middlewares)}
+        return SyncEngine(self.root, source=self.source, capability_list=self.capability_list, options=self.options,
+                          allow_networks=self.allow_networks, allow_hosts=self.allow_hosts,
+                          request_timeout=self.timeout, tries=self.tries, middlewares=tuple(middlewares), **mode)
 
 
 class Reporter:
@@ -199,11 +202,8 @@ async def run_sync(command: SyncCommand, *, once: bool) -> int:
     stopper.install()
     reporter.on_stdout_gone = stop.set
     try:
-        engine = SyncEngine(command.root, source=command.source, capability_list=command.capability_list,
-                            options=command.options, allow_networks=command.allow_networks,
-                            allow_hosts=command.allow_hosts, push_settings=None if once else command.push,
-                            status=reporter.status, poll_interval=command.poll_interval,
-                            audit_every=None if once else command.audit_every, **command.engine_options())
+        engine = command.engine(push_settings=None if once else command.push, status=reporter.status,
+                                poll_interval=command.poll_interval, audit_every=None if once else command.audit_every)
     except (OSError, sqlite3.Error) as exc:
         reporter.status(disk_problem(exc, command.root))
         return EXIT_DIFFERENCES
@@ -279,9 +279,6 @@ def _source_failed(reporter: Reporter, exc: SourceUnreachableError | SourceDocum
     return EXIT_DIFFERENCES
 
 
-EXIT_INTERRUPTED = 130     # audit stopped by Ctrl-C (128 + SIGINT; SIGTERM: 143): no verdict
-
-
 async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:
     """Audit DIR. Beside a running sync it only reads; `--repair` then asks that sync to audit
     and repair (a request row it picks up), waits for its answer, and takes the folder itself
@@ -316,10 +313,7 @@ async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:
 
 async def _audit_work(command: SyncCommand, reporter: Reporter, *, deep: bool, repair: bool) -> int:
     try:
-        engine = SyncEngine(command.root, source=command.source, capability_list=command.capability_list,
-                            options=command.options, allow_networks=command.allow_networks,
-                            allow_hosts=command.allow_hosts, status=reporter.status,
-                            **command.engine_options())
+        engine = command.engine(status=reporter.status)
     except (OSError, sqlite3.Error) as exc:
         reporter.status(disk_problem(exc, command.root))
         return EXIT_DIFFERENCES

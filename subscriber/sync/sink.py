@@ -35,8 +35,9 @@ from pathlib import Path
 from typing import BinaryIO
 from urllib.parse import quote_from_bytes, unquote_to_bytes, urlsplit
 
+from .outcomes import Refusal
+
 ESCAPE = "%%"              # the prefix of every escaped name
-INDEX_NAME = ESCAPE        # the file of a URL whose path ends with "/": its empty last segment, escaped
 PARTIAL_PREFIX = ".partial-"
 DEFAULT_NAME_MAX = 255
 _SAFE = "-._~!$&'()*+,;=@"   # kept as they are inside an escaped name; everything else is %XX
@@ -47,9 +48,9 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
 class LocRefusedError(ValueError):
-    """A loc that gets no place under DIR; `rule` says which trust rule (a Refusal value)."""
+    """A loc that gets no place under DIR; `rule` says which trust rule."""
 
-    def __init__(self, message: str, rule: str = "host") -> None:
+    def __init__(self, message: str, rule: Refusal = Refusal.HOST) -> None:
         super().__init__(message)
         self.rule = rule
 
@@ -167,7 +168,8 @@ class FolderSink:
         segments = (parts.path or "/")[1:].split("/") if (parts.path or "/").startswith("/") else \
             parts.path.split("/")
         if len(segments) > MAX_DEPTH:
-            raise LocRefusedError(f"cannot store {loc[:200]!r}...: more than {MAX_DEPTH} path segments", "depth")
+            raise LocRefusedError(f"cannot store {loc[:200]!r}...: more than {MAX_DEPTH} path segments",
+                                  Refusal.DEPTH)
         names: list[str] = []
         reasons: list[str] = []
         for index, segment in enumerate(segments):

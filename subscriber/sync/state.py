@@ -25,20 +25,14 @@ from typing import Any
 
 from rsnotify.datetimes import format_datetime, parse_w3c_datetime
 
-from .outcomes import InboxStatus, ResourceState
+from .outcomes import ResourceState
 
 STATE_DIR = ".rsnotify"
 STATE_FILE = "state.db"
 
-# The vocabularies live in outcomes.py; these names stay importable from the state module.
-OK, STALE, FAILED = ResourceState.OK, ResourceState.STALE, ResourceState.FAILED
-CONFLICT, REFUSED, DELETED = ResourceState.CONFLICT, ResourceState.REFUSED, ResourceState.DELETED
-PENDING, APPLIED = InboxStatus.PENDING, InboxStatus.APPLIED
-COVERED, INVALID = InboxStatus.COVERED, InboxStatus.INVALID
-
 # Records in these states hold a change still to apply (`want`), retried until it succeeds
 # or the Source drops the resource.
-RETRIED_STATES = (FAILED, STALE, CONFLICT, REFUSED)
+RETRIED_STATES = (ResourceState.FAILED, ResourceState.STALE, ResourceState.CONFLICT, ResourceState.REFUSED)
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS channel (key TEXT PRIMARY KEY, value TEXT);
@@ -130,8 +124,8 @@ class ResourceRecord:
     @property
     def holds_file(self) -> bool:
         """The file at `path` is this resource's copy (an older one, for stale/failed)."""
-        return self.path is not None and (self.state in (OK, STALE) or (
-            self.state == FAILED and (self.md5 is not None or self.sha256 is not None)))
+        return self.path is not None and (self.state in (ResourceState.OK, ResourceState.STALE) or (
+            self.state == ResourceState.FAILED and (self.md5 is not None or self.sha256 is not None)))
 
     def hash_of(self, algorithm: str) -> str | None:
         algorithm = algorithm.lower()
@@ -430,7 +424,7 @@ class SyncState:
             "last_refusals": self.last_refusals(),
             "troubled": [{"loc": r.loc, "state": r.state, "path": r.path, "error": r.last_error,
                           "attempts": r.attempts, "next_retry_at": r.next_retry_at} for r in self.troubled()]
-            + [{"loc": r.loc, "state": CONFLICT, "path": r.path, "attempts": 0, "next_retry_at": None,
+            + [{"loc": r.loc, "state": ResourceState.CONFLICT, "path": r.path, "attempts": 0, "next_retry_at": None,
                 "error": f"keeps {r.path}; {other} maps there too"} for r, other in self.conflict_holders()],
         }
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 import json
 import signal
 import subprocess
@@ -19,7 +18,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from rsnotify.lists import ListInfo, ListWriter, Resource
+from rsnotify.lists import ListInfo, Resource
 from rsnotify.notification import (
     CapabilityEntry,
     CapabilityList,
@@ -31,6 +30,7 @@ from rsnotify.notification import (
 from rsnotify.publisher import Publisher
 from tests.support.hubproc import HubProcess, start_hub
 from tests.support.ports import free_port
+from tests.support.sources import list_bytes
 from rsnotify.xml import capability_list_to_xml
 
 RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
@@ -63,12 +63,10 @@ class SmallSource:
             document = CapabilityList(tuple(entries), up=self.url("/.well-known/resourcesync"))
             return web.Response(body=capability_list_to_xml(document), content_type="application/xml")
         if request.path == "/resourcelist.xml" and self.with_resource_list:
-            out = io.BytesIO()
-            with ListWriter(out, ListInfo("resourcelist", at=self.last_until)) as writer:
-                for path, body in sorted(self.resources.items()):
-                    writer.write(Resource(self.url(path), hashes=(("md5", hashlib.md5(body).hexdigest()),),
-                                          length=len(body)))
-            return web.Response(body=out.getvalue(), content_type="application/xml")
+            body = list_bytes(ListInfo("resourcelist", at=self.last_until), [
+                Resource(self.url(path), hashes=(("md5", hashlib.md5(data).hexdigest()),), length=len(data))
+                for path, data in sorted(self.resources.items())])
+            return web.Response(body=body, content_type="application/xml")
         if request.path in self.resources:
             self.resource_gets += 1
             return web.Response(body=self.resources[request.path], content_type="text/plain")

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from rsnotify.lists import ListInfo, ListRef, ListWriter, Resource
+from rsnotify.lists import ListInfo, ListRef, Resource
 from rsnotify.netguard import parse_networks
 from rsnotify.notification import (
     CapabilityEntry,
@@ -28,6 +27,7 @@ from rsnotify.subscriber.sync.push import Push
 from rsnotify.subscriber.sync.remote import SourceDocumentError
 from rsnotify.subscriber.sync.sink import FolderSink
 from rsnotify.xml import capability_list_to_xml
+from tests.support.sources import list_bytes
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -50,13 +50,6 @@ class ListSource:
     def url(self, path: str) -> str:
         return self.base + path
 
-    def render(self, info: ListInfo, entries: list) -> bytes:
-        out = io.BytesIO()
-        with ListWriter(out, info) as writer:
-            for entry in entries:
-                writer.write(entry)
-        return out.getvalue()
-
     async def handle(self, request: web.Request) -> web.StreamResponse:
         path = request.raw_path.partition("?")[0]   # as sent: "x%20y" and "x y" differ
         self.requests.append(path)
@@ -70,15 +63,15 @@ class ListSource:
                                 content_type="application/xml")
         if path == "/resourcelist.xml":
             entries = [Resource(self.url(p), hashes=md5(b), length=len(b)) for p, b in sorted(self.resources.items())]
-            return web.Response(body=self.render(ListInfo("resourcelist", at=self.at), entries))
+            return web.Response(body=list_bytes(ListInfo("resourcelist", at=self.at), entries))
         if path == "/changelist.xml" and len(self.changelists) > 1:
             refs = [ListRef(self.url(f"/changelist-{i}.xml"), from_=f, until=u)
                     for i, (f, u, _) in enumerate(self.changelists)]
-            return web.Response(body=self.render(ListInfo("changelist", is_index=True), refs))
+            return web.Response(body=list_bytes(ListInfo("changelist", is_index=True), refs))
         if path.startswith("/changelist"):
             index = 0 if path == "/changelist.xml" else int(path.split("-")[1].split(".")[0])
             start, until, changes = self.changelists[index]
-            return web.Response(body=self.render(ListInfo("changelist", from_=start, until=until), changes))
+            return web.Response(body=list_bytes(ListInfo("changelist", from_=start, until=until), changes))
         if path in self.resources:
             return web.Response(body=self.resources[path])
         raise web.HTTPNotFound()

@@ -6,7 +6,6 @@ while DIR stays byte for byte the same."""
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import subprocess
 from datetime import timedelta

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import io
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -15,12 +14,13 @@ from datetime import UTC, datetime
 import pytest
 from aiohttp import web
 
-from rsnotify.lists import ListInfo, ListWriter, Resource
+from rsnotify.lists import ListInfo, Resource
 from rsnotify.notification import CapabilityEntry, CapabilityList, SourceDescription
 from rsnotify.xml import capability_list_to_xml, source_description_to_xml
 from tests.support import cli
 from tests.support.ports import free_port
 from tests.support.servers import ThreadedServer
+from tests.support.sources import list_bytes
 
 TOKEN = "Bearer s3cret-token"
 FILES = {"/a.txt": b"alpha\n", "/b.txt": b"bravo\n"}          # on the Source, behind its token
@@ -63,13 +63,9 @@ async def _serve_elsewhere(request: web.Request, base: str, elsewhere: str) -> w
 
 
 def _resource_list(base: str, elsewhere: str) -> bytes:
-    out = io.BytesIO()
-    with ListWriter(out, ListInfo("resourcelist", at=_AT)) as writer:
-        for origin, files in ((base, FILES), (elsewhere, ELSEWHERE)):
-            for path, body in sorted(files.items()):
-                writer.write(Resource(origin + path, hashes=(("md5", hashlib.md5(body).hexdigest()),),
-                                      length=len(body)))
-    return out.getvalue()
+    return list_bytes(ListInfo("resourcelist", at=_AT), [
+        Resource(origin + path, hashes=(("md5", hashlib.md5(body).hexdigest()),), length=len(body))
+        for origin, files in ((base, FILES), (elsewhere, ELSEWHERE)) for path, body in sorted(files.items())])
 
 
 async def _serve_source(request: web.Request, base: str, elsewhere: str) -> web.StreamResponse:
@@ -161,10 +157,8 @@ def test_timeout_and_tries_reach_the_requests(tmp_path):
                                           up=server.base + "/.well-known/resourcesync")
             return web.Response(body=capability_list_to_xml(capabilities), content_type="application/xml")
         if request.path == "/resourcelist.xml":
-            out = io.BytesIO()
-            with ListWriter(out, ListInfo("resourcelist", at=_AT)) as writer:
-                writer.write(Resource(server.base + "/flaky.txt", length=3))
-            return web.Response(body=out.getvalue(), content_type="application/xml")
+            body = list_bytes(ListInfo("resourcelist", at=_AT), [Resource(server.base + "/flaky.txt", length=3)])
+            return web.Response(body=body, content_type="application/xml")
         if request.path == "/flaky.txt":      # fails twice, then answers
             if gets[request.path] % 3:
                 raise web.HTTPBadGateway()
@@ -206,11 +200,9 @@ def test_rate_spaces_the_requests_to_one_host(tmp_path):
                                           up=server.base + "/.well-known/resourcesync")
             return web.Response(body=capability_list_to_xml(capabilities), content_type="application/xml")
         if request.path == "/resourcelist.xml":
-            out = io.BytesIO()
-            with ListWriter(out, ListInfo("resourcelist", at=_AT)) as writer:
-                for path, body in sorted(files.items()):
-                    writer.write(Resource(server.base + path, length=len(body)))
-            return web.Response(body=out.getvalue(), content_type="application/xml")
+            body = list_bytes(ListInfo("resourcelist", at=_AT),
+                              [Resource(server.base + path, length=len(data)) for path, data in sorted(files.items())])
+            return web.Response(body=body, content_type="application/xml")
         if request.path in files:
             return web.Response(body=files[request.path])
         raise web.HTTPNotFound()

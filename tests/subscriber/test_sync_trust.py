@@ -7,12 +7,12 @@ the same rules (the last test)."""
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from aiohttp import web
 
-from rsnotify.lists import ListInfo, ListWriter, Resource
+from rsnotify.lists import ListInfo, Resource
 from rsnotify.notification import (
     CapabilityEntry,
     CapabilityList,
@@ -33,6 +33,7 @@ from rsnotify.subscriber.sync.runner import status_of
 from rsnotify.xml import capability_list_to_xml, to_xml
 from tests.support.ports import free_port
 from tests.support.servers import ThreadedServer
+from tests.support.sources import list_bytes
 
 RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -66,14 +67,6 @@ class HostileSource:
     def delete(self, loc: str) -> None:
         self.changes.append(ResourceChange(loc, ChangeType.DELETED, changed_at=T1))
 
-    @staticmethod
-    def render(info: ListInfo, entries: list) -> bytes:
-        out = io.BytesIO()
-        with ListWriter(out, info) as writer:
-            for entry in entries:
-                writer.write(entry)
-        return out.getvalue()
-
     async def handle(self, request: web.Request) -> web.StreamResponse:
         path = request.raw_path
         self.hits.append(path)
@@ -84,9 +77,9 @@ class HostileSource:
         if path == "/resourcelist.xml" and self.list_redirect:
             raise web.HTTPFound(self.list_redirect)
         if path == "/resourcelist.xml":
-            return web.Response(body=self.render(ListInfo("resourcelist", at=T0), self.listed))
+            return web.Response(body=list_bytes(ListInfo("resourcelist", at=T0), self.listed))
         if path == "/changelist.xml":
-            return web.Response(body=self.render(ListInfo("changelist", from_=T0), self.changes))
+            return web.Response(body=list_bytes(ListInfo("changelist", from_=T0), self.changes))
         body = self.bodies.get(path)
         if body is None:
             raise web.HTTPNotFound()
@@ -231,18 +224,27 @@ def test_a_body_longer_than_announced_is_cut_and_removed(hostile, tmp_path):
     assert status(dest)["refusals"] == {"length": 1, "size": 1}
 
 
-def test_only_the_sources_own_scheme_host_and_port_are_fetched(hostile, tmp_path):
-    dest = tmp_path / "dest"
-    other_hits: list[str] = []
+@contextmanager
+def another_server(body: bytes) -> Iterator[tuple[ThreadedServer, list[str]]]:
+    """A server on another port answering `body` to every GET, and the paths it was asked for."""
+    hits: list[str] = []
 
     async def record(request: web.Request) -> web.Response:
-        other_hits.append(request.path)
-        return web.Response(body=b"from another port")
+        hits.append(request.path)
+        return web.Response(body=body)
 
-    other_app = web.Application()
-    other_app.router.add_get("/{tail:.*}", record)
-    other = ThreadedServer(other_app).start()
+    app = web.Application()
+    app.router.add_get("/{tail:.*}", record)
+    server = ThreadedServer(app, port=free_port()).start()
     try:
+        yield server, hits
+    finally:
+        server.stop()
+
+
+def test_only_the_sources_own_scheme_host_and_port_are_fetched(hostile, tmp_path):
+    dest = tmp_path / "dest"
+    with another_server(b"from another port") as (other, other_hits):
         hostile.listed.append(Resource(f"http://127.0.0.1:{other.port}/x.txt"))
         hostile.listed.append(Resource(f"https://127.0.0.1:{hostile.port}/y.txt"))
         hostile.bodies["/jump.txt"] = _redirect(f"http://127.0.0.1:{other.port}/z.txt")
@@ -259,27 +261,14 @@ def test_only_the_sources_own_scheme_host_and_port_are_fetched(hostile, tmp_path
         assert other_hits == ["/x.txt"] and (dest / f"127.0.0.1_{other.port}" / "x.txt").read_bytes() == \
             b"from another port"
         assert allowed.code == 1      # the https one and the redirect are still refused
-    finally:
-        other.stop()
 
 
 def test_a_list_redirected_to_another_port_is_refused(hostile, tmp_path):
-    other_hits: list[str] = []
-
-    async def record(request: web.Request) -> web.Response:
-        other_hits.append(request.path)
-        return web.Response(body=b"<urlset/>")
-
-    other_app = web.Application()
-    other_app.router.add_get("/{tail:.*}", record)
-    other = ThreadedServer(other_app).start()
-    try:
+    with another_server(b"<urlset/>") as (other, other_hits):
         hostile.list_redirect = f"http://127.0.0.1:{other.port}/resourcelist.xml"
         run = sync_once(hostile, tmp_path / "dest")
         assert other_hits == [] and run.code == 1
         assert "redirected to http://127.0.0.1:" in run.stderr and "another scheme, host or port" in run.stderr
-    finally:
-        other.stop()
 
 
 def _redirect(location: str) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:

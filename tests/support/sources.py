@@ -3,6 +3,11 @@
 (the topic BASE/changes and the hub that carries it)."""
 from __future__ import annotations
 
+import io
+from collections.abc import Iterable
+
+from rsnotify.lists import Entry, ListInfo, ListWriter
+
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/"'
 
 
@@ -17,3 +22,12 @@ def source_documents(base: str, hub: str) -> dict[str, str]:
             f'<rs:md capability="capabilitylist"/><url><loc>{base}/changes</loc><rs:ln rel="hub" href="{hub}"/>'
             '<rs:md capability="change-notification"/></url></urlset>'),
     }
+
+
+def list_bytes(info: ListInfo, entries: Iterable[Entry]) -> bytes:
+    """A Resource List, Change List or index with head `info`, as `rsnotify.lists.ListWriter` writes it."""
+    out = io.BytesIO()
+    with ListWriter(out, info) as writer:
+        for entry in entries:
+            writer.write(entry)
+    return out.getvalue()
