@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
 
+from rsnotify.backoff import backoff_delay
 from rsnotify.lists import Resource
 from rsnotify.notification import ChangeType, ResourceChange
 
@@ -93,8 +94,10 @@ def change_from_want(record: ResourceRecord) -> ResourceChange:
 
 def retry_delay(state: ResourceState, attempts: int) -> float:
     """Seconds before the next try: doubling from a base by state (a conflict may clear at
-    once, a server error less so), capped at RETRY_CAP."""
-    return min(_RETRY_BASE.get(state, 10.0) * 2 ** max(0, attempts - 1), RETRY_CAP)
+    once, a server error less so), capped at RETRY_CAP. The shared schedule without its jitter
+    (rand=1.0: the whole ceiling): these are one Destination's own held-back changes, no crowd
+    of clients to spread out, and the "next try" times `sync status` shows stay exact."""
+    return backoff_delay(max(1, attempts), _RETRY_BASE.get(state, 10.0), RETRY_CAP, rand=1.0)
 
 
 class Applier:
