@@ -1,10 +1,11 @@
 """The one retry schedule of every role: exponential backoff with jitter, capped.
 
 The hub's deliveries and the publisher's outbox keep the next attempt's time in their store
-(durable retries), the publish client and the Destination's fetcher sleep in a loop; all four
-ask this function how long to wait, so a retry storm spreads out the same way everywhere.
-A small function rather than tenacity: two of the four callers never sleep (they write the
-time down), and tenacity's value is the loop, which those two do not have.
+(durable retries); the publish client and the Destination's fetcher sleep in a loop; the
+Destination's held-back changes wait by it without the jitter. All ask this function how long
+to wait, so a retry storm spreads out the same way everywhere. A small function rather than
+tenacity: several callers never sleep (they write the time down), and tenacity's value is the
+loop, which those do not have.
 """
 from __future__ import annotations
 
