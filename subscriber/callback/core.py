@@ -168,8 +168,8 @@ class CallbackCore:
         if mode == "diagnostics":
             return self._note_diagnostics(subscription, topic, request.query.get("hub.diagnostics"))
         if mode not in ("subscribe", "unsubscribe"):
-            return CallbackResponse(
-                400, f"hub.mode must be subscribe, unsubscribe, denied or diagnostics, got {mode!r}")
+            got = repr(mode) if mode is not None else "no hub.mode field"
+            return CallbackResponse(400, f"hub.mode must be subscribe, unsubscribe, denied or diagnostics, got {got}")
         challenge = request.query.get("hub.challenge")
         if not challenge:
             return CallbackResponse(400, "hub.challenge is required, got nothing")
@@ -224,7 +224,8 @@ class CallbackCore:
         if not _same_url(topic, subscription.topic) or subscription.is_ended:
             return CallbackResponse(404, f"no subscription to topic {topic!r} at this callback URL")
         if not link or not link.startswith(("http://", "https://")):
-            return CallbackResponse(400, f"hub.diagnostics must be an http(s) URL, got {link!r}")
+            got = repr(link) if link else "nothing"
+            return CallbackResponse(400, f"hub.diagnostics must be an http(s) URL, got {got}")
         log.info("hub %s sent a diagnostics link for %s (callback %s)", subscription.hub, subscription.topic,
                  subscription.id)
         if self.lifecycle is not None:

@@ -1,0 +1,24 @@
+"""Every refusal the callback sends a hub (or a stranger) names what was wrong in words: a
+missing field is "no ... field" or "nothing", never Python's `None`."""
+from __future__ import annotations
+
+TOPIC = "http://example.com/dataset1/change/"
+
+
+async def test_a_get_without_hub_mode_is_400_naming_the_missing_field(fake_hub, make_subscriber):
+    subscriber = await make_subscriber()
+    subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
+    verification = await fake_hub.verify(subscription.callback, {})
+    assert verification.status == 400
+    assert "no hub.mode field" in verification.body
+    assert "None" not in verification.body
+    assert (await subscriber.store.get(subscription.id)).status == "active"
+
+
+async def test_a_diagnostics_link_without_a_url_is_400_naming_the_missing_value(fake_hub, make_subscriber):
+    subscriber = await make_subscriber()
+    subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
+    verification = await fake_hub.verify(subscription.callback, {"hub.mode": "diagnostics", "hub.topic": TOPIC})
+    assert verification.status == 400
+    assert "hub.diagnostics must be an http(s) URL, got nothing" in verification.body
+    assert "None" not in verification.body
