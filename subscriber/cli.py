@@ -25,6 +25,7 @@ import click
 from aiohttp import web
 
 from rsnotify.errors import WireError
+from rsnotify.neterrors import quiet_malformed_requests
 from rsnotify.websub import check_url
 
 from .callback.aiohttp_adapter import add_callback_routes
@@ -132,6 +133,7 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
         raise click.BadParameter(str(exc)) from None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_malformed_requests()
     if mirror:
         sys.exit(_mirror(Path(mirror), settings, unsubscribe_on_exit, verbose, topic=topic, source=source,
                          capability_list=capability_list))
@@ -496,6 +498,7 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
                                      param_hint="--exclude")
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_malformed_requests()
     from .sync.context import SyncOptions
     options = SyncOptions(concurrency=concurrency, keep_deleted=extra.get("keep_deleted", False),
                           dry_run=extra.get("dry_run", False), max_resource_size=_parse_size(max_resource_size),

@@ -17,7 +17,7 @@ import aiohttp
 import click
 from aiohttp import web
 
-from rsnotify.neterrors import describe_client_error
+from rsnotify.neterrors import describe_client_error, quiet_malformed_requests
 
 from ..client import Publisher
 from ..errors import SettingsError, StateError
@@ -86,6 +86,7 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
     exits after one scan: 0 published, 1 a notification still waits in the outbox.
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_malformed_requests()
     logging.getLogger("watchfiles").setLevel(logging.DEBUG if verbose else logging.WARNING)  # one line per event otherwise
     folder_path = Path(src)
     if not folder_path.is_dir():
