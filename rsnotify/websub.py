@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -145,6 +146,9 @@ def verify_signature(body: bytes, secret: str | bytes, header: str | None) -> bo
 MAX_URL_LENGTH = 2048  # characters; longer topic or callback URLs are refused (request lines, logs, keys)
 _URL_FORBIDDEN = re.compile(r'[\x00-\x20\x7f<>"{}|\\^`]')  # controls, space and what RFC 3986 never allows
 _HOST = re.compile(r"[A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\]")
+# WHATWG URL: a host whose last label is a number is an IPv4 address, and clients read
+# "2852039166", "0251.0376.0251.0376" or "0xa9fea9fe" as 169.254.169.254.
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*")
 _DOT_SEGMENT = re.compile(r"^(?:\.|%2e){1,2}$", re.IGNORECASE)
 
 
@@ -179,6 +183,10 @@ def check_url(name: str, value: str | None) -> str:
     host = host[: host.find("]") + 1] if host.startswith("[") else host.partition(":")[0]
     if not _HOST.fullmatch(host):
         raise WireError(f"{name} has an invalid host, got {text!r}")
+    if _NUMERIC_LABEL.fullmatch(host.rstrip(".").rpartition(".")[2]) and not _is_dotted_quad(host):
+        # one address, one spelling: the address guards and prefix comparisons see what a client reaches
+        raise WireError(f"{name} has a numeric host that is not an IPv4 address in dotted decimal "
+                        f"(a.b.c.d, no leading zeros), got {text!r}")
     try:
         parts.port  # noqa: B018  (raises on a bad port)
     except ValueError:
@@ -186,6 +194,14 @@ def check_url(name: str, value: str | None) -> str:
     if any(_DOT_SEGMENT.match(segment) for segment in parts.path.split("/")):
         raise WireError(f"{name} must not have '.' or '..' path segments, got {text!r}")
     return text
+
+
+def _is_dotted_quad(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)   # four decimal parts, no leading zeros (Python >= 3.9.5)
+    except ValueError:
+        return False
+    return True
 
 
 def normalize_url(url: str) -> str:
