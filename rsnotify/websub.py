@@ -263,6 +263,21 @@ def check_secret(value: str | None) -> str | None:
     return value
 
 
+SUBSCRIPTION_FIELDS = ("hub.mode", "hub.topic", "hub.callback", "hub.lease_seconds", "hub.secret")
+
+
+def _check_single_values(form: Mapping[str, str], problems: Problems) -> None:
+    """A field repeated with different values (a multidict form) is a problem: which one counts
+    would depend on the parser, and a proxy in front may read another one than the hub."""
+    getall = getattr(form, "getall", None)
+    if getall is None:
+        return
+    for name in SUBSCRIPTION_FIELDS:
+        values = getall(name, [])
+        if len(set(values)) > 1:
+            problems.add(f"{name} is given {len(values)} times with different values; send it once")
+
+
 def parse_subscription_form(form: Mapping[str, str]) -> SubscriptionRequest:
     """Validate a subscribe/unsubscribe form completely; raise one WireError with every problem.
 
@@ -270,6 +285,7 @@ def parse_subscription_form(form: Mapping[str, str]) -> SubscriptionRequest:
     ignored for unsubscriptions.
     """
     problems = Problems()
+    _check_single_values(form, problems)
     mode = form.get("hub.mode")
     if mode not in MODES:
         problems.add(f"hub.mode must be subscribe or unsubscribe, got {mode!r}")

@@ -76,6 +76,9 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
     content_type = request.content_type if "Content-Type" in request.headers else ""
     if content_type == FORM_TYPE:
         form = await read_form(request)
+        modes = form.getall("hub.mode", [])
+        if len(set(modes)) > 1:  # which one counts must not depend on the parser
+            raise BadRequestError(f"hub.mode is given {len(modes)} times with different values; send it once")
         mode = form.get("hub.mode")
         if mode in ("subscribe", "unsubscribe"):
             return await subscription_request(request, form)
