@@ -90,7 +90,7 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
         return await submission(request)
     raise UnsupportedMediaError(
         f"Content-Type must be {FORM_TYPE} (subscribe, unsubscribe, publish) or {XML_TYPE} "
-        f"(a ResourceSync change notification), got {content_type or 'none'!r}")
+        f"(a ResourceSync change notification), got {repr(content_type) if content_type else 'no Content-Type'}")
 
 
 async def read_form(request: web.Request) -> MultiDictProxy[str]:

@@ -1,14 +1,15 @@
 """A subscribe/unsubscribe form (or any hub.mode) that repeats a field with different values is
 refused with a 400 naming the field, and nothing is queued: which value counts would otherwise
 depend on the parser, and a proxy in front of the hub may read another one. The same value
-twice is harmless and accepted."""
+twice is harmless and accepted. A POST without Content-Type is told so in words."""
 from __future__ import annotations
 
+import http.client
 import urllib.parse
 
 import pytest
 
-from tests.support.http import http
+from tests.support.http import http as http_request
 from tests.support.subscribers import RecordingSubscriber
 from tests.support.waiting import wait_until
 
@@ -17,7 +18,7 @@ FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
 def post(hub_url: str, pairs: list[tuple[str, str]]) -> tuple[int, bytes]:
-    return http("POST", hub_url, urllib.parse.urlencode(pairs).encode(), FORM, 10.0)
+    return http_request("POST", hub_url, urllib.parse.urlencode(pairs).encode(), FORM, 10.0)
 
 
 @pytest.mark.parametrize("field", ["hub.mode", "hub.topic", "hub.callback", "hub.lease_seconds", "hub.secret"])
@@ -46,3 +47,16 @@ def test_the_same_value_twice_is_accepted_and_verified(hub_process) -> None:
         assert subscriber.verifications("/twice")[0].query["hub.mode"] == "subscribe"
     finally:
         server.stop()
+
+
+def test_a_post_without_content_type_says_so(hub_process) -> None:
+    hub = hub_process()
+    connection = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=10)
+    try:   # http.client sends no Content-Type unless told (urllib would add a form type)
+        connection.request("POST", "/", body=b"", headers={"Content-Length": "0"})
+        answer = connection.getresponse()
+        status, body = answer.status, answer.read()
+    finally:
+        connection.close()
+    assert status == 415, body
+    assert body.decode().rstrip().endswith("got no Content-Type"), body
