@@ -11,6 +11,7 @@ import ssl
 
 import aiohttp
 from aiohttp.http_exceptions import HttpProcessingError
+from aiohttp.web_protocol import RequestPayloadError
 
 
 def describe_client_error(exc: BaseException) -> str:
@@ -54,15 +55,17 @@ SERVER_LOGGER = "aiohttp.server"   # where aiohttp logs a request it could not p
 
 class MalformedRequestFilter(logging.Filter):
     """Turns aiohttp's ERROR-with-traceback for a request it could not parse (a header line
-    too long, a bad Content-Length, chunked and Content-Length together, ...) into one INFO
-    line: the client already got its 400, and a stranger must not be able to fill our logs
-    with tracebacks. Every other record passes unchanged."""
+    too long, a bad Content-Length, chunked and Content-Length together, ...) or whose body it
+    could not decode (`Content-Encoding: gzip` on bytes that are not: raised again when aiohttp
+    drains the rest after our 400) into one INFO line: the client already got its 400, and a
+    stranger must not be able to fill our logs with tracebacks. Other records pass unchanged."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         exc = record.exc_info[1] if record.exc_info else None
-        if isinstance(exc, HttpProcessingError):
+        if isinstance(exc, HttpProcessingError | RequestPayloadError):
             peer = record.args[0] if isinstance(record.args, tuple) and record.args else "a client"
-            reason = " ".join(str(exc.message or type(exc).__name__).split())
+            text = exc.message if isinstance(exc, HttpProcessingError) else str(exc)
+            reason = " ".join(str(text or type(exc).__name__).split()).removeprefix("400, message:").strip()
             record.msg, record.args = "refused a malformed request from %s with 400: %s", (peer, _cut(reason))
             record.exc_info, record.exc_text = None, None
             record.levelno, record.levelname = logging.INFO, "INFO"

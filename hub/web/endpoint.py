@@ -230,6 +230,9 @@ async def read_body(request: web.Request, limit: int, *, what: str = "body", set
                     raise PayloadTooLargeError(f"{what} is larger than the hub's limit of {limit} bytes ({setting})")
     except TimeoutError:
         raise RequestTimeoutError(f"the {what} did not arrive within {timeout:g} s (--body-timeout)") from None
+    except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip on bytes that are not gzip
+        reason = " ".join(str(exc).split()).removeprefix("400, message:").strip()
+        raise BadRequestError(f"the {what} cannot be read as sent: {reason or 'broken body'}") from None
     return b"".join(chunks)
 
 
