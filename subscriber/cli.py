@@ -337,8 +337,8 @@ def _print_notification(received: ReceivedNotification) -> None:
     for gap in received.gaps:
         _status(f"gap on {received.topic}: {gap.message}")
     for problem in received.problems:
-        _status(f"notification {received.notification_id} on {received.topic} is not a valid change "
-                f"notification: {problem}")
+        which = f"notification {received.notification_id}" if received.notification_id else "a notification"
+        _status(f"{which} on {received.topic} is not a valid change notification: {problem}")
 
 
 class _NoTracebackForClosedStdout(logging.Filter):

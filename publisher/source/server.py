@@ -220,6 +220,9 @@ class Source:
             except TimeoutError:
                 raise web.HTTPRequestTimeout(text=f"the request body did not arrive within {self.body_timeout:g} s",
                                              headers={"Connection": "close"}) from None
+            except web.RequestPayloadError:  # e.g. Content-Encoding: gzip on bytes that are not gzip
+                raise web.HTTPBadRequest(text="the request body cannot be read as sent (and this Source takes "
+                                              "no request bodies)", headers={"Connection": "close"}) from None
         return await handler(request)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
