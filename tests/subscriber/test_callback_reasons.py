@@ -22,3 +22,18 @@ async def test_a_diagnostics_link_without_a_url_is_400_naming_the_missing_value(
     assert verification.status == 400
     assert "hub.diagnostics must be an http(s) URL, got nothing" in verification.body
     assert "None" not in verification.body
+
+
+async def test_a_lease_of_thousands_of_digits_is_400_not_500(fake_hub, make_subscriber):
+    # int() refuses more than 4,300 digits with a ValueError: it used to escape as a 500
+    subscriber = await make_subscriber()
+    subscription = await subscriber.subscribe(TOPIC, fake_hub.url)
+    verification = await fake_hub.verify(subscription.callback, {
+        "hub.mode": "subscribe", "hub.topic": TOPIC, "hub.challenge": "abc", "hub.lease_seconds": "9" * 5000})
+    assert verification.status == 400, verification.body
+    assert "hub.lease_seconds must be a positive integer" in verification.body
+    assert len(verification.body) < 300
+    assert (await subscriber.store.get(subscription.id)).lease_seconds == subscription.lease_seconds
+    clamped = await fake_hub.verify(subscription.callback, {
+        "hub.mode": "subscribe", "hub.topic": TOPIC, "hub.challenge": "big", "hub.lease_seconds": "9" * 30})
+    assert (clamped.status, clamped.body) == (200, "big")   # large but sane: clamped, as before
