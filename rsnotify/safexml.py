@@ -390,12 +390,18 @@ def read_datetime(value: str | None, what: str, problems: list[str]) -> datetime
         return None
 
 
+MAX_LENGTH = 2**63 - 1
+
+
 def read_length(value: str | None, what: str, problems: list[str]) -> int | None:
     if value is None:
         return None
     text = value.strip()
-    if not (text.isascii() and text.isdigit()):
-        problems.append(f"{what}='{value}'; expected a non-negative integer (bytes)")
+    # at most 19 digits and below 2**63: int() fails past 4,300 digits, and SQLite (the change
+    # memory, the sync state) stores no larger integer
+    if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_LENGTH):
+        shown = value if len(value) <= 40 else f"{value[:40]}… ({len(value)} characters)"
+        problems.append(f"{what}='{shown}'; expected a non-negative integer (bytes) below 2**63")
         return None
     return int(text)
 

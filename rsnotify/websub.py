@@ -52,7 +52,8 @@ def parse_sequence(value: str | None) -> int | None:
     """An X-RSNotify-Sequence value as its number; None when absent or not a whole number (a
     delivery is never refused for it: the sequence only serves to see gaps)."""
     text = (value or "").strip()
-    return int(text) if text.isdigit() else None
+    # ASCII and at most 18 digits: int() fails past 4,300 digits, and the stores keep it in SQLite
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
 
 
 def missing_sequences(last: int, sequence: int) -> str:

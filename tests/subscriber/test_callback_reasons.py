@@ -37,3 +37,13 @@ async def test_a_lease_of_thousands_of_digits_is_400_not_500(fake_hub, make_subs
     clamped = await fake_hub.verify(subscription.callback, {
         "hub.mode": "subscribe", "hub.topic": TOPIC, "hub.challenge": "big", "hub.lease_seconds": "9" * 30})
     assert (clamped.status, clamped.body) == (200, "big")   # large but sane: clamped, as before
+
+
+async def test_a_sequence_of_thousands_of_digits_is_ignored_like_any_malformed_one(fake_hub, make_subscriber):
+    from .conftest import make_notification
+    subscriber = await make_subscriber()
+    subscription = await subscriber.subscribe(TOPIC, fake_hub.url, secret=False)
+    assert fake_hub.session is not None
+    async with fake_hub.session.post(subscription.callback, data=make_notification(), headers={
+            "Content-Type": "application/xml", "X-RSNotify-Sequence": "9" * 5000}) as response:
+        assert response.status < 300, await response.text()
