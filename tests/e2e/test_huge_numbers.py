@@ -2,7 +2,8 @@
 with a ValueError) never escape as a 500 or a traceback: a `length` in a submission is a 400 at
 the hub, and one in a hostile Source's Resource List is one line from `rsnotify sync` (exit 1). A length past
 2**63 (what SQLite stores) is refused the same way. (The callback's side:
-tests/subscriber/test_callback_reasons.py.)"""
+tests/subscriber/test_callback_reasons.py.) Digits are ASCII digits: a datetime in fullwidth
+digits is refused too."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -67,3 +68,15 @@ def test_sync_reports_a_hostile_length_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr, result.stderr[-2000:]
     assert "expected a non-negative integer (bytes) below 2**63" in result.stderr, result.stderr
 
+
+
+def test_the_hub_refuses_a_datetime_written_with_non_ascii_digits(hub_process) -> None:
+    # Python's \d matched "２０２６" (fullwidth) and int() read it: stored and relayed to clients
+    # whose XML Schema parsers refuse it
+    hub = hub_process()
+    body = notification("5").replace(b'datetime="2026-01-01T00:00:00Z"',
+                                     'datetime="２０２６-01-01T00:00:00Z"'.encode())
+    status, answer = http("POST", hub.url, body, {
+        "Content-Type": "application/xml", "Link": f'<{TOPIC}>; rel="self", <{hub.url}>; rel="hub"'})
+    assert status == 400, answer
+    assert "expected a W3C datetime" in answer.decode(), answer
