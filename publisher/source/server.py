@@ -200,7 +200,8 @@ class Source:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._bounded_body])
-        app.router.add_route("*", "/{tail:.*}", self.handle)
+        # [\s\S], not ".": a file name may hold a line break (listed as %0A), which "." never matches
+        app.router.add_route("*", "/{tail:[\\s\\S]*}", self.handle)
         return app
 
     @web.middleware
