@@ -155,11 +155,16 @@ def _check_shape(root: etree._Element, error: type[DocumentParseError]) -> None:
         )
 
 
+MAX_DEPTH = 256   # libxml2's limit without XML_PARSE_HUGE (which is never set)
+
+
 def _translate(exc: Exception, error: type[DocumentParseError]) -> DocumentParseError:
     if isinstance(exc, _ExternalReferenceRefused):
         # Says nothing about the reference: whether a local file exists must not leak.
         return error("document refers to an external resource; expected none: external references are refused")
     if isinstance(exc, etree.XMLSyntaxError):
+        if "Excessive depth" in str(exc):   # libxml2's own words advise an option we never set
+            return error(f"elements nested past the maximum depth of {MAX_DEPTH} levels; expected at most {MAX_DEPTH}")
         return error(f"not well-formed XML: {exc}")
     return error(f"not an XML document: {exc}")  # lxml's ValueError: e.g. empty or unsupported input
 
