@@ -24,6 +24,7 @@ import aiohttp
 import click
 from aiohttp import web
 
+from rsnotify.clitypes import FiniteFloatRange
 from rsnotify.errors import WireError
 from rsnotify.neterrors import quiet_malformed_requests
 from rsnotify.websub import check_url
@@ -85,7 +86,7 @@ def _status(message: str) -> None:
 @click.option("--unsubscribe-on-exit", is_flag=True, envvar="RSNOTIFY_SUBSCRIBER_UNSUBSCRIBE_ON_EXIT",
               show_envvar=True, help="Unsubscribe on Ctrl-C/SIGTERM (by default the subscription stays, so the "
                                      "hub keeps the notifications for the next start).")
-@click.option("--verification-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+@click.option("--verification-timeout", type=FiniteFloatRange(min=0.1), default=30.0, show_default=True,
               envvar="RSNOTIFY_SUBSCRIBER_VERIFICATION_TIMEOUT", show_envvar=True,
               help="Seconds to wait for the hub to verify a (un)subscription.")
 @click.option("--mirror", metavar="DIR", envvar="RSNOTIFY_SUBSCRIBER_MIRROR", show_envvar=True,
@@ -431,10 +432,10 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
                            help="Send this header to the Source's own origin (scheme, host, port of --source or "
                                 "--capability-list), never to another host or after a redirect to one: e.g. an "
                                 "access token. Repeatable; in the variable one per line, out of `ps`.")(command)
-    command = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+    command = click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True), default=30.0, show_default=True,
                            envvar="RSNOTIFY_SYNC_TIMEOUT", show_envvar=True,
                            help="Seconds a request may take to connect, and between two reads of its answer.")(command)
-    command = click.option("--rate", type=click.FloatRange(min=0, min_open=True), metavar="N",
+    command = click.option("--rate", type=FiniteFloatRange(min=0, min_open=True), metavar="N",
                            envvar="RSNOTIFY_SYNC_RATE", show_envvar=True,
                            help="At most N requests a second to any one host (politeness) [default: no limit].")(command)
     command = click.option("--tries", type=click.IntRange(min=1), default=5, show_default=True,
@@ -523,7 +524,7 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
 @click.option("--dry-run", is_flag=True,
               help="With --once: list what the baseline or catch-up would fetch and delete (a line per resource "
                    "on stdout, `plan` events with --json) and the counts; nothing in DIR is written.")
-@click.option("--poll-interval", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--poll-interval", type=FiniteFloatRange(min=1), default=60.0, show_default=True,
               envvar="RSNOTIFY_SYNC_POLL_INTERVAL", show_envvar=True,
               help="Seconds between pulls of the Source's Change List when push is silent or unavailable.")
 @click.option("--lease-seconds", type=click.IntRange(min=1), metavar="N", envvar="RSNOTIFY_SYNC_LEASE_SECONDS",
