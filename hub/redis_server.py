@@ -51,7 +51,10 @@ def _remember_server(data: Path, binary: str) -> None:
     except (OSError, UnicodeDecodeError):
         pass
     temporary = data / f".{SERVER_MARKER}.tmp"
-    temporary.write_text(binary + "\n", encoding="utf-8")
+    # 0600 like every file in the folder (the server's own are made under umask 077)
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(binary + "\n")
     os.replace(temporary, marker)
 
 
