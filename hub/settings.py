@@ -6,6 +6,7 @@ a `--option` with its `RSNOTIFY_*` variable. Nothing here reads `os.environ` by 
 from __future__ import annotations
 
 import ipaddress
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -165,9 +166,15 @@ class HubSettings:
                     ipaddress.ip_network(cidr, strict=False)
                 except ValueError:
                     problems.append(f"{name} must hold CIDRs like 10.0.0.0/8, got {cidr!r}")
-        for name in ("max_form", "header_timeout", "body_timeout", "dormant_after"):
+        for name in ("max_form", "header_timeout", "body_timeout", "dormant_after", "connect_timeout",
+                     "fetch_timeout", "retry_base", "retry_cap", "delivery_timeout", "reconcile_interval",
+                     "sweep_interval"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be a positive number, got {getattr(self, name)}")
+        for spec in fields(self):   # nan passes every "<= 0" test above, and inf never ends a wait
+            value = getattr(self, spec.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                problems.append(f"{spec.name} must be a finite number, got {value}")
         for name in ("rate_subscribe_client", "rate_subscribe_callback_host", "rate_publish_token"):
             problem = rate_problem(getattr(self, name))
             if problem:

@@ -96,13 +96,13 @@ def _from_mapping(item: Mapping[str, Any], now: datetime) -> ResourceChange:
 def _build(now: datetime, **fields: Any) -> ResourceChange:
     loc = fields.get("loc")
     if not isinstance(loc, str) or not loc.strip():
-        raise ChangeInputError(f"a change needs a loc (the resource's URI), got {loc!r}")
+        raise ChangeInputError(f"a change needs a loc (the resource's URI), got {_shown(loc)}")
     fields["loc"] = loc.strip()
     change = fields.get("change")
     if isinstance(change, str):
         fields["change"] = change.strip().lower()
     elif not isinstance(change, ChangeType):
-        raise ChangeInputError(f"change of {loc} must be created, updated or deleted, got {change!r}")
+        raise ChangeInputError(f"change of {loc} must be created, updated or deleted, got {_shown(change)}")
     for name in ("changed_at", "lastmod"):
         if name in fields:
             fields[name] = _datetime(fields[name], f"{'datetime' if name == 'changed_at' else name} of {loc}")
@@ -116,6 +116,11 @@ def _build(now: datetime, **fields: Any) -> ResourceChange:
         return ResourceChange(**fields)
     except NotificationError as exc:
         raise ChangeInputError(str(exc)) from None
+
+
+def _shown(value: Any) -> str:
+    """A value for a message: `nothing` for a missing one (JSON null or no key), never Python's None."""
+    return "nothing" if value is None else repr(value)
 
 
 def _datetime(value: Any, what: str) -> datetime | None:

@@ -17,6 +17,7 @@ from typing import Any, BinaryIO
 
 import click
 
+from rsnotify.clitypes import FiniteFloatRange
 from rsnotify.datetimes import format_datetime
 from rsnotify.notification import CapabilityList, ChangeType, ResourceChange
 
@@ -93,12 +94,12 @@ def _change_order(args: list[str]) -> list[tuple[ChangeType, str]]:
                    "every change published, for Change Lists "
                    f"[default: {click.get_app_dir('rsnotify')}/{DEFAULT_STATE_FILE}].")
 @click.option("--no-state", is_flag=True, help="Keep no state: this publish starts at its first change.")
-@click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+@click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True), default=30.0, show_default=True,
               envvar="RSNOTIFY_PUBLISH_TIMEOUT", show_envvar=True, help="Seconds for one POST.")
 @click.option("--attempts", "max_attempts", type=click.IntRange(min=1), default=5, show_default=True,
               envvar="RSNOTIFY_PUBLISH_ATTEMPTS", show_envvar=True,
               help="Tries per notification when the hub answers 5xx or cannot be reached.")
-@click.option("--retry-delay", type=click.FloatRange(min=0), default=0.5, show_default=True,
+@click.option("--retry-delay", type=FiniteFloatRange(min=0), default=0.5, show_default=True,
               envvar="RSNOTIFY_PUBLISH_RETRY_DELAY", show_envvar=True,
               help="Seconds before the first retry; doubles with each retry.")
 @click.option("--max-entries", type=click.IntRange(min=1), default=50_000, show_default=True,

@@ -17,6 +17,7 @@ from typing import Any
 import click
 
 from .admin_client import AdminClient, AdminError
+from .clitypes import FiniteFloatRange
 
 DEFAULT_HUB = "http://127.0.0.1:8080/"   # where `rsnotify hub` listens by default
 CELL_WIDTH = 60                          # long URLs are shortened in tables (--json keeps them whole)
@@ -83,7 +84,7 @@ pass_admin = click.make_pass_decorator(Admin)
               help="The hub's admin token. Prefer the environment variable: a flag shows in `ps` and "
                    "shell history. Without one, only a hub on this machine without a token answers.")
 @click.option("--json", "as_json", is_flag=True, help="Print the API's JSON instead of a table.")
-@click.option("--timeout", type=click.FloatRange(min=0.1), default=10.0, show_default=True, metavar="SECONDS",
+@click.option("--timeout", type=FiniteFloatRange(min=0.1), default=10.0, show_default=True, metavar="SECONDS",
               help="How long to wait for the hub's answer.")
 @click.pass_context
 def admin(ctx: click.Context, hub_url: str, token: str | None, as_json: bool, timeout: float) -> None:

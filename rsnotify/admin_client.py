@@ -13,6 +13,7 @@ from urllib.parse import urljoin
 import aiohttp
 
 from .errors import RsnotifyError
+from .neterrors import describe_client_error
 
 TIMEOUT = 10.0   # s for one admin request
 
@@ -131,7 +132,7 @@ class AdminClient:
         except TimeoutError as exc:
             raise AdminError(None, f"no answer within {self._timeout:g} s", self.hub_url) from exc
         except (aiohttp.ClientError, OSError) as exc:
-            raise AdminError(None, str(exc) or type(exc).__name__, self.hub_url) from exc
+            raise AdminError(None, describe_client_error(exc), self.hub_url) from exc
 
 
 def _reason(text: str) -> str:

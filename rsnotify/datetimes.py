@@ -15,7 +15,8 @@ from .errors import DatetimeError
 # A time needs a TZD: the profile has no floating local times.
 _W3C_DATETIME = re.compile(
     r"(\d{4})(?:-(\d{2})(?:-(\d{2})"
-    r"(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?(?:(Z)|([+-])(\d{2}):(\d{2})))?)?)?"
+    r"(?:T(\d{2}):(\d{2})(?::(\d{2})(?:\.(\d+))?)?(?:(Z)|([+-])(\d{2}):(\d{2})))?)?)?",
+    re.ASCII,   # \d is 0-9 only: XML Schema dates have ASCII digits ("２０２６" is not a year)
 )
 
 EXAMPLE = "2013-01-03T00:07:22Z"

@@ -163,11 +163,16 @@ def _check_shape(root: etree._Element, error: type[DocumentParseError]) -> None:
         )
 
 
+MAX_DEPTH = 256   # libxml2's limit without XML_PARSE_HUGE (which is never set)
+
+
 def _translate(exc: Exception, error: type[DocumentParseError]) -> DocumentParseError:
     if isinstance(exc, _ExternalReferenceRefused):
         # Says nothing about the reference: whether a local file exists must not leak.
         return error("document refers to an external resource; expected none: external references are refused")
     if isinstance(exc, etree.XMLSyntaxError):
+        if "Excessive depth" in str(exc):   # libxml2's own words advise an option we never set
+            return error(f"elements nested past the maximum depth of {MAX_DEPTH} levels; expected at most {MAX_DEPTH}")
         return error(f"not well-formed XML: {exc}")
     return error(f"not an XML document: {exc}")  # lxml's ValueError: e.g. empty or unsupported input
 
@@ -420,12 +425,18 @@ def read_datetime(value: str | None, what: str, problems: list[str]) -> datetime
         return None
 
 
+MAX_LENGTH = 2**63 - 1
+
+
 def read_length(value: str | None, what: str, problems: list[str]) -> int | None:
     if value is None:
         return None
     text = value.strip()
-    if not (text.isascii() and text.isdigit()):
-        problems.append(f"{what}='{value}'; expected a non-negative integer (bytes)")
+    # at most 19 digits and below 2**63: int() fails past 4,300 digits, and SQLite (the change
+    # memory, the sync state) stores no larger integer
+    if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_LENGTH):
+        shown = value if len(value) <= 40 else f"{value[:40]}… ({len(value)} characters)"
+        problems.append(f"{what}='{shown}'; expected a non-negative integer (bytes) below 2**63")
         return None
     return int(text)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -51,7 +52,8 @@ def parse_sequence(value: str | None) -> int | None:
     """An X-RSNotify-Sequence value as its number; None when absent or not a whole number (a
     delivery is never refused for it: the sequence only serves to see gaps)."""
     text = (value or "").strip()
-    return int(text) if text.isdigit() else None
+    # ASCII and at most 18 digits: int() fails past 4,300 digits, and the stores keep it in SQLite
+    return int(text) if text.isascii() and text.isdigit() and len(text) <= 18 else None
 
 
 def missing_sequences(last: int, sequence: int) -> str:
@@ -148,6 +150,9 @@ def verify_signature(body: bytes, secret: str | bytes, header: str | None) -> bo
 MAX_URL_LENGTH = 2048  # characters; longer topic or callback URLs are refused (request lines, logs, keys)
 _URL_FORBIDDEN = re.compile(r'[\x00-\x20\x7f<>"{}|\\^`]')  # controls, space and what RFC 3986 never allows
 _HOST = re.compile(r"[A-Za-z0-9._~-]+|\[[0-9A-Fa-f:.]+\]")
+# WHATWG URL: a host whose last label is a number is an IPv4 address, and clients read
+# "2852039166", "0251.0376.0251.0376" or "0xa9fea9fe" as 169.254.169.254.
+_NUMERIC_LABEL = re.compile(r"[0-9]+|0[xX][0-9A-Fa-f]*")
 _DOT_SEGMENT = re.compile(r"^(?:\.|%2e){1,2}$", re.IGNORECASE)
 
 
@@ -182,6 +187,10 @@ def check_url(name: str, value: str | None) -> str:
     host = host[: host.find("]") + 1] if host.startswith("[") else host.partition(":")[0]
     if not _HOST.fullmatch(host):
         raise WireError(f"{name} has an invalid host, got {text!r}")
+    if _NUMERIC_LABEL.fullmatch(host.rstrip(".").rpartition(".")[2]) and not _is_dotted_quad(host):
+        # one address, one spelling: the address guards and prefix comparisons see what a client reaches
+        raise WireError(f"{name} has a numeric host that is not an IPv4 address in dotted decimal "
+                        f"(a.b.c.d, no leading zeros), got {text!r}")
     try:
         parts.port  # noqa: B018  (raises on a bad port)
     except ValueError:
@@ -189,6 +198,14 @@ def check_url(name: str, value: str | None) -> str:
     if any(_DOT_SEGMENT.match(segment) for segment in parts.path.split("/")):
         raise WireError(f"{name} must not have '.' or '..' path segments, got {text!r}")
     return text
+
+
+def _is_dotted_quad(host: str) -> bool:
+    try:
+        ipaddress.IPv4Address(host)   # four decimal parts, no leading zeros (Python >= 3.9.5)
+    except ValueError:
+        return False
+    return True
 
 
 def normalize_url(url: str) -> str:
@@ -250,6 +267,21 @@ def check_secret(value: str | None) -> str | None:
     return value
 
 
+SUBSCRIPTION_FIELDS = ("hub.mode", "hub.topic", "hub.callback", "hub.lease_seconds", "hub.secret")
+
+
+def _check_single_values(form: Mapping[str, str], problems: Problems) -> None:
+    """A field repeated with different values (a multidict form) is a problem: which one counts
+    would depend on the parser, and a proxy in front may read another one than the hub."""
+    getall = getattr(form, "getall", None)
+    if getall is None:
+        return
+    for name in SUBSCRIPTION_FIELDS:
+        values = getall(name, [])
+        if len(set(values)) > 1:
+            problems.add(f"{name} is given {len(values)} times with different values; send it once")
+
+
 def parse_subscription_form(form: Mapping[str, str]) -> SubscriptionRequest:
     """Validate a subscribe/unsubscribe form completely; raise one WireError with every problem.
 
@@ -257,6 +289,7 @@ def parse_subscription_form(form: Mapping[str, str]) -> SubscriptionRequest:
     ignored for unsubscriptions.
     """
     problems = Problems()
+    _check_single_values(form, problems)
     mode = form.get("hub.mode")
     if mode not in MODES:
         problems.add(f"hub.mode must be subscribe or unsubscribe, got {mode!r}")

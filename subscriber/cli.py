@@ -25,7 +25,9 @@ import click
 from aiohttp import web
 
 from rsnotify import eventloop
+from rsnotify.clitypes import FiniteFloatRange
 from rsnotify.errors import WireError
+from rsnotify.neterrors import quiet_malformed_requests
 from rsnotify.websub import check_url
 
 from .callback.aiohttp_adapter import add_callback_routes
@@ -85,7 +87,7 @@ def _status(message: str) -> None:
 @click.option("--unsubscribe-on-exit", is_flag=True, envvar="RSNOTIFY_SUBSCRIBER_UNSUBSCRIBE_ON_EXIT",
               show_envvar=True, help="Unsubscribe on Ctrl-C/SIGTERM (by default the subscription stays, so the "
                                      "hub keeps the notifications for the next start).")
-@click.option("--verification-timeout", type=click.FloatRange(min=0.1), default=30.0, show_default=True,
+@click.option("--verification-timeout", type=FiniteFloatRange(min=0.1), default=30.0, show_default=True,
               envvar="RSNOTIFY_SUBSCRIBER_VERIFICATION_TIMEOUT", show_envvar=True,
               help="Seconds to wait for the hub to verify a (un)subscription.")
 @click.option("--mirror", metavar="DIR", envvar="RSNOTIFY_SUBSCRIBER_MIRROR", show_envvar=True,
@@ -133,6 +135,7 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
         raise click.BadParameter(str(exc)) from None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_malformed_requests()
     if mirror:
         sys.exit(_mirror(Path(mirror), settings, unsubscribe_on_exit, verbose, topic=topic, source=source,
                          capability_list=capability_list))
@@ -336,8 +339,8 @@ def _print_notification(received: ReceivedNotification) -> None:
     for gap in received.gaps:
         _status(f"gap on {received.topic}: {gap.message}")
     for problem in received.problems:
-        _status(f"notification {received.notification_id} on {received.topic} is not a valid change "
-                f"notification: {problem}")
+        which = f"notification {received.notification_id}" if received.notification_id else "a notification"
+        _status(f"{which} on {received.topic} is not a valid change notification: {problem}")
 
 
 class _NoTracebackForClosedStdout(logging.Filter):
@@ -430,10 +433,10 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
                            help="Send this header to the Source's own origin (scheme, host, port of --source or "
                                 "--capability-list), never to another host or after a redirect to one: e.g. an "
                                 "access token. Repeatable; in the variable one per line, out of `ps`.")(command)
-    command = click.option("--timeout", type=click.FloatRange(min=0, min_open=True), default=30.0, show_default=True,
+    command = click.option("--timeout", type=FiniteFloatRange(min=0, min_open=True), default=30.0, show_default=True,
                            envvar="RSNOTIFY_SYNC_TIMEOUT", show_envvar=True,
                            help="Seconds a request may take to connect, and between two reads of its answer.")(command)
-    command = click.option("--rate", type=click.FloatRange(min=0, min_open=True), metavar="N",
+    command = click.option("--rate", type=FiniteFloatRange(min=0, min_open=True), metavar="N",
                            envvar="RSNOTIFY_SYNC_RATE", show_envvar=True,
                            help="At most N requests a second to any one host (politeness) [default: no limit].")(command)
     command = click.option("--tries", type=click.IntRange(min=1), default=5, show_default=True,
@@ -497,6 +500,7 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
                                      param_hint="--exclude")
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_malformed_requests()
     from .sync.context import SyncOptions
     options = SyncOptions(concurrency=concurrency, keep_deleted=extra.get("keep_deleted", False),
                           dry_run=extra.get("dry_run", False), max_resource_size=_parse_size(max_resource_size),
@@ -521,7 +525,7 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
 @click.option("--dry-run", is_flag=True,
               help="With --once: list what the baseline or catch-up would fetch and delete (a line per resource "
                    "on stdout, `plan` events with --json) and the counts; nothing in DIR is written.")
-@click.option("--poll-interval", type=click.FloatRange(min=1), default=60.0, show_default=True,
+@click.option("--poll-interval", type=FiniteFloatRange(min=1), default=60.0, show_default=True,
               envvar="RSNOTIFY_SYNC_POLL_INTERVAL", show_envvar=True,
               help="Seconds between pulls of the Source's Change List when push is silent or unavailable.")
 @click.option("--lease-seconds", type=click.IntRange(min=1), metavar="N", envvar="RSNOTIFY_SYNC_LEASE_SECONDS",

@@ -45,6 +45,11 @@ def admin_only(handler: Handler) -> Handler:
 # --- helpers --------------------------------------------------------------------------------
 
 
+def _shown(raw: str) -> str:
+    """A query value quoted in a refusal, cut to 40 characters (a 5,000-digit one is not echoed whole)."""
+    return repr(raw) if len(raw) <= 40 else f"{raw[:40]!r}… ({len(raw)} characters)"
+
+
 def _page(request: web.Request) -> tuple[int, int]:
     """(offset, limit) from the query; BadRequestError naming each bad value."""
     problems, values = [], {}
@@ -56,7 +61,7 @@ def _page(request: web.Request) -> tuple[int, int]:
             value = -1
         if value < 0 or (top is not None and not 1 <= value <= top):
             bounds = f"1-{top}" if top else "0 or more"
-            problems.append(f"{name} must be an integer {bounds}, got {raw!r}")
+            problems.append(f"{name} must be an integer {bounds}, got {_shown(raw)}")
         values[name] = value
     if problems:
         raise BadRequestError(problems)
@@ -133,8 +138,9 @@ async def get_history(request: web.Request) -> web.Response:
     """GET /admin/history?minutes=: deliveries, failures and average publish→delivery latency per
     minute, oldest first, up to the current minute (at most HISTORY_MINUTES)."""
     raw = request.query.get("minutes", str(history.HISTORY_MINUTES))
-    if not raw.isdigit() or not 1 <= int(raw) <= history.HISTORY_MINUTES:
-        raise BadRequestError(f"minutes must be an integer 1-{history.HISTORY_MINUTES}, got {raw!r}")
+    # ASCII and short first: int() refuses numbers past 4,300 digits with a ValueError (a 500)
+    if not (raw.isascii() and raw.isdigit() and len(raw) <= 6) or not 1 <= int(raw) <= history.HISTORY_MINUTES:
+        raise BadRequestError(f"minutes must be an integer 1-{history.HISTORY_MINUTES}, got {_shown(raw)}")
     rows = await history.delivery_history(request.app[REDIS], _now(request), int(raw))
     return web.json_response({"history": rows})
 

@@ -44,6 +44,7 @@ from .endpoint import read_form
 log = logging.getLogger(__name__)
 
 TIMESTAMP_HEADER = "X-RSNotify-Timestamp"
+MAX_TIMESTAMP_DIGITS = 12   # epoch seconds until the year 33658
 SIGNATURE_WINDOW = 300      # s a signed request's timestamp may differ from the hub's clock
 TOKEN_TTL = 86_400          # s a diagnostics token works
 LINK_INTERVAL = 60          # s between two links sent to one callback
@@ -108,10 +109,12 @@ async def check_holder(request: web.Request, sid: str) -> None:
             f"prove you hold the callback: sign \"{{sid}}\\n{{timestamp}}\" with the subscription's secret "
             f"({SIGNATURE_HEADER} and {TIMESTAMP_HEADER} headers), or use the token of a link from "
             "POST /diagnostics (hub.topic, hub.callback); got neither")
-    try:
-        age = abs(float(app[CLOCK]()) - int(timestamp))
-    except ValueError:
-        raise AuthenticationError(f"{TIMESTAMP_HEADER} must be epoch seconds, got {timestamp!r}") from None
+    # ASCII digits of a sane length only: int() takes "١٢٣" and "1_000", and a 400-digit number
+    # overflows the float subtraction (a 500)
+    if not (timestamp.isascii() and timestamp.isdigit() and len(timestamp) <= MAX_TIMESTAMP_DIGITS):
+        shown = timestamp if len(timestamp) <= 40 else f"{timestamp[:40]}… ({len(timestamp)} characters)"
+        raise AuthenticationError(f"{TIMESTAMP_HEADER} must be epoch seconds, got {shown!r}")
+    age = abs(float(app[CLOCK]()) - int(timestamp))
     if age > SIGNATURE_WINDOW:
         raise AuthenticationError(f"{TIMESTAMP_HEADER} must be within {SIGNATURE_WINDOW} s of the hub's clock, "
                                   f"got one {int(age)} s away")

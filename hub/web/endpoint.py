@@ -76,6 +76,9 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
     content_type = request.content_type if "Content-Type" in request.headers else ""
     if content_type == FORM_TYPE:
         form = await read_form(request)
+        modes = form.getall("hub.mode", [])
+        if len(set(modes)) > 1:  # which one counts must not depend on the parser
+            raise BadRequestError(f"hub.mode is given {len(modes)} times with different values; send it once")
         mode = form.get("hub.mode")
         if mode in ("subscribe", "unsubscribe"):
             return await subscription_request(request, form)
@@ -87,7 +90,7 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
         return await submission(request)
     raise UnsupportedMediaError(
         f"Content-Type must be {FORM_TYPE} (subscribe, unsubscribe, publish) or {XML_TYPE} "
-        f"(a ResourceSync change notification), got {content_type or 'none'!r}")
+        f"(a ResourceSync change notification), got {repr(content_type) if content_type else 'no Content-Type'}")
 
 
 async def read_form(request: web.Request) -> MultiDictProxy[str]:
@@ -227,6 +230,9 @@ async def read_body(request: web.Request, limit: int, *, what: str = "body", set
                     raise PayloadTooLargeError(f"{what} is larger than the hub's limit of {limit} bytes ({setting})")
     except TimeoutError:
         raise RequestTimeoutError(f"the {what} did not arrive within {timeout:g} s (--body-timeout)") from None
+    except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip on bytes that are not gzip
+        reason = " ".join(str(exc).split()).removeprefix("400, message:").strip()
+        raise BadRequestError(f"the {what} cannot be read as sent: {reason or 'broken body'}") from None
     return b"".join(chunks)
 
 

@@ -112,7 +112,7 @@ def check_admin_action(request: web.Request, *, is_credentialed: bool = False) -
     content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
     if content_type in SIMPLE_TYPES:
         raise ForbiddenError("admin actions must be sent with 'Content-Type: application/json' or the admin "
-                             f"token, got Content-Type {content_type or 'none'!r}")
+                             f"token, got {f'Content-Type {content_type!r}' if content_type else 'no Content-Type'}")
 
 
 @web.middleware

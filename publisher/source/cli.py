@@ -17,7 +17,8 @@ import click
 from aiohttp import web
 
 from rsnotify import eventloop
-from rsnotify.neterrors import describe_client_error
+from rsnotify.clitypes import FiniteFloatRange
+from rsnotify.neterrors import describe_client_error, quiet_malformed_requests
 
 from ..client import Publisher
 from ..errors import SettingsError, StateError
@@ -45,10 +46,10 @@ _MAX_RETRY_SECONDS = 10.0  # a hub back from downtime gets what waited within th
               help="Bearer token the hub expects from this publisher.")
 @click.option("--db", "db_path", metavar="PATH", envvar="RSNOTIFY_SOURCE_DB", show_envvar=True,
               help="The change memory (SQLite) [default: a file per SRC in the rsnotify app folder].")
-@click.option("--rotate", "rotate_seconds", type=click.FloatRange(min=0, min_open=True), default=86_400.0,
+@click.option("--rotate", "rotate_seconds", type=FiniteFloatRange(min=0, min_open=True), default=86_400.0,
               show_default=True, envvar="RSNOTIFY_SOURCE_ROTATE", show_envvar=True,
               help="Seconds after which the open Change List is closed at the next notification.")
-@click.option("--keep", "keep_days", type=click.FloatRange(min=0, min_open=True), envvar="RSNOTIFY_SOURCE_KEEP",
+@click.option("--keep", "keep_days", type=FiniteFloatRange(min=0, min_open=True), envvar="RSNOTIFY_SOURCE_KEEP",
               show_envvar=True, help="Days closed Change Lists stay listed [default: all are kept].")
 @click.option("--exclude", "excludes", multiple=True, metavar="GLOB", envvar="RSNOTIFY_SOURCE_EXCLUDE",
               show_envvar=True, help="Leave out files and folders matching GLOB by name or by path in SRC "
@@ -56,10 +57,10 @@ _MAX_RETRY_SECONDS = 10.0  # a hub back from downtime gets what waited within th
                                      "VCS folders, which are always left out.")
 @click.option("--include-hidden", is_flag=True, envvar="RSNOTIFY_SOURCE_INCLUDE_HIDDEN", show_envvar=True,
               help="Serve hidden files and folders (.*) too; VCS folders and editor scratch stay out.")
-@click.option("--header-timeout", type=click.FloatRange(min=0, min_open=True), default=15.0, show_default=True,
+@click.option("--header-timeout", type=FiniteFloatRange(min=0, min_open=True), default=15.0, show_default=True,
               envvar="RSNOTIFY_SOURCE_HEADER_TIMEOUT", show_envvar=True,
               help="Seconds a client has to send a request's headers, and an idle connection stays open.")
-@click.option("--body-timeout", type=click.FloatRange(min=0, min_open=True), default=60.0, show_default=True,
+@click.option("--body-timeout", type=FiniteFloatRange(min=0, min_open=True), default=60.0, show_default=True,
               envvar="RSNOTIFY_SOURCE_BODY_TIMEOUT", show_envvar=True,
               help="Seconds a client has to send a request's body (408 beyond).")
 @click.option("--write", "write_dir", metavar="OUT", is_flag=False, flag_value="", envvar="RSNOTIFY_SOURCE_WRITE",
@@ -86,6 +87,7 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
     exits after one scan: 0 published, 1 a notification still waits in the outbox.
     """
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    quiet_malformed_requests()
     logging.getLogger("watchfiles").setLevel(logging.DEBUG if verbose else logging.WARNING)  # one line per event otherwise
     folder_path = Path(src)
     if not folder_path.is_dir():

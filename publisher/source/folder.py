@@ -170,7 +170,9 @@ class Folder:
     def _walk(self, top: Path) -> Iterator[Path]:
         # Symlinked directories are not descended into (os.walk's default): their files would
         # have two URLs, or none inside the root.
-        if top != self.root and self.is_excluded(top):
+        if top != self.root and (top.is_symlink() or self.is_excluded(top)):
+            # a change event names the link itself: walking it would serve its files under a
+            # second URL, or (a link to /) visit the whole disk with a warning per file
             return
         for directory, dirnames, filenames in os.walk(top, followlinks=False):
             # excluded folders are not even walked (a .git or node_modules holds many files)

@@ -202,7 +202,8 @@ class Source:
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._bounded_body])
-        app.router.add_route("*", "/{tail:.*}", self.handle)
+        # [\s\S], not ".": a file name may hold a line break (listed as %0A), which "." never matches
+        app.router.add_route("*", "/{tail:[\\s\\S]*}", self.handle)
         return app
 
     @web.middleware
@@ -222,6 +223,9 @@ class Source:
             except TimeoutError:
                 raise web.HTTPRequestTimeout(text=f"the request body did not arrive within {self.body_timeout:g} s",
                                              headers={"Connection": "close"}) from None
+            except web.RequestPayloadError:  # e.g. Content-Encoding: gzip on bytes that are not gzip
+                raise web.HTTPBadRequest(text="the request body cannot be read as sent (and this Source takes "
+                                              "no request bodies)", headers={"Connection": "close"}) from None
         return await handler(request)
 
     async def handle(self, request: web.Request) -> web.StreamResponse:

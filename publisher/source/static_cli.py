@@ -7,6 +7,7 @@ Exit codes with --once: 0 scanned, written and every notification accepted by th
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 
 import click
@@ -40,6 +41,14 @@ def check_out(ctx: click.Context, write_dir: str, src: Path, memory_path: Path) 
     return out
 
 
+def _check_writable(out: Path) -> None:
+    """Create OUT if needed and write (then remove) a temporary file there; OSError when it cannot."""
+    out.mkdir(parents=True, exist_ok=True)
+    probe = out / f"{TEMPORARY_PREFIX}probe-{os.getpid()}"
+    probe.write_bytes(b"")
+    probe.unlink()
+
+
 def run(src: Path, urls: SourceUrls, publisher: Publisher, outbox: Outbox, memory: ChangeMemory,
         cache_dir: Path, out: Path, exclusions: Exclusions, *, once: bool) -> None:
     """Scan, record, write and publish; then exit (`once`) or follow SRC until Ctrl-C/SIGTERM."""
@@ -49,6 +58,11 @@ def run(src: Path, urls: SourceUrls, publisher: Publisher, outbox: Outbox, memor
     runner = StaticSource(folder, urls, publisher, outbox, memory, cache_dir, out=out)
     click.echo(f"rsnotify source: {folder.root} as {urls.base}, documents written into {out.resolve()}; "
                f"change memory {memory.path}", err=True)
+    try:  # as a served Source binds its port first: an OUT that cannot be written records nothing
+        _check_writable(out)
+    except OSError as exc:
+        raise click.ClickException(f"cannot write the documents into {out}: {exc.strerror or exc}; "
+                                   "nothing was recorded or published") from None
     try:
         count = runner.sync_folder()
         runner.write_all()

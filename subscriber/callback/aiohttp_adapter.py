@@ -35,6 +35,9 @@ def callback_handler(core: CallbackCore) -> Callable[[web.Request], Awaitable[we
             body = await _read_body(request, core.max_body_bytes) if request.method == "POST" else b""
         except _BodyTooLarge:
             return _to_aiohttp(too_large(core.max_body_bytes))
+        except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip on bytes that are not gzip
+            reason = " ".join(str(exc).split()).removeprefix("400, message:").strip()
+            return _to_aiohttp(CallbackResponse(400, f"the body cannot be read as sent: {reason or 'broken body'}"))
         callback_request = CallbackRequest(
             method=request.method,
             subscription_id=request.match_info["subscription_id"],

@@ -168,8 +168,8 @@ class CallbackCore:
         if mode == "diagnostics":
             return self._note_diagnostics(subscription, topic, request.query.get("hub.diagnostics"))
         if mode not in ("subscribe", "unsubscribe"):
-            return CallbackResponse(
-                400, f"hub.mode must be subscribe, unsubscribe, denied or diagnostics, got {mode!r}")
+            got = repr(mode) if mode is not None else "no hub.mode field"
+            return CallbackResponse(400, f"hub.mode must be subscribe, unsubscribe, denied or diagnostics, got {got}")
         challenge = request.query.get("hub.challenge")
         if not challenge:
             return CallbackResponse(400, "hub.challenge is required, got nothing")
@@ -224,7 +224,8 @@ class CallbackCore:
         if not _same_url(topic, subscription.topic) or subscription.is_ended:
             return CallbackResponse(404, f"no subscription to topic {topic!r} at this callback URL")
         if not link or not link.startswith(("http://", "https://")):
-            return CallbackResponse(400, f"hub.diagnostics must be an http(s) URL, got {link!r}")
+            got = repr(link) if link else "nothing"
+            return CallbackResponse(400, f"hub.diagnostics must be an http(s) URL, got {got}")
         log.info("hub %s sent a diagnostics link for %s (callback %s)", subscription.hub, subscription.topic,
                  subscription.id)
         if self.lifecycle is not None:
@@ -283,14 +284,21 @@ def _same_url(a: str, b: str) -> bool:
         return False
 
 
+MAX_LEASE_DIGITS = 100
+
+
 def _lease(value: str | None) -> int | None:
     if value is None or value == "":
         return None
-    if not value.strip().isdigit() or int(value) <= 0:
-        raise WireError(f"hub.lease_seconds must be a positive integer, got {value!r}")
+    text = value.strip()
+    # ASCII and bounded first: int() refuses numbers past 4,300 digits with a ValueError (a 500);
+    # anything up to MAX_LEASE_DIGITS is clamped below, as it always was
+    if not (text.isascii() and text.isdigit() and len(text) <= MAX_LEASE_DIGITS) or int(text) <= 0:
+        shown = value if len(value) <= 40 else f"{value[:40]}… ({len(value)} characters)"
+        raise WireError(f"hub.lease_seconds must be a positive integer of at most {MAX_LEASE_DIGITS} digits, got {shown!r}")
     # A lease past datetime's range (e.g. 999999999999 s) would overflow the expiry: for us it
     # is as good as ten years, renewed well before then.
-    return min(int(value), MAX_LEASE_SECONDS)
+    return min(int(text), MAX_LEASE_SECONDS)
 
 
 def header_pairs(items: Iterable[tuple[str, str]]) -> tuple[tuple[str, str], ...]:

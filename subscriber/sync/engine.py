@@ -175,6 +175,9 @@ class SyncEngine:
     async def _discover(self, session: aiohttp.ClientSession) -> None:
         try:
             capability_list = self.capability_list
+            if capability_list is None and self.source is None:
+                # neither given (open() allows it for a folder synced before): the one it remembers
+                capability_list = self.state.get("capability_list")
             if capability_list is None and self.source is not None:
                 found_source = await find_source(session, self.source)
                 lists = found_source.capability_lists

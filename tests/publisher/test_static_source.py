@@ -237,3 +237,25 @@ def test_bad_write_options_get_one_line_and_exit_2(tmp_path, args, message):
     assert result.returncode == 2, result.stderr
     assert message.format(**values) in result.stderr and "Traceback" not in result.stderr
     assert sorted(p.name for p in (tmp_path / "src").iterdir()) == ["a.txt"]   # nothing written
+
+
+def test_an_out_that_cannot_be_written_records_nothing_and_the_next_run_publishes_everything(hub_process, tmp_path):
+    # As a served Source binds its port before recording: an OUT that cannot be created (here
+    # below a plain file, which fails even for root) exits 1 with one line and leaves the change
+    # memory as it was, so the run with a good OUT records and publishes the whole scan.
+    hub = hub_process()
+    src = tmp_path / "src"
+    _write_files(src)
+    (tmp_path / "plain").write_text("not a folder")
+    base = f"http://127.0.0.1:{free_port()}/"
+    args = ("source", "--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"))
+    bad = cli.run(*args, "--write", str(tmp_path / "plain" / "out"), "--once")
+    assert bad.returncode == 1, bad.stderr
+    assert "cannot write the documents into" in bad.stderr and "nothing was recorded" in bad.stderr
+    assert "Traceback" not in bad.stderr and "recorded 3 change(s)" not in bad.stderr
+    good = cli.run(*args, "--write", str(tmp_path / "out"), "--once")
+    assert good.returncode == 0, good.stderr
+    assert "scan recorded 3 change(s)" in good.stderr, good.stderr
+    notifications = wait_until(lambda: _notifications(hub.url, base + "changes"), WAIT, "the notification")
+    assert len(notifications) == 1, notifications
+    assert sorted(p.name for p in (tmp_path / "out").iterdir() if p.name.startswith(".rsnotify-write-")) == []
