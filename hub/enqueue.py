@@ -117,6 +117,13 @@ async def ensure_fan_out(queue: Queue, topic_id: str, *, redis: Redis | None = N
     return True
 
 
+async def queue_flagged_fan_out(queue: Queue, topic_id: str) -> None:
+    """Queue the fan-out job whose flag the publish's append already set (store.append_notification
+    with a fan_out_flag_ttl: the flag rides in the append's round trip); ensure_fan_out's guarantee
+    holds the same way, since the flag is cleared again when the job cannot be queued."""
+    await asyncio.to_thread(_queue_or_unflag, queue, topic_id)
+
+
 async def enqueue_follow(queue: Queue, topic_id: str) -> None:
     """Ask another worker to follow the topic as well, from the worker's loop."""
     await asyncio.to_thread(queue_follow, queue, topic_id)

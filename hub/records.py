@@ -134,6 +134,7 @@ class AppendedNotification:
     topic_id: str
     sequence: int
     is_repeat: bool = False       # an earlier publish with the same Idempotency-Key stored it
+    is_fan_out_flagged: bool = False  # the append flagged the topic's fan-out: the caller queues the job
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import secrets
 import time
 from typing import Any
 
@@ -12,6 +13,7 @@ from redis.exceptions import RedisError
 from ..errors import AppendUnknownError, IdempotencyConflictError
 from ..keys import (
     activity_key,
+    fanout_queued_key,
     stats_key,
     topic_id,
     topic_key,
@@ -28,23 +30,33 @@ from ..records import (
     text,
 )
 
-# KEYS: log, seq, topics, topic, stats, activity[, publish key] ; ARGV: body, ctype, rs, at_ms, maxlen, tid,
-# url, now_s[, publish key ttl, body digest]. seq and the stream id are assigned together, so both grow in
-# the same order. With a publish key (an Idempotency-Key) a repeat with the same body digest stores
-# nothing and returns the first id and seq (repeat 1); one with another body stores nothing either and
-# returns repeat 2, a conflict (a key kept by an older hub, "id seq" without a digest, counts as a
-# repeat). The counters for /metrics and the status page ride in the same call. Returns {id, seq, repeat}.
+# KEYS: log, seq, topics, topic, stats, activity, fan-out flag[, publish key] ; ARGV: body, ctype, rs, at_ms,
+# maxlen, tid, url, now_s, flag ttl, flag token[, publish key ttl, body digest]. seq and the stream id are
+# assigned together, so both grow in the same order. With a publish key (an Idempotency-Key) a repeat with
+# the same body digest stores nothing and returns the first id and seq (repeat 1); one with another body
+# stores nothing either and returns repeat 2, a conflict (a key kept by an older hub, "id seq" without a
+# digest, counts as a repeat). The counters for /metrics and the status page ride in the same call.
+# With a flag ttl > 0, a stored notification or a repeat also sets the topic's "fan-out queued" flag
+# (hub/store/queued.py) in the same round trip, to the caller's token; flagged is 1 when the caller must
+# queue the fan-out job: it set the flag now, or an earlier attempt of the same publish (same token, its
+# answer lost) did. Returns {id, seq, repeat, flagged}.
 _APPEND = Script("""
-if KEYS[7] then
-  local first = redis.call('GET', KEYS[7])
+local function flag()
+  if ARGV[9] == '0' then return 0 end
+  if redis.call('SET', KEYS[7], ARGV[10], 'NX', 'EX', ARGV[9]) then return 1 end
+  if redis.call('GET', KEYS[7]) == ARGV[10] then return 1 end
+  return 0
+end
+if KEYS[8] then
+  local first = redis.call('GET', KEYS[8])
   if first then
     local space = string.find(first, ' ')
     local second = string.find(first, ' ', space + 1)
     local seq = tonumber(string.sub(first, space + 1, second and second - 1 or -1))
-    if second and string.sub(first, second + 1) ~= ARGV[10] then
-      return {string.sub(first, 1, space - 1), seq, 2}
+    if second and string.sub(first, second + 1) ~= ARGV[12] then
+      return {string.sub(first, 1, space - 1), seq, 2, 0}
     end
-    return {string.sub(first, 1, space - 1), seq, 1}
+    return {string.sub(first, 1, space - 1), seq, 1, flag()}
   end
 end
 local seq = redis.call('INCR', KEYS[2])
@@ -57,8 +69,8 @@ redis.call('HINCRBY', KEYS[5], 'publishes', 1)
 redis.call('HINCRBY', KEYS[5], 'publish_bytes', string.len(ARGV[1]))
 redis.call('ZINCRBY', KEYS[6], 1, ARGV[6]); redis.call('ZINCRBY', KEYS[6], 1, '*')
 redis.call('EXPIRE', KEYS[6], 3720)
-if KEYS[7] then redis.call('SET', KEYS[7], id .. ' ' .. seq .. ' ' .. ARGV[10], 'EX', ARGV[9]) end
-return {id, seq, 0}
+if KEYS[8] then redis.call('SET', KEYS[8], id .. ' ' .. seq .. ' ' .. ARGV[12], 'EX', ARGV[11]) end
+return {id, seq, 0, flag()}
 """)
 
 APPEND_RETRY_FOR = 20.0    # s a publish's append is retried (same key) while Redis fails
@@ -67,6 +79,7 @@ APPEND_RETRY_FOR = 20.0    # s a publish's append is retried (same key) while Re
 async def append_notification(
     redis: Redis, topic: str, body: bytes, *, content_type: str, resourcesync: str = "",
     now: float, max_len: int, publish_key: str | None = None, key_ttl: int = 0,
+    fan_out_flag_ttl: int = 0, fan_out_token: str = "",
 ) -> AppendedNotification:
     """Append the exact `body` and the headers to relay to the topic's log (one script call).
 
@@ -74,28 +87,38 @@ async def append_notification(
     topic) a repeat of the same body within `key_ttl` seconds stores nothing and returns the first
     append's id and sequence (is_repeat=True); the same key with another body stores nothing and
     raises IdempotencyConflictError (422).
+
+    With `fan_out_flag_ttl` > 0 the same call also sets the topic's "fan-out queued" flag to
+    `fan_out_token`, as enqueue.ensure_fan_out would in a round trip of its own; is_fan_out_flagged
+    then says the caller must queue the job (enqueue.queue_flagged_fan_out).
     """
     tid = topic_id(topic)
     keys = [topic_log_key(tid), topic_seq_key(tid), topics_key(), topic_key(tid), stats_key(),
             activity_key(int(now) // 60)]
-    args: list[Any] = [body, content_type, resourcesync, int(now * 1000), max_len, tid, topic, int(now)]
+    keys.append(fanout_queued_key(tid))
+    args: list[Any] = [body, content_type, resourcesync, int(now * 1000), max_len, tid, topic, int(now),
+                       max(0, fan_out_flag_ttl), fan_out_token or "-"]
     if publish_key is not None:
         keys.append(topic_publish_key(tid, hashlib.sha256(publish_key.encode()).hexdigest()[:32]))
         args += [max(1, key_ttl), hashlib.sha256(body).hexdigest()]
-    entry_id, seq, repeat = await _APPEND(redis, keys, args)
+    entry_id, seq, repeat, flagged = await _APPEND(redis, keys, args)
     if int(repeat) == 2:
         raise IdempotencyConflictError(
             f"this Idempotency-Key was used for notification {text(entry_id)} (seq {int(seq)}) of this topic with "
             "another body; nothing was stored: send a new notification with a new key")
-    return AppendedNotification(text(entry_id), tid, int(seq), bool(repeat))
+    return AppendedNotification(text(entry_id), tid, int(seq), bool(repeat), is_fan_out_flagged=bool(flagged))
 
 
 async def append_notification_once(
     redis: Redis, topic: str, body: bytes, *, content_type: str, resourcesync: str = "",
-    now: float, max_len: int, publish_key: str, key_ttl: int, retry_for: float = APPEND_RETRY_FOR,
+    now: float, max_len: int, publish_key: str, key_ttl: int, fan_out_flag_ttl: int = 0,
+    retry_for: float = APPEND_RETRY_FOR,
 ) -> AppendedNotification:
     """append_notification for a publish, tried again (with the same key, so at most once) while
     Redis fails, for up to `retry_for` seconds.
+
+    With `fan_out_flag_ttl` > 0 every attempt flags the topic's fan-out with one token of this
+    publish, so an attempt whose answer was lost still leaves is_fan_out_flagged right on the next.
 
     Raises the last RedisError when no attempt can have reached Redis (nothing was stored: a
     503 is right), AppendUnknownError when one may have (then only a repeat with the same key
@@ -103,11 +126,13 @@ async def append_notification_once(
     """
     deadline = time.monotonic() + retry_for
     delay, reached = 0.1, False
+    token = secrets.token_hex(8)
     while True:
         try:
             return await append_notification(redis, topic, body, content_type=content_type,
                                              resourcesync=resourcesync, now=now, max_len=max_len,
-                                             publish_key=publish_key, key_ttl=key_ttl)
+                                             publish_key=publish_key, key_ttl=key_ttl,
+                                             fan_out_flag_ttl=fan_out_flag_ttl, fan_out_token=token)
         except (RedisError, OSError) as exc:
             reached = reached or not _never_sent(exc)
             if time.monotonic() + delay > deadline:

@@ -1,6 +1,7 @@
 """The "a job is queued" flags that keep a burst of events from queueing a burst of jobs: one
-per topic for fan-out, one per subscription for its delivery job (hub/enqueue.py sets them;
-the job clears its own when it starts). Each flag has a TTL, so a lost job is queued again."""
+per topic for fan-out, one per subscription for its delivery job (hub/enqueue.py sets them, and
+a publish's append sets the fan-out flag in its own script, store.logs.append_notification; the
+job clears its own when it starts). Each flag has a TTL, so a lost job is queued again."""
 from __future__ import annotations
 
 from collections.abc import Sequence

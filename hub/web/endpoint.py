@@ -254,8 +254,12 @@ async def submission(request: web.Request) -> web.Response:
         app[REDIS], links.topic, body, content_type=request.headers["Content-Type"],
         resourcesync=links.resourcesync, now=app[CLOCK](), max_len=settings.log_max_len,
         publish_key=f"{publisher_scope(request)} {given_key}" if given_key else f"hub:{secrets.token_hex(16)}",
-        key_ttl=settings.log_max_age if given_key else OWN_KEY_TTL, retry_for=settings.redis_timeout)
-    await enqueue.ensure_fan_out(app[QUEUE], appended.topic_id, redis=app[REDIS])
+        key_ttl=settings.log_max_age if given_key else OWN_KEY_TTL, fan_out_flag_ttl=enqueue.QUEUED_TTL,
+        retry_for=settings.redis_timeout)
+    # the append set the topic's "fan-out queued" flag in its own round trip (ensure_fan_out's
+    # first step); only when it was not set already is there a job to queue
+    if appended.is_fan_out_flagged:
+        await enqueue.queue_flagged_fan_out(app[QUEUE], appended.topic_id)
     await wait_for_replicas(app)    # 200 only once --min-replicas replicas hold it (503 otherwise)
     log.info("notification %s %s for %s (seq %s, %d bytes)", appended.notification_id,
              "repeated (same Idempotency-Key), stored once" if appended.is_repeat else "stored", escape(links.topic),

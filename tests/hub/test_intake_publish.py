@@ -11,6 +11,8 @@ import pytest
 from aiohttp import web
 
 from rsnotify.hub import keys, store
+from rsnotify.hub.errors import IdempotencyConflictError
+from rsnotify.hub.records import AppendedNotification
 from rsnotify.hub.web.app import build_app
 from rsnotify.hub.web.appkeys import SETTINGS
 from rsnotify.websub import NOTIFICATION_ID_HEADER, build_link_header
@@ -394,3 +396,40 @@ async def test_the_public_urls_path_is_served_too(aiohttp_client, hub_settings, 
     assert response.status == 200
     assert (await client.post("/", data=NOTIFICATION, headers={
         "Content-Type": "application/xml", "Link": links("http://hub.example.org/websub/")})).status == 200
+
+
+async def test_a_submission_flags_its_fan_out_in_the_append_and_queues_one_job(hub_client, intake_ctx):
+    flag = keys.fanout_queued_key(keys.topic_id(TOPIC))
+    assert (await submit(hub_client)).status == 200
+    assert intake_ctx.queue.count == 1 and await intake_ctx.redis.ttl(flag) > 0
+    assert (await submit(hub_client, headers={"Idempotency-Key": "second"})).status == 200
+    assert intake_ctx.queue.count == 1                  # the queued job will read both
+    await intake_ctx.redis.delete(flag)                 # the job started (it clears the flag first)
+    repeat = await submit(hub_client, headers={"Idempotency-Key": "second"})
+    assert repeat.status == 200 and repeat.headers["Idempotent-Replayed"] == "true"
+    assert intake_ctx.queue.count == 2                  # a repeat makes sure of its fan-out too
+
+
+async def test_an_append_whose_answer_was_lost_still_has_its_fan_out_queued(intake_ctx, clock):
+    flag = keys.fanout_queued_key(keys.topic_id(TOPIC))
+
+    async def append(token: str, key: str = "retried") -> AppendedNotification:
+        return await store.append_notification(intake_ctx.redis, TOPIC, NOTIFICATION, content_type="application/xml",
+                                               now=clock(), max_len=100, publish_key=key, key_ttl=60,
+                                               fan_out_flag_ttl=60, fan_out_token=token)
+
+    first = await append("attempt")
+    assert first.is_fan_out_flagged and not first.is_repeat
+    # the answer was lost; the retry of the same publish (same token) must still queue the job
+    retried = await append("attempt")
+    assert retried.is_repeat and retried.is_fan_out_flagged and retried.sequence == first.sequence
+    other = await append("another publish", key="other")
+    assert not other.is_fan_out_flagged and other.sequence == first.sequence + 1   # one job is queued already
+    await intake_ctx.redis.set(flag, "following")       # a worker follows the topic's log
+    assert not (await append("a third", key="third")).is_fan_out_flagged
+    await intake_ctx.redis.delete(flag)
+    with pytest.raises(IdempotencyConflictError):       # another body: nothing stored, nothing to fan out
+        await store.append_notification(intake_ctx.redis, TOPIC, b"<other/>", content_type="application/xml",
+                                        now=clock(), max_len=100, publish_key="retried", key_ttl=60,
+                                        fan_out_flag_ttl=60, fan_out_token="x")
+    assert not await intake_ctx.redis.exists(flag)
