@@ -80,7 +80,7 @@ class AuditReport:
                 "seconds": round(self.seconds, 3), "examples": self.examples}
 
 
-def file_hashes(sink: FolderSink | FolderLook, path: Path) -> tuple[str, str, int] | None:
+def file_hashes(sink: FolderLook, path: str) -> tuple[str, str, int] | None:
     """md5, sha-256 and size of a stored file, read without following any link; None when it
     cannot be read (a link stands there, or it went away)."""
     try:
@@ -95,7 +95,7 @@ def file_hashes(sink: FolderSink | FolderLook, path: Path) -> tuple[str, str, in
         return None
 
 
-def _corrupt(sink: FolderLook, record: ResourceRecord, path: Path) -> bool:
+def _corrupt(sink: FolderLook, record: ResourceRecord, path: str) -> bool:
     found = file_hashes(sink, path)
     if found is None:
         return True
@@ -177,7 +177,7 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
                 report.note("conflict", resource.loc)
                 continue
             try:
-                path = ctx.sink.path_for(resource.loc)
+                path = ctx.sink.path_text(resource.loc)
             except ValueError:
                 report.missing += 1
                 report.note("missing", resource.loc)
@@ -201,7 +201,7 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
             setattr(report, verdict, getattr(report, verdict) + 1)
             report.note(verdict, resource.loc)
             if repair:
-                to_repair.append((resource, record, path))
+                to_repair.append((resource, record, Path(path)))
         if repair and len(to_repair) >= 500:
             await _repair(ctx, to_repair, report)
             to_repair = []
@@ -249,7 +249,7 @@ async def _in_thread(func: Callable[..., T], *args: Any) -> T:
         raise
 
 
-def _judge_all(sink: FolderSink, checks: list[tuple[Resource, ResourceRecord | None, Path]], deep: bool,
+def _judge_all(sink: FolderSink, checks: list[tuple[Resource, ResourceRecord | None, str]], deep: bool,
                cancelled: threading.Event) -> list[str]:
     verdicts = []
     # One look per chunk: its folders stay open only while this chunk is judged (a repair
@@ -262,7 +262,7 @@ def _judge_all(sink: FolderSink, checks: list[tuple[Resource, ResourceRecord | N
     return verdicts
 
 
-def _judge(sink: FolderLook, resource: Resource, record: ResourceRecord | None, path: Path, deep: bool) -> str:
+def _judge(sink: FolderLook, resource: Resource, record: ResourceRecord | None, path: str, deep: bool) -> str:
     """same, missing, changed, corrupt, unverifiable, or symlink (a link at the resource's name
     or on its way: reported, never followed). Read-only; the sink looks without following links."""
     kind = sink.kind(path)

@@ -33,7 +33,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Self
 from urllib.parse import quote_from_bytes, unquote_to_bytes, urlsplit
 
 from .outcomes import Refusal
@@ -172,6 +172,15 @@ class FolderSink:
     def place(self, loc: str) -> Placement:
         """Where `loc` lands; LocRefusedError (a ValueError) for a URL that is not http(s)
         with a valid host, or one nested deeper than MAX_DEPTH."""
+        text, reasons = self._place_text(loc)
+        return Placement(Path(text), reasons)
+
+    def path_text(self, loc: str) -> str:
+        """`str(self.path_for(loc))` without building the Path (an audit places every listed loc
+        and needs a Path only for the few it repairs)."""
+        return self._place_text(loc)[0]
+
+    def _place_text(self, loc: str) -> tuple[str, tuple[str, ...]]:
         parts = urlsplit(loc)
         # Most locs share a few hosts: the host check (an IP parse, label patterns) is done once each.
         folder = self._hosts.get((parts.scheme, parts.netloc))
@@ -196,9 +205,9 @@ class FolderSink:
             names.append(name)
             if reason is not None:
                 reasons.append(f"{name}: {reason}")
-        # One string parsed once: no name holds "/" or is empty, "." or "..", so this is the
-        # same Path as Path(root, folder, *names), at a quarter of the cost.
-        return Placement(Path(self._root_prefix + folder + "/" + "/".join(names)), tuple(reasons))
+        # One string: no name holds "/" or is empty, "." or "..", so Path() of it is the same Path
+        # as Path(root, folder, *names), at a quarter of the cost.
+        return self._root_prefix + folder + "/" + "/".join(names), tuple(reasons)
 
     def path_for(self, loc: str) -> Path:
         """The local file for `loc`; ValueError for a URL that is not http(s) with a valid host."""
@@ -215,12 +224,14 @@ class FolderSink:
 
     # --- folders, opened without following links ------------------------------------------
 
-    def _parts(self, path: Path) -> tuple[str, ...]:
+    def _parts(self, path: Path | str) -> tuple[str, ...]:
         text = str(path)
-        if text.startswith(self._root_prefix):   # every path_for path: a split, not pathlib's walk
+        if text.startswith(self._root_prefix) and "//" not in text and "/./" not in text \
+                and not text.endswith(("/", "/.")):
+            # every path_for path: a split, not pathlib's walk (which would drop those)
             parts: tuple[str, ...] = tuple(text[len(self._root_prefix):].split(os.sep))
         else:
-            parts = path.relative_to(self.root).parts
+            parts = Path(path).relative_to(self.root).parts
         if not parts or parts[0].startswith("."):
             raise ValueError(f"{path} is not a resource path under {self.root}")
         return parts
@@ -486,7 +497,7 @@ class FolderLook:
         self._fds: dict[tuple[str, ...], int] = {}
         self._failed: dict[tuple[str, ...], OSError] = {}
 
-    def __enter__(self) -> FolderLook:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -517,12 +528,12 @@ class FolderLook:
         self._fds[folders] = fd
         return fd
 
-    def _start(self, path: Path) -> tuple[str, ...]:
+    def _start(self, path: Path | str) -> tuple[str, ...]:
         if len(self._fds) + len(self._failed) >= self.keep:
             self.close()                    # only between looks: no fd in use is closed
         return self.sink._parts(path)
 
-    def kind(self, path: Path) -> str:
+    def kind(self, path: Path | str) -> str:
         """As `FolderSink.kind`: "file", "missing", "symlink" or "other"."""
         try:
             parts = self._start(path)
@@ -539,7 +550,7 @@ class FolderLook:
             return "symlink"
         return "file" if stat.S_ISREG(mode) else "other"
 
-    def open_read(self, path: Path) -> BinaryIO:
+    def open_read(self, path: Path | str) -> BinaryIO:
         """As `FolderSink.open_read`: never through a link."""
         parts = self._start(path)
         folder = self._folder(parts[:-1])
