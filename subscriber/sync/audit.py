@@ -312,8 +312,8 @@ def _count_untracked(ctx: SyncContext, report: AuditReport, cancelled: threading
 
 
 def _untracked_in(state: SyncState, paths: list[str], report: AuditReport) -> int:
-    """Files of `paths` (in walk order) with no record, or only a tombstone, at their path:
-    one query for the lot instead of one per file."""
+    """Files of `paths` (in walk order) with no record at their path, or a tombstone as the
+    record `record_by_path` gives: one query for the lot instead of one per file."""
     states = state.states_by_path(paths)
     count = 0
     for relative in paths:
