@@ -45,6 +45,7 @@ _SAFE = "-._~!$&'()*+,;=@"   # kept as they are inside an escaped name; everythi
 _HASH_HEX = 32
 MAX_DEPTH = 128            # path segments: deeper locs are refused (no real tree needs more)
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_UNPLAIN = re.compile(r"[?#\t\r\n]")   # what makes urlsplit more than a split at "/"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -164,6 +165,7 @@ class FolderSink:
         self._root_prefix = os.path.join(self._root_text, "")
         self._counter = itertools.count()
         self._hosts: dict[tuple[str, str], str] = {}    # (scheme, netloc) -> its host folder
+        self._folders: dict[str, tuple[str, tuple[str, ...]]] = {}   # loc head -> (path text to it, reasons)
         try:
             self.name_max = int(os.pathconf(self._root_text if self.root.exists() else "/", "PC_NAME_MAX"))
         except (OSError, ValueError, AttributeError):
@@ -181,6 +183,16 @@ class FolderSink:
         return self._place_text(loc)[0]
 
     def _place_text(self, loc: str) -> tuple[str, tuple[str, ...]]:
+        # Locs of one folder differ only after their last "/": when that tail is a plain segment
+        # (no "?", "#", nor the tab/newline urlsplit drops), the folder part placed for an
+        # earlier loc with the same head is reused and only the tail is escaped. (Its depth was
+        # within MAX_DEPTH with a tail already, so one tail more is too.)
+        head, _, tail = loc.rpartition("/")
+        known = self._folders.get(head)
+        if known is not None and not _UNPLAIN.search(tail):
+            prefix, prefix_reasons = known
+            name, reason = escape_name(unquote_to_bytes(tail), None, self.name_max)
+            return prefix + name, prefix_reasons + ((f"{name}: {reason}",) if reason is not None else ())
         parts = urlsplit(loc)
         # Most locs share a few hosts: the host check (an IP parse, label patterns) is done once each.
         folder = self._hosts.get((parts.scheme, parts.netloc))
@@ -207,7 +219,13 @@ class FolderSink:
                 reasons.append(f"{name}: {reason}")
         # One string: no name holds "/" or is empty, "." or "..", so Path() of it is the same Path
         # as Path(root, folder, *names), at a quarter of the cost.
-        return self._root_prefix + folder + "/" + "/".join(names), tuple(reasons)
+        prefix = self._root_prefix + folder + "/" + "".join(name + "/" for name in names[:-1])
+        if parts.path.startswith("/") and loc[:1] > " " and not _UNPLAIN.search(loc):
+            if len(self._folders) >= 4096:
+                self._folders.clear()
+            # `reason` is still the last name's: the folder part keeps the others
+            self._folders[head] = (prefix, tuple(reasons[:-1] if reason is not None else reasons))
+        return prefix + names[-1], tuple(reasons)
 
     def path_for(self, loc: str) -> Path:
         """The local file for `loc`; ValueError for a URL that is not http(s) with a valid host."""

@@ -88,3 +88,29 @@ def test_path_text_is_path_for_and_stored_datetimes_read_back(tmp_path: Path) ->
     stored = from_text("2026-11-26T02:01:12.840815Z")
     assert stored is not None and to_text(stored) == "2026-11-26T02:01:12.840815Z"
     assert from_text("2026-11-26T02:01:12+02:00") == from_text("2026-11-26T00:01:12.000000Z")
+
+
+def test_a_reused_folder_part_places_every_loc_as_a_fresh_sink_would(tmp_path: Path) -> None:
+    """place() reuses the folder part of earlier locs with the same head: odd tails (queries,
+    fragments, tabs, escapes, '..', too long) and odd heads (bad hosts, ports, depth) must land,
+    or be refused, exactly as a sink that never saw another loc places them."""
+    import random
+
+    def placed(sink: FolderSink, loc: str) -> object:
+        try:
+            return sink.place(loc)
+        except ValueError as exc:
+            return repr(exc)
+
+    pieces = ["a", "b", "%2F", "%2E", ".", "..", "", "%%", "?", "#", "q=1", "\t", "\n", " ", "%25", ".partial-x",
+              "%C3%A9", "%FF", "z" * 300, "/"]
+    heads = ["http://h.org", "http://H.org", "https://[::1]:8", "http://bad_host", "http://h.org:99999",
+             "ftp://h.org", "http://h.org:80", " http://h.org", "http://h.org?x", "http://h.org#f"]
+    rng = random.Random(7)
+    sink = FolderSink(tmp_path / "copy")
+    for _ in range(5000):
+        loc = rng.choice(heads) + "".join(rng.choice(pieces) for _ in range(rng.randint(0, 6)))
+        if rng.random() < 0.02:
+            loc = rng.choice(heads) + "/a" * 128 + rng.choice(["", "/x"])
+        assert placed(sink, loc) == placed(FolderSink(tmp_path / "copy"), loc), loc
+    assert sink._folders       # the reuse was exercised
