@@ -30,7 +30,7 @@ from .context import SyncContext
 from .outcomes import ChangeOutcome, Refusal, ResourceState
 from .remote import SourceDocumentError
 from .resources import ResourceListRead, resource_chunks
-from .sink import FolderSink, SymlinkRefusedError
+from .sink import FolderLook, FolderSink, SymlinkRefusedError
 from .state import ResourceRecord, SyncState
 
 T = TypeVar("T")
@@ -80,7 +80,7 @@ class AuditReport:
                 "seconds": round(self.seconds, 3), "examples": self.examples}
 
 
-def file_hashes(sink: FolderSink, path: Path) -> tuple[str, str, int] | None:
+def file_hashes(sink: FolderLook, path: str) -> tuple[str, str, int] | None:
     """md5, sha-256 and size of a stored file, read without following any link; None when it
     cannot be read (a link stands there, or it went away)."""
     try:
@@ -95,7 +95,7 @@ def file_hashes(sink: FolderSink, path: Path) -> tuple[str, str, int] | None:
         return None
 
 
-def _corrupt(sink: FolderSink, record: ResourceRecord, path: Path) -> bool:
+def _corrupt(sink: FolderLook, record: ResourceRecord, path: str) -> bool:
     found = file_hashes(sink, path)
     if found is None:
         return True
@@ -120,23 +120,15 @@ class _Seen:
         self.db.executemany("INSERT OR IGNORE INTO seen(loc) VALUES (?)", [(loc,) for loc in locs])
 
     def unseen(self, state: SyncState, batch: int = 1000) -> Iterator[ResourceRecord]:
-        """Live records (not tombstones) the Resource List did not list."""
-        chunk: list[ResourceRecord] = []
-        for record in state.iter_records(batch):
-            if record.state != ResourceState.DELETED:
-                chunk.append(record)
-            if len(chunk) >= batch:
-                yield from self._filter(chunk)
-                chunk = []
-        yield from self._filter(chunk)
-
-    def _filter(self, records: list[ResourceRecord]) -> list[ResourceRecord]:
-        if not records:
-            return []
-        marks = ",".join("?" * len(records))
-        found = {row[0] for row in self.db.execute(f"SELECT loc FROM seen WHERE loc IN ({marks})",
-                                                   [r.loc for r in records])}
-        return [r for r in records if r.loc not in found]
+        """Live records (not tombstones) the Resource List did not list, in loc order. Only
+        their locs are read first: whole records only for the few unseen ones."""
+        for locs in state.iter_live_locs(batch):
+            marks = ",".join("?" * len(locs))
+            found = {row[0] for row in self.db.execute(f"SELECT loc FROM seen WHERE loc IN ({marks})", locs)}
+            missing = [loc for loc in locs if loc not in found]
+            if missing:
+                records = state.records(missing)
+                yield from (records[loc] for loc in missing if loc in records)
 
     def close(self) -> None:
         self.db.close()
@@ -185,7 +177,7 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
                 report.note("conflict", resource.loc)
                 continue
             try:
-                path = ctx.sink.path_for(resource.loc)
+                path = ctx.sink.path_text(resource.loc)
             except ValueError:
                 report.missing += 1
                 report.note("missing", resource.loc)
@@ -209,7 +201,7 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
             setattr(report, verdict, getattr(report, verdict) + 1)
             report.note(verdict, resource.loc)
             if repair:
-                to_repair.append((resource, record, path))
+                to_repair.append((resource, record, Path(path)))
         if repair and len(to_repair) >= 500:
             await _repair(ctx, to_repair, report)
             to_repair = []
@@ -257,17 +249,20 @@ async def _in_thread(func: Callable[..., T], *args: Any) -> T:
         raise
 
 
-def _judge_all(sink: FolderSink, checks: list[tuple[Resource, ResourceRecord | None, Path]], deep: bool,
+def _judge_all(sink: FolderSink, checks: list[tuple[Resource, ResourceRecord | None, str]], deep: bool,
                cancelled: threading.Event) -> list[str]:
     verdicts = []
-    for resource, record, path in checks:
-        if cancelled.is_set():
-            break
-        verdicts.append(_judge(sink, resource, record, path, deep))
+    # One look per chunk: its folders stay open only while this chunk is judged (a repair
+    # between chunks may remove and remake them).
+    with sink.looking() as look:
+        for resource, record, path in checks:
+            if cancelled.is_set():
+                break
+            verdicts.append(_judge(look, resource, record, path, deep))
     return verdicts
 
 
-def _judge(sink: FolderSink, resource: Resource, record: ResourceRecord | None, path: Path, deep: bool) -> str:
+def _judge(sink: FolderLook, resource: Resource, record: ResourceRecord | None, path: str, deep: bool) -> str:
     """same, missing, changed, corrupt, unverifiable, or symlink (a link at the resource's name
     or on its way: reported, never followed). Read-only; the sink looks without following links."""
     kind = sink.kind(path)
@@ -301,15 +296,28 @@ async def _repair(ctx: SyncContext, items: list[tuple[Resource, ResourceRecord |
             report.note("repair_failed", outcome.loc)
 
 
-def _count_untracked(ctx: SyncContext, report: AuditReport, cancelled: threading.Event) -> int:
+def _count_untracked(ctx: SyncContext, report: AuditReport, cancelled: threading.Event, batch: int = 500) -> int:
     count = 0
+    chunk: list[str] = []
     for relative in ctx.sink.walk():
         if cancelled.is_set():
-            break
+            return count
         if ctx.applier.exclusions.excludes_file(relative):
             continue     # an excluded part of the tree: files there are not the sync's business
-        record = ctx.state.record_by_path(relative)
-        if record is None or record.state == ResourceState.DELETED:
+        chunk.append(relative)
+        if len(chunk) >= batch:
+            count += _untracked_in(ctx.state, chunk, report)
+            chunk = []
+    return count + _untracked_in(ctx.state, chunk, report)
+
+
+def _untracked_in(state: SyncState, paths: list[str], report: AuditReport) -> int:
+    """Files of `paths` (in walk order) with no record at their path, or a tombstone as the
+    record `record_by_path` gives: one query for the lot instead of one per file."""
+    states = state.states_by_path(paths)
+    count = 0
+    for relative in paths:
+        if states.get(relative, ResourceState.DELETED) == ResourceState.DELETED:
             count += 1
             report.note("untracked", relative)
     return count

@@ -23,6 +23,7 @@ target's folder and are renamed into place only when complete and checked.
 from __future__ import annotations
 
 import errno
+import functools
 import hashlib
 import ipaddress
 import itertools
@@ -32,7 +33,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Self
 from urllib.parse import quote_from_bytes, unquote_to_bytes, urlsplit
 
 from .outcomes import Refusal
@@ -44,6 +45,7 @@ _SAFE = "-._~!$&'()*+,;=@"   # kept as they are inside an escaped name; everythi
 _HASH_HEX = 32
 MAX_DEPTH = 128            # path segments: deeper locs are refused (no real tree needs more)
 _LABEL = re.compile(r"^(?!-)[a-z0-9-]{1,63}(?<!-)$")
+_UNPLAIN = re.compile(r"[?#\t\r\n]")   # what makes urlsplit more than a split at "/"
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -135,6 +137,13 @@ def escape_name(raw: bytes, query: str | None = None, name_max: int = DEFAULT_NA
     return f"{ESCAPE}{prefix}{ESCAPE}{digest}", reason
 
 
+@functools.lru_cache(maxsize=8192)
+def _segment_name(segment: str, name_max: int) -> tuple[str, str | None]:
+    """`escape_name` of one percent-encoded path segment without a query; cached, since the
+    folders of a tree repeat in most of its locs."""
+    return escape_name(unquote_to_bytes(segment), None, name_max)
+
+
 def unescape_name(name: str) -> tuple[bytes, str | None] | None:
     """The path segment (and query) an escaped name stands for; None for a hashed long name
     (its loc is in the state database). A name without the escape is its own segment."""
@@ -155,6 +164,8 @@ class FolderSink:
         self._root_text = str(self.root)
         self._root_prefix = os.path.join(self._root_text, "")
         self._counter = itertools.count()
+        self._hosts: dict[tuple[str, str], str] = {}    # (scheme, netloc) -> its host folder
+        self._folders: dict[str, tuple[str, tuple[str, ...]]] = {}   # loc head -> (path text to it, reasons)
         try:
             self.name_max = int(os.pathconf(self._root_text if self.root.exists() else "/", "PC_NAME_MAX"))
         except (OSError, ValueError, AttributeError):
@@ -163,8 +174,33 @@ class FolderSink:
     def place(self, loc: str) -> Placement:
         """Where `loc` lands; LocRefusedError (a ValueError) for a URL that is not http(s)
         with a valid host, or one nested deeper than MAX_DEPTH."""
-        folder = host_folder(loc)
+        text, reasons = self._place_text(loc)
+        return Placement(Path(text), reasons)
+
+    def path_text(self, loc: str) -> str:
+        """`str(self.path_for(loc))` without building the Path (an audit places every listed loc
+        and needs a Path only for the few it repairs)."""
+        return self._place_text(loc)[0]
+
+    def _place_text(self, loc: str) -> tuple[str, tuple[str, ...]]:
+        # Locs of one folder differ only after their last "/": when that tail is a plain segment
+        # (no "?", "#", nor the tab/newline urlsplit drops), the folder part placed for an
+        # earlier loc with the same head is reused and only the tail is escaped. (Its depth was
+        # within MAX_DEPTH with a tail already, so one tail more is too.)
+        head, _, tail = loc.rpartition("/")
+        known = self._folders.get(head)
+        if known is not None and not _UNPLAIN.search(tail):
+            prefix, prefix_reasons = known
+            name, reason = escape_name(unquote_to_bytes(tail), None, self.name_max)
+            return prefix + name, prefix_reasons + ((f"{name}: {reason}",) if reason is not None else ())
         parts = urlsplit(loc)
+        # Most locs share a few hosts: the host check (an IP parse, label patterns) is done once each.
+        folder = self._hosts.get((parts.scheme, parts.netloc))
+        if folder is None:
+            folder = host_folder(loc)
+            if len(self._hosts) >= 1024:
+                self._hosts.clear()
+            self._hosts[(parts.scheme, parts.netloc)] = folder
         segments = (parts.path or "/")[1:].split("/") if (parts.path or "/").startswith("/") else \
             parts.path.split("/")
         if len(segments) > MAX_DEPTH:
@@ -174,12 +210,22 @@ class FolderSink:
         reasons: list[str] = []
         for index, segment in enumerate(segments):
             last = index == len(segments) - 1
-            name, reason = escape_name(unquote_to_bytes(segment), parts.query if last and parts.query else None,
-                                       self.name_max)
+            if last and parts.query:
+                name, reason = escape_name(unquote_to_bytes(segment), parts.query, self.name_max)
+            else:
+                name, reason = _segment_name(segment, self.name_max)
             names.append(name)
             if reason is not None:
                 reasons.append(f"{name}: {reason}")
-        return Placement(Path(self._root_text, folder, *names), tuple(reasons))
+        # One string: no name holds "/" or is empty, "." or "..", so Path() of it is the same Path
+        # as Path(root, folder, *names), at a quarter of the cost.
+        prefix = self._root_prefix + folder + "/" + "".join(name + "/" for name in names[:-1])
+        if parts.path.startswith("/") and loc[:1] > " " and not _UNPLAIN.search(loc):
+            if len(self._folders) >= 4096:
+                self._folders.clear()
+            # `reason` is still the last name's: the folder part keeps the others
+            self._folders[head] = (prefix, tuple(reasons[:-1] if reason is not None else reasons))
+        return prefix + names[-1], tuple(reasons)
 
     def path_for(self, loc: str) -> Path:
         """The local file for `loc`; ValueError for a URL that is not http(s) with a valid host."""
@@ -196,8 +242,14 @@ class FolderSink:
 
     # --- folders, opened without following links ------------------------------------------
 
-    def _parts(self, path: Path) -> tuple[str, ...]:
-        parts = path.relative_to(self.root).parts
+    def _parts(self, path: Path | str) -> tuple[str, ...]:
+        text = str(path)
+        if text.startswith(self._root_prefix) and "//" not in text and "/./" not in text \
+                and not text.endswith(("/", "/.")):
+            # every path_for path: a split, not pathlib's walk (which would drop those)
+            parts: tuple[str, ...] = tuple(text[len(self._root_prefix):].split(os.sep))
+        else:
+            parts = Path(path).relative_to(self.root).parts
         if not parts or parts[0].startswith("."):
             raise ValueError(f"{path} is not a resource path under {self.root}")
         return parts
@@ -436,12 +488,98 @@ class FolderSink:
 
     def walk(self) -> Iterator[str]:
         """Every stored file (relative path), skipping the state folder and temp files."""
-        for folder, dirs, files in os.walk(self.root):
-            if Path(folder) == self.root:
+        for folder, dirs, files in os.walk(self._root_text):
+            if folder == self._root_text:
                 dirs[:] = [d for d in dirs if not d.startswith(".")]
+                prefix = ""
+            else:
+                prefix = folder[len(self._root_prefix):].replace(os.sep, "/") + "/"
             for name in files:
                 if not name.startswith(PARTIAL_PREFIX):
-                    yield Path(folder, name).relative_to(self.root).as_posix()
+                    yield prefix + name
+
+    def looking(self) -> FolderLook:
+        """A FolderLook over this sink (close it, or use it in a `with`)."""
+        return FolderLook(self)
+
+
+class FolderLook:
+    """Looks at many stored files without following any link, as `FolderSink.kind` and
+    `open_read` do, but each folder on the way is opened once (O_NOFOLLOW from DIR down) and
+    kept open while the look lasts: an audit asks about every file, mostly in a few folders,
+    and one chain of opens per file was a large part of its time."""
+
+    def __init__(self, sink: FolderSink, keep: int = 256) -> None:
+        self.sink = sink
+        self.keep = keep                   # folders held open at most (then all are closed)
+        self._fds: dict[tuple[str, ...], int] = {}
+        self._failed: dict[tuple[str, ...], OSError] = {}
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        fds, self._fds = self._fds, {}
+        self._failed = {}
+        _close(list(fds.values()))
+
+    def _folder(self, folders: tuple[str, ...]) -> int:
+        """The fd of DIR/folders..., each opened from its parent's without following a link;
+        raises what `_open_chain` raises (remembered: a folder that failed fails again)."""
+        fd = self._fds.get(folders)
+        if fd is not None:
+            return fd
+        failed = self._failed.get(folders)
+        if failed is not None:
+            raise type(failed)(*failed.args)
+        try:
+            if folders:
+                fd = self.sink._open_folder(self._folder(folders[:-1]), folders[-1], create=False)
+            else:
+                fd = os.open(self.sink._root_text, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        except OSError as exc:
+            self._failed[folders] = exc
+            raise
+        self._fds[folders] = fd
+        return fd
+
+    def _start(self, path: Path | str) -> tuple[str, ...]:
+        if len(self._fds) + len(self._failed) >= self.keep:
+            self.close()                    # only between looks: no fd in use is closed
+        return self.sink._parts(path)
+
+    def kind(self, path: Path | str) -> str:
+        """As `FolderSink.kind`: "file", "missing", "symlink" or "other"."""
+        try:
+            parts = self._start(path)
+            folder = self._folder(parts[:-1])
+        except SymlinkRefusedError:
+            return "symlink"
+        except (OSError, ValueError):
+            return "missing"
+        try:
+            mode = os.stat(parts[-1], dir_fd=folder, follow_symlinks=False).st_mode
+        except OSError:
+            return "missing"
+        if stat.S_ISLNK(mode):
+            return "symlink"
+        return "file" if stat.S_ISREG(mode) else "other"
+
+    def open_read(self, path: Path | str) -> BinaryIO:
+        """As `FolderSink.open_read`: never through a link."""
+        parts = self._start(path)
+        folder = self._folder(parts[:-1])
+        try:
+            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise SymlinkRefusedError(f"{parts[-1]!r} is a symlink inside the synced folder; not read") from None
+            raise
+        # Unbuffered: the audit reads in 1 MB chunks, so a buffer only adds a copy per file.
+        return os.fdopen(fd, "rb", buffering=0)
 
 
 def _close(fds: list[int]) -> None:

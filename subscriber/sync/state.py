@@ -89,6 +89,14 @@ def to_text(value: datetime | None) -> str | None:
 
 
 def from_text(value: str | None) -> datetime | None:
+    if value and len(value) == 27 and value[4] == value[7] == "-" and value[10] == "T" and value[19] == "." \
+            and value[-1] == "Z" and value.isascii():
+        # The form `to_text` writes: fromisoformat reads it forty times faster than the full
+        # W3C parser (an audit reads every record's two datetimes).
+        try:
+            return datetime.fromisoformat(value)
+        except ValueError:
+            pass
     return parse_w3c_datetime(value) if value else None
 
 
@@ -276,6 +284,31 @@ class SyncState:
     def record_by_path(self, path: str) -> ResourceRecord | None:
         rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE path = ? LIMIT 1", (path,))
         return ResourceRecord.from_row(rows[0]) if rows else None
+
+    def states_by_path(self, paths: Iterable[str]) -> dict[str, str]:
+        """The state of the record `record_by_path` gives for each path that has one (the
+        lowest loc among records sharing a path: the path index's own order), in one query per
+        500 paths."""
+        found: dict[str, str] = {}
+        batch = list(paths)
+        for start in range(0, len(batch), 500):
+            part = batch[start:start + 500]
+            marks = ",".join("?" * len(part))
+            for path, state in self._query(f"SELECT path, state FROM resources WHERE path IN ({marks}) "
+                                           "ORDER BY path, loc", tuple(part)):
+                found.setdefault(path, state)
+        return found
+
+    def iter_live_locs(self, batch: int = 1000) -> Iterator[list[str]]:
+        """The locs of every live record (not a tombstone), in loc order, `batch` at a time."""
+        last = ""
+        while True:
+            rows = self._query("SELECT loc FROM resources WHERE loc > ? AND state != 'deleted' ORDER BY loc LIMIT ?",
+                               (last, batch))
+            if not rows:
+                return
+            yield [row[0] for row in rows]
+            last = rows[-1][0]
 
     def iter_records(self, batch: int = 1000) -> Iterator[ResourceRecord]:
         """Every record, in loc order, read in batches (memory stays flat)."""
