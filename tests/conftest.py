@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import signal
 import socket
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,11 @@ import pytest
 import redis as redis_lib
 
 from rsnotify.hub.redis_server import RedisServer, start_redis_server
+from tests.support import cli
+from tests.support.http import fetch
 from tests.support.hubproc import HubProcess, start_hub
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -129,3 +133,29 @@ def hub_process(tmp_path: Path) -> Iterator[Callable[..., HubProcess]]:
     yield start
     for hub in started:
         hub.stop()
+
+
+@pytest.fixture
+def run_source(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen]]:
+    """Factory: `rsnotify source ARGS` (output in tmp_path/source.log), started once `ready_url`
+    answers 200; every source still running is stopped with Ctrl-C after the test."""
+    started: list[subprocess.Popen] = []
+    log = tmp_path / "source.log"
+
+    def answers(url: str) -> bool:
+        try:
+            return fetch(url).status == 200
+        except OSError:
+            return False
+
+    def start(*args: str, ready_url: str) -> subprocess.Popen:
+        source = cli.start("source", *args, log=log)
+        started.append(source)
+        wait_until(lambda: source.poll() is not None or answers(ready_url), 60.0, "rsnotify source to serve",
+                   logs=[log])
+        assert source.poll() is None, log.read_text(errors="replace")
+        return source
+
+    yield start
+    for source in started:
+        cli.stop(source, signal.SIGINT)

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import time
 import urllib.parse
-from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 
@@ -32,32 +31,6 @@ from tests.support.waiting import wait_until
 
 BIN = Path(sys.executable).parent   # resync's console scripts
 WAIT = 60.0
-
-
-@pytest.fixture
-def run_source(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen]]:
-    """Factory: `rsnotify source ARGS` (output in tmp_path/source.log), started once `ready_url`
-    answers 200; every source still running is stopped with Ctrl-C after the test."""
-    started: list[subprocess.Popen] = []
-    log = tmp_path / "source.log"
-
-    def start(*args: str, ready_url: str) -> subprocess.Popen:
-        source = cli.start("source", *args, log=log)
-        started.append(source)
-        wait_until(lambda: source.poll() is not None or get_ok(ready_url), WAIT, "rsnotify source to serve", logs=[log])
-        assert source.poll() is None, log.read_text(errors="replace")
-        return source
-
-    yield start
-    for source in started:
-        cli.stop(source, signal.SIGINT)
-
-
-def get_ok(url: str) -> bool:
-    try:
-        return fetch(url).status == 200
-    except OSError:
-        return False
 
 
 def _tree(src: Path) -> None:

@@ -4,14 +4,10 @@ trickling its headers is cut off; a taken port stops it before anything is recor
 from __future__ import annotations
 
 import io
-import signal
 import socket
-import subprocess
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
-import pytest
 import redis as redis_lib
 
 from rsnotify.lists import open_list
@@ -21,32 +17,6 @@ from tests.support.ports import free_port
 from tests.support.waiting import wait_until
 
 WAIT = 60.0
-
-
-@pytest.fixture
-def run_source(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen]]:
-    """Factory: `rsnotify source ARGS` (output in tmp_path/source.log), once `ready_url` answers 200."""
-    started: list[subprocess.Popen] = []
-    log = tmp_path / "source.log"
-
-    def start(*args: str, ready_url: str) -> subprocess.Popen:
-        source = cli.start("source", *args, log=log)
-        started.append(source)
-        wait_until(lambda: source.poll() is not None or answers(ready_url), WAIT, "rsnotify source to serve",
-                   logs=[log])
-        assert source.poll() is None, log.read_text(errors="replace")
-        return source
-
-    yield start
-    for source in started:
-        cli.stop(source, signal.SIGINT)
-
-
-def answers(url: str) -> bool:
-    try:
-        return fetch(url).status == 200
-    except OSError:
-        return False
 
 
 def checkout(src: Path) -> None:

@@ -5,11 +5,9 @@ not give its files a second URL."""
 from __future__ import annotations
 
 import io
-import signal
 from pathlib import Path
 
 from rsnotify.lists import open_list
-from tests.support import cli
 from tests.support.http import fetch
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
@@ -23,7 +21,7 @@ def listed(url: str) -> list[str]:
     return sorted(entry.loc for entry in open_list(io.BytesIO(answer.body)))
 
 
-def test_folder_symlinks_made_live_are_not_walked(hub_process, tmp_path: Path) -> None:
+def test_folder_symlinks_made_live_are_not_walked(hub_process, run_source, tmp_path: Path) -> None:
     hub = hub_process()
     src, outside = tmp_path / "src", tmp_path / "outside"
     (src / "sub").mkdir(parents=True)
@@ -32,19 +30,15 @@ def test_folder_symlinks_made_live_are_not_walked(hub_process, tmp_path: Path) -
     for i in range(30):
         (outside / f"secret-{i}.txt").write_text("secret\n")
     base = f"http://127.0.0.1:{free_port()}/data/"
-    log = tmp_path / "source.log"
-    source = cli.start("source", "--dir", str(src), "--base-url", base, "--hub", hub.url,
-                       "--db", str(tmp_path / "m.db"), log=log)
-    try:
-        wait_until(lambda: "serving on" in log.read_text(), WAIT, "rsnotify source", logs=log)
-        (src / "away").symlink_to(outside, target_is_directory=True)
-        (src / "alias").symlink_to(src / "sub", target_is_directory=True)
-        (src / "marker.txt").write_text("after the links\n")
-        wait_until(lambda: base + "marker.txt" in listed(base + "changelist.xml"), WAIT, "the marker", logs=log)
-        assert listed(base + "resourcelist.xml") == [base + "marker.txt", base + "sub/x.txt"]
-        assert listed(base + "changelist.xml") == [base + "marker.txt", base + "sub/x.txt"]
-        text = log.read_text()
-        assert "secret-" not in text, text[-2000:]
-        assert fetch(base + "away/secret-1.txt").status == 404
-    finally:
-        cli.stop(source, signal.SIGINT)
+    log = tmp_path / "source.log"      # where run_source writes its output
+    run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
+               ready_url=base + "resourcelist.xml")
+    (src / "away").symlink_to(outside, target_is_directory=True)
+    (src / "alias").symlink_to(src / "sub", target_is_directory=True)
+    (src / "marker.txt").write_text("after the links\n")
+    wait_until(lambda: base + "marker.txt" in listed(base + "changelist.xml"), WAIT, "the marker", logs=log)
+    assert listed(base + "resourcelist.xml") == [base + "marker.txt", base + "sub/x.txt"]
+    assert listed(base + "changelist.xml") == [base + "marker.txt", base + "sub/x.txt"]
+    text = log.read_text()
+    assert "secret-" not in text, text[-2000:]
+    assert fetch(base + "away/secret-1.txt").status == 404
