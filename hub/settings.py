@@ -17,7 +17,6 @@ from rsnotify.websub import SIGNATURE_ALGORITHMS, normalize_url
 
 from .errors import SettingsError
 
-LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
 ENV_PREFIX = "RSNOTIFY_"
 
@@ -207,10 +206,6 @@ class HubSettings:
             return normalize_url(self.public_url)
         host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
         return normalize_url(f"http://{host}:{self.port}/")
-
-    @property
-    def is_loopback_only(self) -> bool:
-        return self.host in LOOPBACK_HOSTS
 
     @property
     def is_public_url_loopback(self) -> bool:

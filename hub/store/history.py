@@ -70,15 +70,6 @@ def worker_status_commands(name: str, status: Mapping[str, Any]) -> list[tuple[A
     return [("HSET", key, *flat), ("EXPIRE", key, WORKER_STATUS_TTL)]
 
 
-async def worker_statuses(redis: Redis, names: Sequence[str]) -> list[dict[str, str]]:
-    """What each named worker last reported ({} for one that has not, or whose report expired)."""
-    async with redis.pipeline(transaction=False) as pipe:
-        for name in names:
-            pipe.hgetall(worker_status_key(name))
-        replies = await pipe.execute()
-    return [{text(k): text(v) for k, v in raw.items()} for raw in replies]
-
-
 RQ_WORKER_PREFIX = "rq:worker:"     # RQ names each registered worker's hash so (rq_workers_key() lists them)
 
 

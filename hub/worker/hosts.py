@@ -36,11 +36,6 @@ class HostGates:
     def waiting(self, host: str) -> int:
         return len(self._waiters.get(host, ()))
 
-    @property
-    def busy_hosts(self) -> int:
-        """Hosts at their cap right now (for the curious and for tests)."""
-        return sum(1 for count in self._busy.values() if count >= self.cap)
-
     async def enter(self, host: str) -> None:
         if self.is_open(host):
             self._busy[host] = self._busy.get(host, 0) + 1

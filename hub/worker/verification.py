@@ -58,10 +58,6 @@ class VerificationOutcome:
     reason: str = ""
     subscription_id: str = ""
 
-    @property
-    def is_verified(self) -> bool:
-        return self.result in ("activated", "renewed", "unsubscribed")
-
 
 async def verify_intent(ctx: OutboundContext, challenge: str) -> VerificationOutcome:
     """Verify the pending intent stored under `challenge` (single use) and apply it if verified."""

@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from rsnotify.datetimes import format_datetime, parse_w3c_datetime
+from rsnotify.datetimes import parse_w3c_datetime
 
 from .outcomes import ResourceState
 
@@ -498,11 +498,6 @@ class SyncState:
                 "VALUES (?, ?, ?, ?, ?, ?)", (hub, sequence, notification_id, content_type, body, time.time()))
             return cursor.lastrowid
 
-    def pending_inbox(self, limit: int = 1000) -> list[InboxRow]:
-        rows = self._query("SELECT id, hub, sequence, notification_id, content_type, body, received_at "
-                           "FROM inbox WHERE status = 'pending' ORDER BY id LIMIT ?", (limit,))
-        return [InboxRow(*row) for row in rows]
-
     def pending_inbox_heads(self) -> list[tuple[int, float]]:
         """(id, received_at) of every pending delivery, oldest first: no bodies."""
         return self._query("SELECT id, received_at FROM inbox WHERE status = 'pending' ORDER BY id")
@@ -608,7 +603,3 @@ def _encode(value: Any) -> str | None:
     if isinstance(value, datetime):
         return to_text(value)
     return json.dumps(value)
-
-
-def format_optional(value: datetime | None) -> str | None:
-    return format_datetime(value) if value else None
