@@ -231,8 +231,7 @@ def test_handler_that_raises_once_gets_the_notification_again(framework: str, ma
     assert "503" in [str(status) for status in statuses], report["attempts_recent"]
 
 
-# s a connection may keep the single-threaded server's one thread while it sends nothing
-CONNECTION_TIMEOUT = 10.0
+CONNECTION_TIMEOUT = 10.0  # s: the longest a connection may hold the single-threaded server's one thread idle
 
 
 def serve_single_threaded(app, port: int) -> tuple[Any, threading.Thread]:
