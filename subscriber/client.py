@@ -195,12 +195,12 @@ class Subscriber:
         self.startup_tasks.clear()
         self._loop = None
         if self._renewal_task is not None:
-            self._renewal_task.cancel()
-            try:
-                await self._renewal_task
-            except asyncio.CancelledError:
-                pass
-            self._renewal_task = None
+            renewal, self._renewal_task = self._renewal_task, None
+            renewal.cancel()
+            # asyncio.wait, not `await renewal` in try/except CancelledError: that except would
+            # also swallow a cancellation of close() itself (a timeout around it, a shutdown
+            # cancelling every task), and close() would go on through its drains regardless.
+            await asyncio.wait({renewal})
         await self.core.close()
         try:
             await self.lifecycle.hooks.drain(10.0)

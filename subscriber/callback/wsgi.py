@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import concurrent.futures
+import logging
 import threading
 from collections.abc import Callable, Coroutine, Iterable
 from types import TracebackType
@@ -24,11 +26,15 @@ from typing import Any, Self, TypeVar
 from urllib.parse import parse_qsl
 
 from ..client import Subscriber
+from ..errors import SubscriberError
 from ..store import Subscription
 from .core import CallbackRequest, CallbackResponse, too_large
 
+log = logging.getLogger(__name__)
+
 T = TypeVar("T")
 StartResponse = Callable[..., Any]
+CANCEL_GRACE = 2.0  # s: how long stop() gives what still runs on the loop to end once cancelled
 
 _REASONS = {200: "OK", 400: "Bad Request", 403: "Forbidden", 404: "Not Found",
             405: "Method Not Allowed", 410: "Gone", 413: "Content Too Large", 500: "Internal Server Error",
@@ -43,6 +49,11 @@ class SubscriberThread:
         self.renew = renew
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._run, name="rsnotify-subscriber", daemon=True)
+        # What other threads wait for in call(): stop() ends every one of them, so no request
+        # thread stays blocked on a loop that no longer runs.
+        self._calls: set[concurrent.futures.Future[Any]] = set()
+        self._calls_lock = threading.Lock()
+        self._stopped = False
 
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
@@ -57,16 +68,39 @@ class SubscriberThread:
         return self
 
     def stop(self, timeout: float = 15.0) -> None:
-        """Close the subscriber (hands over received notifications) and end the thread."""
+        """Close the subscriber (hands over received notifications) and end the thread.
+
+        What still runs on the loop after `timeout` (a close() held up by a slow handler, a call
+        from a request thread) is cancelled, so every thread waiting in call() gets an answer
+        (SubscriberError) instead of waiting forever on a stopped loop."""
         if not self._thread.is_alive():
             return
         try:
             self.call(self.subscriber.close(), timeout)
+        except TimeoutError:
+            log.warning("the subscriber did not close within %g s; cancelling what still runs", timeout)
         finally:
+            try:
+                self.call(self._cancel_the_rest(), CANCEL_GRACE + 1)
+            except (TimeoutError, SubscriberError):
+                pass
+            with self._calls_lock:
+                self._stopped = True
+                left = list(self._calls)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout)
+            for future in left:     # a task that ignored its cancellation: its caller is told anyway
+                future.cancel()
             if not self._thread.is_alive():
                 self.loop.close()
+
+    async def _cancel_the_rest(self) -> None:
+        this = asyncio.current_task()
+        tasks = [task for task in asyncio.all_tasks() if task is not this]
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.wait(tasks, timeout=CANCEL_GRACE)
 
     def __enter__(self) -> Self:
         return self.start()
@@ -76,8 +110,23 @@ class SubscriberThread:
         self.stop()
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run `coro` on the subscriber's loop and wait for its result (from any other thread)."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(timeout)
+        """Run `coro` on the subscriber's loop and wait for its result (from any other thread).
+        Raises SubscriberError when the runner is stopped, or stops before `coro` is done."""
+        with self._calls_lock:
+            if self._stopped:
+                coro.close()
+                raise SubscriberError("the subscriber's thread is stopped")
+            future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+            self._calls.add(future)
+        future.add_done_callback(self._forget_call)
+        try:
+            return future.result(timeout)
+        except concurrent.futures.CancelledError:
+            raise SubscriberError("the subscriber's thread stopped before the call finished") from None
+
+    def _forget_call(self, future: concurrent.futures.Future[Any]) -> None:
+        with self._calls_lock:
+            self._calls.discard(future)
 
     # wait=False by default here: these run in WSGI code, where waiting for the verification
     # GET can deadlock (see the module docstring).

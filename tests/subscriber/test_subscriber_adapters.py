@@ -15,8 +15,12 @@ import uvicorn
 from rsnotify.subscriber.callback.asgi import ASGICallbackApp
 from rsnotify.subscriber.callback.wsgi import SubscriberThread
 from rsnotify.subscriber.client import Subscriber
+from rsnotify.subscriber.errors import SubscriberError
 from rsnotify.subscriber.settings import SubscriberSettings
 from rsnotify.subscriber.store import MemoryStore, Subscription
+from tests.support.http import http
+from tests.support.subscribers import RecordingSubscriber, hang
+from tests.support.waiting import wait_until
 
 from .conftest import Recorder, make_notification
 
@@ -157,3 +161,59 @@ async def test_adapter_unsubscribes_verified_then_answers_410(harness, fake_hub)
     assert fake_hub.verifications[-1].status == 200
     status, _ = await fake_hub.deliver(subscription.callback, make_notification(), secret=subscription.secret)
     assert status == 410
+
+
+def test_stop_past_its_timeout_answers_a_request_thread_still_waiting_on_the_runner():
+    """A request thread waits in the runner for an intent the hub never answers, while the
+    application's handler still holds close() up at shutdown: stop() gives up after its timeout
+    and the waiting thread is answered, instead of waiting forever on a loop that has stopped
+    (a single-threaded server, and its shutdown, would wait with it)."""
+    handler_busy, release = threading.Event(), threading.Event()
+
+    def slow_handler(received) -> None:      # the application's handler, still busy at shutdown
+        handler_busy.set()
+        release.wait(60)
+
+    hubs = RecordingSubscriber()
+    hubs.on("/hub", 202)
+    hubs.on("/stuck-hub", hang(600))         # takes the intent, never answers
+    hub_server = hubs.serve_in_thread()
+    subscriber = Subscriber(store=MemoryStore(), settings=SubscriberSettings(request_timeout=300),
+                            on_notification=slow_handler)
+    runner = SubscriberThread(subscriber, renew=False).start()
+    httpd = make_server("127.0.0.1", 0, runner.wsgi_app(), server_class=_ThreadingWSGIServer,
+                        handler_class=_QuietHandler)
+    serving = threading.Thread(target=httpd.serve_forever, daemon=True)
+    serving.start()
+    subscriber.callback_base_url = f"http://127.0.0.1:{httpd.server_port}/websub"
+    answers: list[BaseException | Subscription] = []
+
+    def request_thread() -> None:
+        try:
+            answers.append(runner.subscribe(TOPIC, hubs.url("/stuck-hub")))
+        except BaseException as exc:  # noqa: BLE001 - what the request thread got, for the assert
+            answers.append(exc)
+
+    waiting = threading.Thread(target=request_thread, daemon=True)
+    try:
+        subscription = runner.subscribe(TOPIC, hubs.url("/hub"), secret=False)
+        status, body = http("POST", subscription.callback, make_notification(),
+                            {"Content-Type": "application/xml"})
+        assert status == 200, body
+        wait_until(handler_busy.is_set, 10, "the handler to run")
+        waiting.start()
+        wait_until(lambda: hubs.seen("/stuck-hub"), 10, "the second intent to reach the hub")
+
+        runner.stop(timeout=1)               # close() waits for the handler: stop gives up on it
+        waiting.join(10)
+        assert not waiting.is_alive(), "the request thread still waits on the stopped runner"
+        [answer] = answers
+        assert isinstance(answer, SubscriberError) and "stopped" in str(answer), answer
+        with pytest.raises(SubscriberError, match="stopped"):
+            runner.subscriptions()
+    finally:
+        release.set()
+        httpd.shutdown()
+        serving.join(5)
+        httpd.server_close()
+        hub_server.stop()

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -230,11 +231,37 @@ def test_handler_that_raises_once_gets_the_notification_again(framework: str, ma
     assert "503" in [str(status) for status in statuses], report["attempts_recent"]
 
 
+CONNECTION_TIMEOUT = 10.0  # s: the longest a connection may hold the single-threaded server's one thread idle
+
+
+def serve_single_threaded(app, port: int) -> tuple[Any, threading.Thread]:
+    """Flask's dev server without threads (`flask run --without-threads`), bound to `port`, its
+    thread not started yet. Each connection gets CONNECTION_TIMEOUT: werkzeug's handler has none,
+    so one connection that stalls (connected, request never sent) would hold the one thread, and
+    `server.shutdown()` behind it, forever."""
+    from werkzeug.serving import WSGIRequestHandler, make_server
+
+    class Handler(WSGIRequestHandler):
+        timeout = CONNECTION_TIMEOUT    # socketserver sets it on each connection's socket
+
+    server = make_server("127.0.0.1", port, app, threaded=False, request_handler=Handler)
+    return server, threading.Thread(target=server.serve_forever, name="single-threaded-flask", daemon=True)
+
+
+def stop_serving(server, thread: threading.Thread, timeout: float = WAIT) -> None:
+    """`server.shutdown()` waits for the request in progress, and forever when serve_forever never
+    ran: bounded here, from a helper thread; then the port is released."""
+    if thread.is_alive():
+        stopper = threading.Thread(target=server.shutdown, daemon=True)
+        stopper.start()
+        thread.join(timeout)
+    server.server_close()
+
+
 def test_a_request_on_a_single_threaded_flask_server_subscribes_without_waiting(hub: HubProcess, tmp_path: Path):
     """The runner returns after the hub's 202: the one server thread is then free for the
     hub's verification GET (waiting for it there would deadlock)."""
     from flask import Flask
-    from werkzeug.serving import make_server
 
     from rsnotify.subscriber.callback.flask import callback_blueprint
     from rsnotify.subscriber.callback.wsgi import subscriber_thread
@@ -245,17 +272,18 @@ def test_a_request_on_a_single_threaded_flask_server_subscribes_without_waiting(
     subscriber = Subscriber(settings=settings)
     topic = f"http://example.org/request/{tmp_path.name}/changes"
     app = Flask(__name__)
-    app.register_blueprint(callback_blueprint(subscriber), url_prefix="/websub")
 
     @app.post("/follow")
     def follow():
         subscription = subscriber_thread(subscriber).ensure(topic, hub.url)
         return {"id": subscription.id, "status": subscription.status}
 
-    server = make_server("127.0.0.1", port, app, threaded=False)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    # Bound before the blueprint starts the subscriber's thread: a port taken meanwhile fails
+    # here (werkzeug exits) with nothing left running.
+    server, thread = serve_single_threaded(app, port)
     try:
+        app.register_blueprint(callback_blueprint(subscriber), url_prefix="/websub")
+        thread.start()
         response = fetch(f"http://127.0.0.1:{port}/follow", "POST", timeout=WAIT)
         assert response.status == 200, response.text
         answer = json.loads(response.body)
@@ -265,6 +293,7 @@ def test_a_request_on_a_single_threaded_flask_server_subscribes_without_waiting(
         assert [s.id for s in runner.subscriptions()] == [answer["id"]]
         wait_for("the hub to hold it", lambda: len(hub_subscriptions(hub, topic)) == 1, hub=hub)
     finally:
-        server.shutdown()
-        thread.join(10)
-        subscriber_thread(subscriber).stop()
+        try:
+            stop_serving(server, thread)
+        finally:
+            subscriber_thread(subscriber).stop()

@@ -2,6 +2,7 @@
 refusals, renewal on an injected clock, verified unsubscribe, state across a restart."""
 from __future__ import annotations
 
+import asyncio
 import random
 import stat
 from datetime import timedelta
@@ -9,6 +10,7 @@ from datetime import timedelta
 import pytest
 from aiohttp import web
 
+from rsnotify.subscriber.client import Subscriber
 from rsnotify.subscriber.discovery import discover_topic
 from rsnotify.subscriber.errors import SubscriberError, SubscriptionError
 from rsnotify.subscriber.settings import SubscriberSettings
@@ -18,9 +20,11 @@ from rsnotify.subscriber.store import (
     FAILED,
     UNSUBSCRIBED,
     JsonFileStore,
+    MemoryStore,
 )
 from rsnotify.websub import build_link_header
 from tests.support.clock import Clock
+from tests.support.ports import free_port
 
 from .conftest import T0, Recorder, make_notification
 
@@ -181,6 +185,22 @@ async def test_state_survives_a_restart(fake_hub, make_subscriber, tmp_path):
     assert status == 200
     await recorder.wait(1)
     assert (await second.unsubscribe(subscription.id)).status == UNSUBSCRIBED
+
+
+async def test_a_cancelled_close_stops_at_once_and_can_be_called_again():
+    """A shutdown that cancels close() (a timeout around it, a runner cancelling every task) is
+    obeyed while close() waits for the renewal loop to end, instead of being taken for the
+    renewal loop's own cancellation and ignored."""
+    subscriber = Subscriber(f"http://127.0.0.1:{free_port()}/websub", MemoryStore())
+    await subscriber.start()                        # the renewal loop runs
+    await asyncio.sleep(0)
+    closing = asyncio.create_task(subscriber.close())
+    await asyncio.sleep(0)                          # close() has cancelled the renewal loop and waits for it
+    assert not closing.done()
+    closing.cancel()
+    await asyncio.wait({closing}, timeout=5)
+    assert closing.cancelled()
+    await asyncio.wait_for(subscriber.close(), 5)  # a second close finishes the job (closes the session)
 
 
 async def test_corrupt_state_file_is_reported_clearly(tmp_path):
