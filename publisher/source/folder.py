@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
+from typing import BinaryIO
 from urllib.parse import quote, unquote
 
 from rsnotify.notification import ChangeType, ResourceChange
@@ -208,9 +209,19 @@ class Folder:
             if not _is_text(path):
                 log.warning("%r is not served: its name is not valid UTF-8, so it has no URL", str(path))
                 return None
+            with path.open("rb") as handle:
+                before = os.fstat(handle.fileno())
+                digest, length = _hash(handle)
+                after = os.fstat(handle.fileno())
+            if length != after.st_size or (before.st_size, before.st_mtime_ns) != (after.st_size, after.st_mtime_ns):
+                # Still being written: a length and a hash of different moments would be listed
+                # together, and the hash of the finished file would then match and hide the
+                # length's error for good. The write's own later event (or the rescan) looks again.
+                log.debug("%s changed while it was read; it is looked at again when it settles", path)
+                return known
             state = FileState(
-                self.loc(path), path, stat.st_size, _hash(path), media_type(path),
-                datetime.fromtimestamp(stat.st_mtime, UTC), stat.st_mtime_ns,
+                self.loc(path), path, length, digest, media_type(path),
+                datetime.fromtimestamp(after.st_mtime, UTC), after.st_mtime_ns,
             )
         except OSError as exc:  # vanished or unreadable while we looked: a later event tells
             log.debug("cannot read %s: %s", path, exc)
@@ -245,14 +256,16 @@ def changes_against(
 _ABSENT = "\x00absent"
 
 
-def _hash(path: Path) -> str:
+def _hash(handle: BinaryIO) -> tuple[str, int]:
+    """The hashes of everything `handle` reads, and how many bytes that was."""
     md5 = hashlib.md5(usedforsecurity=False)
     sha = hashlib.sha256()
-    with path.open("rb") as handle:
-        while chunk := handle.read(_CHUNK):
-            md5.update(chunk)
-            sha.update(chunk)
-    return f"md5:{md5.hexdigest()} sha-256:{sha.hexdigest()}"
+    length = 0
+    while chunk := handle.read(_CHUNK):
+        md5.update(chunk)
+        sha.update(chunk)
+        length += len(chunk)
+    return f"md5:{md5.hexdigest()} sha-256:{sha.hexdigest()}", length
 
 
 def _is_text(path: Path) -> bool:

@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -167,10 +168,19 @@ def test_a_read_only_dir_is_one_line_and_exit_1_and_the_state_stays_intact(site,
     assert tree(s.src) == tree(dest / host / "dataset1")
 
 
+def listed(url: str) -> str:
+    try:
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.read().decode()
+    except OSError:
+        return ""
+
+
 def test_a_full_disk_is_one_line_and_exit_1(site, mount_point):
     s = site(10)
     (s.src / "big.bin").write_bytes(os.urandom(3_000_000))
-    time.sleep(0.5)
+    wait_until(lambda: 'length="3000000"' in listed(s.base + "resourcelist.xml"), "the Source to list big.bin", 30,
+               s.proc)
     dest = mount_point("size=2m")
     result = s.run("sync", "--capability-list", s.caplist, "--dir", str(dest), "--once")
     assert result.returncode == 1

@@ -3,6 +3,8 @@ events that made it: the delete of the old shape goes out with (and before) the 
 at the next full rescan."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from rsnotify.publisher.source.folder import Folder, changes_against
 
 BASE = "http://127.0.0.1:1/d/"
@@ -38,3 +40,44 @@ def test_a_folder_that_became_a_file_is_deleted_in_the_same_batch(tmp_path):
     (tmp_path / "d").write_text("now a file")
     assert _changes(folder, recorded, tmp_path / "d") == [
         ("d/x.txt", "deleted"), ("d/y.txt", "deleted"), ("d", "created")]
+
+
+def test_a_file_still_being_written_is_never_listed_with_a_length_its_hash_does_not_have(tmp_path):
+    # A writer appends while the Source looks at the file again and again (what its change
+    # events make it do): every state it gives must describe one moment of the file, a length
+    # and the hashes of exactly that many bytes, or a Destination would be told a length that
+    # the finished file's hash contradicts. Eight files: one race lost is enough to fail.
+    import hashlib
+    import threading
+
+    folder = Folder(tmp_path, BASE)
+    chunk = bytes(range(256)) * 256           # 64 KiB
+    chunks = 160
+    for number in range(8):
+        path = tmp_path / f"growing{number}.bin"
+        path.write_bytes(b"")
+        done = threading.Event()
+
+        def write(path: Path = path, done: threading.Event = done) -> None:
+            with path.open("ab") as handle:
+                for _ in range(chunks):
+                    handle.write(chunk)
+                    handle.flush()
+            done.set()
+
+        writer = threading.Thread(target=write)
+        writer.start()
+        seen = []
+        while not done.is_set():
+            present, _ = folder.states([path])
+            seen.extend(present.values())
+        writer.join()
+        present, _ = folder.states([path])
+        seen.extend(present.values())
+        final = path.read_bytes()
+        assert len(final) == chunks * len(chunk)
+        for state in seen:
+            prefix = final[:state.length]
+            assert state.hash == f"md5:{hashlib.md5(prefix).hexdigest()} sha-256:{hashlib.sha256(prefix).hexdigest()}", \
+                f"listed length {state.length} with the hashes of other bytes"
+        assert seen[-1].length == len(final)     # once settled, the whole file is listed
