@@ -215,8 +215,13 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
             due_at = None
             if verdict == "yield":
                 due_at = now                # let others have the slot; a worker takes it up again at once
-            elif run.next_attempt > now and not run.stop and run.state == "active":
-                due_at = run.next_attempt   # a retry (also one claimed before its time): wake it then
+            elif (run.next_attempt > now or verdict == "retry") and not run.stop and run.state == "active":
+                # a retry (also one claimed before its time): wake it then. A retry whose backoff
+                # has passed already (a tiny retry_base, or a thread preempted since the attempt)
+                # is due now: without its entry it would wait for the reconciler, seconds later.
+                # Only after a failed attempt: an idle run with a past next_attempt has nothing
+                # to send, and waking it at once would claim it again and again.
+                due_at = max(run.next_attempt, now)
             answer = await d.checkpoint(run, release=True, due_at=due_at)
             if verdict != "idle" or answer[0] != 1 or run.stop or d.stopping:
                 return
