@@ -374,8 +374,10 @@ def _events(
 
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
-# \s in a str pattern is str.isspace (Unicode spaces included); plus C0 controls and DEL
-_SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f]")
+# \s in a str pattern is str.isspace (Unicode spaces included); plus C0 controls, DEL, the C1
+# controls (U+0080-U+009F: U+009B is a terminal's CSI) and the bidirectional formatting
+# characters RFC 3987 (4.1) forbids in IRIs (they make a shown loc read as another one)
+_SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _HTTP_SCHEMES = ("http", "https")
 LOC_EXAMPLE = "http://example.com/res1"
 

@@ -206,6 +206,10 @@ def test_parse_soon_parses_small_bodies_on_the_loop_and_large_ones_in_the_parser
         ("/res1", "is relative; expected an absolute http(s) URI"),
         ("res1", "is relative"),
         ("http://example.com/a b", "has a space or control character"),
+        ("http://example.com/a\x9b2Jb", "has a space or control character"),        # C1: a terminal's CSI
+        ("http://example.com/a\x80b", "has a space or control character"),
+        ("http://example.com/\u202eexe.txt", "has a space or control character"),   # right-to-left override
+        ("http://example.com/a\u2066b", "has a space or control character"),
         ("ftp://example.com/res1", "has scheme 'ftp'; expected an http(s) URI"),
         ("http:/res1", "has no host"),
     ],
