@@ -89,6 +89,12 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
         got = repr(mode) if mode is not None else "no hub.mode field"
         raise BadRequestError(f"hub.mode must be subscribe, unsubscribe or publish, got {got}")
     if content_type == XML_TYPE:
+        # the charset parameter outranks the XML declaration (RFC 7303, 3.2), and the type goes
+        # to every subscriber as published: one other than UTF-8 would make them misread the body
+        charset = request.charset
+        if charset is not None and charset.lower() not in ("utf-8", "utf8"):
+            raise BadRequestError(f"a change notification must be UTF-8; got Content-Type charset "
+                                  f"{escape(charset, 40)!r}")
         return await submission(request)
     raise UnsupportedMediaError(
         f"Content-Type must be {FORM_TYPE} (subscribe, unsubscribe, publish) or {XML_TYPE} "

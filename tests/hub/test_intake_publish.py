@@ -145,6 +145,17 @@ async def test_invalid_documents_get_400_with_the_problems_and_store_nothing(hub
     assert intake_ctx.queue.count == 0
 
 
+@pytest.mark.parametrize("charset", ["latin-1", "ISO-8859-1", '"utf-16"', "x-bogus"])
+async def test_a_submission_labelled_with_another_charset_than_utf8_gets_400(hub_client, intake_ctx, charset):
+    # subscribers get the Content-Type as published, and its charset outranks the XML declaration
+    response = await submit(hub_client, content_type=f"application/xml; charset={charset}")
+    text = await response.text()
+    assert response.status == 400, text
+    assert f"must be UTF-8; got Content-Type charset '{charset.strip(chr(34))}'" in text
+    assert await nothing_stored(intake_ctx.redis)
+    assert (await submit(hub_client, content_type='application/xml; charset="utf-8"')).status == 200
+
+
 def dated(clock, ahead: float) -> bytes:
     """A notification whose one change (and until) lies `ahead` seconds after the hub's clock."""
     now = datetime.fromtimestamp(clock.peek(), UTC)
