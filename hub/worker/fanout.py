@@ -239,11 +239,14 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
             run = again
             d.runs[run.sid] = run
     except asyncio.CancelledError:
-        # the worker is stopping: hand the subscription back now rather than when the claim expires
+        # the worker is stopping: hand the subscription back now rather than when the claim expires,
+        # due at once (or when its retry is), so another worker's retry lane takes it up in a tick;
+        # without the due entry only the reconciler would, a reconcile_interval or more later
         if d.runs.get(run.sid) is run:
             del d.runs[run.sid]
+        due_at = max(ctx.now(), run.next_attempt) if not run.stop and run.state == "active" else None
         try:
-            await asyncio.wait_for(d.checkpoint(run, release=True), 2.0)
+            await asyncio.wait_for(d.checkpoint(run, release=True, due_at=due_at), 2.0)
         except (TimeoutError, RedisError):
             pass
         raise

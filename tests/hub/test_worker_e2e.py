@@ -263,3 +263,28 @@ def test_a_retry_already_due_when_its_run_lets_go_is_sent_at_once(fanout_setting
     failed, retried = sink.deliveries("/once")
     assert failed.body == retried.body == body(0)
     assert retried.at - failed.at < 2.0, f"the retry came {retried.at - failed.at:.2f} s after the failure"
+
+
+def test_a_stopping_worker_makes_the_subscription_it_hands_back_due_at_once(fanout_settings, redis, sink,
+                                                                             tmp_path) -> None:
+    # reconcile_interval 60 s: only the retry lane can take the handed-back subscription up soon
+    settings = fanout_settings.with_values(delivery_timeout=30.0, lock_ttl=60, reconcile_interval=60.0)
+    queue = make_queue(settings.queue_name, redis)
+    sink.on("/slow", lambda request: hang(20)(request) if sink.count("/slow") == 1 else 200)
+    subscribe(settings, sink.url("/slow"))
+    first = start_worker(settings, tmp_path, "leaving")
+    second = None
+    try:
+        publish(settings, queue, [body(0)])
+        wait_until(lambda: len(sink.bodies("/slow")) == 1, 90, "the hanging delivery", logs=tmp_path)
+        first.send_signal(signal.SIGTERM)
+        first.wait(15)
+        stopped = time.monotonic()
+        second = start_worker(settings, tmp_path, "staying")
+        wait_until(lambda: len(sink.bodies("/slow")) == 2, 30, "the delivery again", logs=tmp_path)
+        assert time.monotonic() - stopped < 20
+    finally:
+        stop(first)
+        if second is not None:
+            stop(second)
+    assert sink.bodies("/slow") == [body(0), body(0)]
