@@ -130,6 +130,8 @@ BAD_BODIES = [
     (b"<html><body>hi</body></html>", "not a change notification"),
     (b'<?xml version="1.0"?><!DOCTYPE urlset [<!ENTITY x "boom">]><urlset>&x;</urlset>', "not a change notification"),
     (NOTIFICATION.replace(b'change="created"', b'change="moved"'), "not a valid change notification"),
+    (NOTIFICATION.replace(b'type="text/html"', b'type="text/html&#13;&#10;X-Injected: 1"'),
+     "with a control character; expected a media type"),
     (NOTIFICATION.replace(b'capability="change-notification"', b'capability="resourcelist"'), "change notification"),
 ]
 

@@ -222,6 +222,20 @@ def test_a_change_loc_must_be_an_absolute_http_uri(loc: str, message: str) -> No
         to_xml(ChangeNotification(now, now, (ResourceChange(loc, "created", now),)))
 
 
+@pytest.mark.parametrize("element", [
+    '<rs:md change="created" type="text/html&#13;&#10;X-Injected: 1"/>',
+    '<rs:md change="created"/><rs:ln rel="alternate" href="http://example.com/res1.pdf" type="application/pdf&#10;"/>',
+])
+def test_a_type_with_a_control_character_is_refused(element: str) -> None:
+    # a Destination may put `type` in a Content-Type header, where CR LF would start another header
+    body = URLSET_OPEN + f"<url><loc>http://example.com/res1</loc>{element}</url></urlset>"
+    with pytest.raises(ValidationError, match="has type=.*, with a control character; expected a media type"):
+        parse_notification(body.encode())
+    fine = parse_notification(body.replace("&#13;&#10;X-Injected: 1", "; charset=utf-8").replace("&#10;", "")
+                              .encode())
+    assert fine.changes[0].media_type in ("text/html; charset=utf-8", None)
+
+
 def test_validate_warns_about_other_schemes_and_refuses_relative_locs() -> None:
     resource_list = (
         '<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'
