@@ -181,11 +181,15 @@ class Publisher:
         notification already claimed to hold every change up to then), or one dated more than
         `future_skew` seconds after now (the chain would move past every change to come).
         """
-        resource_changes = to_resource_changes(changes, self._now)
+        last_until = after if after is not None else self.chain.last_until(self.topic_url)
+        # A change given without a datetime is dated by the clock, but never before the chain's
+        # end: after the clock was set back (NTP correcting a fast clock) it takes that end, so
+        # publishing goes on instead of refusing every change until the clock catches up.
+        resource_changes = to_resource_changes(changes, self._now if last_until is None else
+                                               lambda: max(self._now(), last_until))
         if not resource_changes:
             return []
         self._check_not_future(resource_changes, None)
-        last_until = after if after is not None else self.chain.last_until(self.topic_url)
         first, latest = resource_changes[0].changed_at, resource_changes[-1].changed_at
         assert first is not None and latest is not None  # to_resource_changes dates every change
         if last_until is not None and first < last_until:

@@ -114,6 +114,20 @@ async def test_a_change_dated_far_in_the_future_is_refused_and_changes_nothing(h
     assert second.until_time == T0 + timedelta(minutes=4)
 
 
+async def test_changes_dated_by_a_clock_set_back_take_the_chain_end_and_still_go_out(hub_server, tmp_path):
+    clock = Clock(T0)
+    async with fast(hub_server.url, state_path=str(tmp_path / "memory.db"), now=clock) as publisher:
+        await publisher.publish([("https://example.org/a", "updated")])         # dated T0 by a fast clock
+        clock.set(T0 - timedelta(minutes=3))                                    # NTP sets it back
+        await publisher.publish([("https://example.org/b", "updated")])
+        # a datetime given with the change is the caller's word: still refused before the chain's end
+        with pytest.raises(ChangeInputError, match="before the end of topic"):
+            await publisher.publish([("https://example.org/c", "updated", at(-1))])
+    first, second = (parse_notification(s.body) for s in hub_server.received)
+    assert second.from_time == first.until_time == T0
+    assert [(c.loc, c.changed_at) for c in second.changes] == [("https://example.org/b", T0)]
+
+
 async def test_a_submitted_document_dated_in_the_future_is_refused(hub_server, tmp_path):
     example = (FIXTURES / "change-notification-1.0.1" / "notification_ex_1.xml").read_bytes()
     until = parse_notification(example).until_time
