@@ -151,7 +151,9 @@ def future_problems(
     come, so every later notification would look older than it.
     """
     limit = now + timedelta(seconds=skew)
-    expected = f"expected at most {format_datetime(limit)} ({skew:g} s after now, {format_datetime(now)})"
+    shown = now.replace(microsecond=0)     # whole seconds read better; the check itself is exact
+    expected = (f"expected at most {format_datetime(shown + timedelta(seconds=skew))} "
+                f"({skew:g} s after now, {format_datetime(shown)})")
     late = [(change.loc, when) for change in changes if (when := change.changed_at) is not None and when > limit]
     problems = [
         f"<rs:md> for {loc} has datetime={format_datetime(when)} in the future; "
