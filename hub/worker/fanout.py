@@ -179,6 +179,8 @@ async def serve_due(ctx: WorkerContext) -> int:
     """The retry lane, run by the worker's maintenance: take the subscriptions whose next attempt
     is due, as many as the lane has free slots, and serve each (no job per retry). Returns how many."""
     d = ctx.deliveries
+    if d.stopping:
+        return 0                            # what is due is left to the workers that stay
     free = 0
     while not d.retry_slots.locked():
         await d.retry_slots.acquire()       # free slots are taken at once, without waiting
@@ -213,8 +215,10 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
                 return
             now = ctx.now()
             due_at = None
-            if verdict == "yield":
-                due_at = now                # let others have the slot; a worker takes it up again at once
+            if verdict == "yield" or (d.stopping and not run.stop and run.state == "active"):
+                # let others have the slot (or this stopping worker's backlog): a worker takes it
+                # up again at once (or when its retry is due) rather than the reconciler, later
+                due_at = max(now, run.next_attempt)
             elif (run.next_attempt > now or verdict == "retry") and not run.stop and run.state == "active":
                 # a retry (also one claimed before its time): wake it then. A retry whose backoff
                 # has passed already (a tiny retry_base, or a thread preempted since the attempt)

@@ -288,3 +288,29 @@ def test_a_stopping_worker_makes_the_subscription_it_hands_back_due_at_once(fano
         if second is not None:
             stop(second)
     assert sink.bodies("/slow") == [body(0), body(0)]
+
+
+def test_a_worker_stopping_between_deliveries_hands_the_rest_to_another_at_once(fanout_settings, redis, sink,
+                                                                                tmp_path) -> None:
+    # the stop comes while a POST is in flight: it ends (within the grace), the run stops before
+    # the next entry and lets go; reconcile_interval 60 s, so only a due entry brings it on soon
+    settings = fanout_settings.with_values(delivery_timeout=10.0, lock_ttl=60, reconcile_interval=60.0)
+    queue = make_queue(settings.queue_name, redis)
+    sink.on("/steady", hang(1.0))
+    subscribe(settings, sink.url("/steady"))
+    first = start_worker(settings, tmp_path, "going")
+    second = None
+    try:
+        publish(settings, queue, [body(n) for n in range(4)])
+        wait_until(lambda: len(sink.bodies("/steady")) == 1, 90, "the first delivery", logs=tmp_path)
+        first.send_signal(signal.SIGTERM)
+        first.wait(15)
+        stopped = time.monotonic()
+        second = start_worker(settings, tmp_path, "taking-over")
+        wait_until(lambda: len(set(sink.bodies("/steady"))) == 4, 40, "the rest", logs=tmp_path)
+        assert time.monotonic() - stopped < 30
+    finally:
+        stop(first)
+        if second is not None:
+            stop(second)
+    assert_in_order_at_least_once(sequences(sink, "/steady"), 4)
