@@ -173,7 +173,8 @@ def run_hub(settings: HubSettings, *, log_level: str = "INFO", announce: Callabl
 
 def _start_redis(data: Path) -> RedisServer:
     try:
-        server = start_redis_server(data, unix_socket=True, new_session=True)
+        # dies with the hub, even a SIGKILLed one: no Redis is left holding the data dir
+        server = start_redis_server(data, unix_socket=True, new_session=True, die_with_parent=True)
     except (RedisServerError, OSError) as exc:
         raise EmbeddedError(f"cannot start the embedded Redis in {data}: {exc}") from exc
     tune_redis(server.url)

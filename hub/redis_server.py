@@ -5,15 +5,26 @@ a data folder with an AOF keeps the binary that made its files (SERVER_MARKER) w
 """
 from __future__ import annotations
 
+import ctypes
+import logging
 import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rsnotify.errors import RsnotifyError
+
+
+log = logging.getLogger(__name__)
+
+PR_SET_PDEATHSIG = 1      # <linux/prctl.h>: the signal a process gets when its parent dies
 
 
 class RedisServerError(RsnotifyError):
@@ -107,12 +118,15 @@ def start_redis_server(
     appendonly: bool = True,
     timeout: float = 15.0,
     new_session: bool = False,
+    die_with_parent: bool = False,
 ) -> RedisServer:
     """Start redis-server with its data in `data_dir` (AOF on by default) and wait until it answers.
 
     With `unix_socket` the server listens only on `data_dir/redis.sock`; otherwise on
     127.0.0.1:`port` (a free port when None). With `new_session` it does not get the
-    terminal's Ctrl-C (the embedded hub stops it last, after its workers).
+    terminal's Ctrl-C (the embedded hub stops it last, after its workers). With
+    `die_with_parent` it is sent SIGTERM when this process dies, even by SIGKILL (Linux, from
+    the main thread; see `_die_with_parent`).
     """
     data = Path(data_dir).resolve()
     # The AOF holds every subscription (callback URLs are credentials) and the notifications:
@@ -134,12 +148,39 @@ def start_redis_server(
         args += ["--port", str(port), "--bind", "127.0.0.1"]
         url = f"redis://127.0.0.1:{port}/0"
     process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, start_new_session=new_session, umask=0o077)
+                               stderr=subprocess.PIPE, start_new_session=new_session, umask=0o077,
+                               preexec_fn=_die_with_parent() if die_with_parent else None)
     server = RedisServer(process, url, data)
     _wait_ready(server, timeout, binary)
     if appendonly:
         _remember_server(data, binary)
     return server
+
+
+def _die_with_parent() -> Callable[[], None] | None:
+    """A preexec_fn asking Linux to send the child SIGTERM when this process dies (PR_SET_PDEATHSIG):
+    a Redis shuts down cleanly on SIGTERM, writing its AOF, so a hub killed with SIGKILL leaves no
+    server running on its data. None where that cannot be had: other systems, or a call from
+    another thread than the main one (the signal comes when the forking *thread* ends, and only
+    the main thread lives as long as the process). Without it a Redis left running is shut
+    down by the next hub on the folder (embedded.stop_stale_redis)."""
+    if not sys.platform.startswith("linux"):
+        return None
+    if threading.current_thread() is not threading.main_thread():
+        log.debug("not started from the main thread: the server will not stop with this process")
+        return None
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl     # looked up here, not in the forked child
+    except (OSError, AttributeError):
+        return None
+    parent = os.getpid()
+    term = int(signal.SIGTERM)
+
+    def preexec() -> None:
+        # runs in the forked child before exec: plain calls only, nothing that could take a lock
+        if prctl(PR_SET_PDEATHSIG, term, 0, 0, 0) == 0 and os.getppid() != parent:
+            os._exit(1)             # the parent died before the prctl: no signal would ever come
+    return preexec
 
 
 def _wait_ready(server: RedisServer, timeout: float, binary: str = "redis-server") -> None:

@@ -49,6 +49,10 @@ class HubSettings:
     intent_ttl: int = _opt(86400, "How long a subscription request waits for its verification (seconds).")
     # -- publishing
     max_body: int = _opt(50 * 1024 * 1024, "Largest submission body accepted (bytes); 413 beyond.")
+    future_skew: float = _opt(
+        300.0, "How far a submission's until and change datetimes may lie ahead of the hub's clock (seconds): "
+               "a Source's clock may run this much fast. Later ones are refused with 400: they would put every "
+               "later notification of the topic before them.")
     publish_tokens: tuple[tuple[str, str], ...] = _opt(
         (), "Publisher bearer token bound to a topic URL prefix, as TOKEN=PREFIX (repeatable). "
             "With no tokens, only loopback clients may publish.", env="RSNOTIFY_PUBLISH_TOKEN", repr=False)
@@ -149,6 +153,8 @@ class HubSettings:
                      "host_concurrency", "heartbeat_ttl", "lane_lag", "redis_connections"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be a positive number, got {getattr(self, name)}")
+        if self.future_skew < 0:
+            problems.append(f"future_skew must be 0 or more, got {self.future_skew}")
         if self.workers < 0:
             problems.append(f"workers must be 0 or more, got {self.workers}")
         if not self.lease_min <= self.lease_default <= self.lease_max:

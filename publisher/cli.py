@@ -19,7 +19,7 @@ import click
 
 from rsnotify.clitypes import FiniteFloatRange
 from rsnotify.datetimes import format_datetime
-from rsnotify.notification import CapabilityList, ChangeType, ResourceChange
+from rsnotify.notification import FUTURE_SKEW, CapabilityList, ChangeType, ResourceChange
 
 from .advertise import (
     add_channel_to_document,
@@ -104,6 +104,9 @@ def _change_order(args: list[str]) -> list[tuple[ChangeType, str]]:
               help="Seconds before the first retry; doubles with each retry.")
 @click.option("--max-entries", type=click.IntRange(min=1), default=50_000, show_default=True,
               envvar="RSNOTIFY_MAX_ENTRIES", show_envvar=True, help="Resource changes per document.")
+@click.option("--future-skew", type=FiniteFloatRange(min=0), default=FUTURE_SKEW, show_default=True,
+              envvar="RSNOTIFY_FUTURE_SKEW", show_envvar=True,
+              help="Seconds a change's datetime may lie ahead of this machine's clock; later ones are refused.")
 @click.option("-v", "--verbose", is_flag=True, help="Log each attempt to stderr.")
 @click.pass_context
 def publish(
@@ -122,6 +125,7 @@ def publish(
     max_attempts: int,
     retry_delay: float,
     max_entries: int,
+    future_skew: float,
     verbose: bool,
 ) -> None:
     """Publish resource changes to a hub as change notifications.
@@ -141,7 +145,7 @@ def publish(
         settings = PublisherSettings(
             hub_urls=hubs, topic_url=topic_url, capability_list_url=capability_list_url, token=token,
             timeout=timeout, max_attempts=max_attempts, retry_delay=retry_delay, max_entries=max_entries,
-            state_path=None if no_state else (state_path or _default_state_path()),
+            future_skew=future_skew, state_path=None if no_state else (state_path or _default_state_path()),
         )
         publisher = Publisher.from_settings(settings)
     except SettingsError as exc:

@@ -10,6 +10,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import threading
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
@@ -26,7 +27,7 @@ from rsnotify.errors import (
     WireError,
 )
 from rsnotify.neterrors import describe_client_error
-from rsnotify.notification import ChangeNotification, ResourceChange
+from rsnotify.notification import FUTURE_SKEW, ChangeNotification, ResourceChange, future_problems
 from rsnotify.splitter import split_changes
 from rsnotify.websub import (
     NOTIFICATION_ID_HEADER,
@@ -85,6 +86,7 @@ class Publisher:
         blocking_deadline: float = 10.0,
         max_entries: int = 50_000,
         max_bytes: int = 50_000_000,
+        future_skew: float = FUTURE_SKEW,
         now: Callable[[], datetime] = utc_now,
         session: aiohttp.ClientSession | None = None,
     ) -> None:
@@ -103,6 +105,8 @@ class Publisher:
             raise SettingsError(f"timeout must be a positive number of seconds, got {timeout}")
         if blocking_deadline <= 0:
             raise SettingsError(f"blocking_deadline must be a positive number of seconds, got {blocking_deadline}")
+        if not 0 <= future_skew < math.inf:
+            raise SettingsError(f"future_skew must be a number of seconds >= 0, got {future_skew}")
         self.timeout = timeout
         self.blocking_deadline = blocking_deadline
         self.max_attempts = max_attempts
@@ -110,6 +114,7 @@ class Publisher:
         self.max_retry_delay = max_retry_delay
         self.max_entries = max_entries
         self.max_bytes = max_bytes
+        self.future_skew = future_skew
         self.memory = memory if memory is not None else (ChangeMemory(state_path) if state_path else None)
         self.chain: ChangeMemory | LocalChain = self.memory if self.memory is not None else LocalChain()
         self.latest_document: bytes | None = None  # the last accepted document: the topic URI's body
@@ -136,6 +141,7 @@ class Publisher:
             state_path=settings.state_path,
             max_entries=settings.max_entries,
             max_bytes=settings.max_bytes,
+            future_skew=settings.future_skew,
             **kwargs,
         )
 
@@ -171,13 +177,19 @@ class Publisher:
         """The change notifications that carry `changes`, chained after the topic's last `until`
         (or after `after` when given), split at the Sitemap limits. Changes nothing.
 
-        Raises ChangeInputError for a bad change, or one dated before the chain's end (a
-        notification already claimed to hold every change up to then).
+        Raises ChangeInputError for a bad change, one dated before the chain's end (a
+        notification already claimed to hold every change up to then), or one dated more than
+        `future_skew` seconds after now (the chain would move past every change to come).
         """
-        resource_changes = to_resource_changes(changes, self._now)
+        last_until = after if after is not None else self.chain.last_until(self.topic_url)
+        # A change given without a datetime is dated by the clock, but never before the chain's
+        # end: after the clock was set back (NTP correcting a fast clock) it takes that end, so
+        # publishing goes on instead of refusing every change until the clock catches up.
+        resource_changes = to_resource_changes(changes, self._now if last_until is None else
+                                               lambda: max(self._now(), last_until))
         if not resource_changes:
             return []
-        last_until = after if after is not None else self.chain.last_until(self.topic_url)
+        self._check_not_future(resource_changes, None)
         first, latest = resource_changes[0].changed_at, resource_changes[-1].changed_at
         assert first is not None and latest is not None  # to_resource_changes dates every change
         if last_until is not None and first < last_until:
@@ -198,6 +210,11 @@ class Publisher:
             )
         except NotificationError as exc:  # e.g. one change alone larger than max_bytes
             raise ChangeInputError(str(exc)) from None
+
+    def _check_not_future(self, changes: Iterable[ResourceChange], until_time: datetime | None) -> None:
+        problems = future_problems(changes, until_time, self._now(), self.future_skew)
+        if problems:
+            raise ChangeInputError("\n".join(problems))
 
     # -- publishing --------------------------------------------------------------------------
 
@@ -311,6 +328,8 @@ class Publisher:
             notification, body = document, to_xml(document)
         else:
             body, notification = bytes(document), validate_document(bytes(document))
+        if record:      # a document handed in; the outbox's own (record=False) were checked when prepared
+            self._check_not_future(notification.changes, notification.until_time)
         if record and self.memory is not None:
             self.memory.record_documents(self.topic_url, [notification])
         results = await asyncio.gather(

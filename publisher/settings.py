@@ -10,6 +10,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
 
+from rsnotify.notification import FUTURE_SKEW
+
 from .errors import SettingsError
 
 
@@ -28,6 +30,7 @@ class PublisherSettings:
     state_path: str | None = None            # RSNOTIFY_PUBLISH_STATE: change memory file (SQLite): the from/until chain and every change
     max_entries: int = 50_000                # RSNOTIFY_MAX_ENTRIES: resource changes per document (Sitemap limit)
     max_bytes: int = 50_000_000              # RSNOTIFY_MAX_BYTES: bytes per document (Sitemap limit, 50 MB)
+    future_skew: float = FUTURE_SKEW         # RSNOTIFY_FUTURE_SKEW: seconds a change's datetime may lie ahead of the clock
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str], **overrides: Any) -> PublisherSettings:
@@ -98,4 +101,5 @@ _VARIABLES: dict[str, tuple[str, Callable[[str], Any]]] = {
     "state_path": ("RSNOTIFY_PUBLISH_STATE", str),
     "max_entries": ("RSNOTIFY_MAX_ENTRIES", _positive_int),
     "max_bytes": ("RSNOTIFY_MAX_BYTES", _positive_int),
+    "future_skew": ("RSNOTIFY_FUTURE_SKEW", _non_negative_float),
 }

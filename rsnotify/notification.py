@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import Enum
 
 from .datetimes import format_datetime  # re-exported: callers import it from here too
@@ -133,6 +133,37 @@ def change_order_problems(
                 f"entry's {format_datetime(previous)}; expected forward chronological order"
             )
         previous = when
+    return problems
+
+
+FUTURE_SKEW = 300.0     # s a datetime may lie ahead of the reader's clock: clocks of two machines drift
+SHOWN_FUTURE = 5        # future changes named one by one in a refusal; the rest are counted
+
+
+def future_problems(
+    changes: Iterable[ResourceChange], until_time: datetime | None, now: datetime, skew: float = FUTURE_SKEW
+) -> list[str]:
+    """The datetimes later than `now` + `skew` seconds, one message each (none: all fine).
+
+    A change's datetime is when it happened and `until` the end of what a notification
+    covers, so neither can be in the future beyond clock drift. One that is would move the
+    Source's from/until chain (and each Destination's checkpoint) past every real change to
+    come, so every later notification would look older than it.
+    """
+    limit = now + timedelta(seconds=skew)
+    shown = now.replace(microsecond=0)     # whole seconds read better; the check itself is exact
+    expected = (f"expected at most {format_datetime(shown + timedelta(seconds=skew))} "
+                f"({skew:g} s after now, {format_datetime(shown)})")
+    late = [(change.loc, when) for change in changes if (when := change.changed_at) is not None and when > limit]
+    problems = [
+        f"<rs:md> for {loc} has datetime={format_datetime(when)} in the future; "
+        f"a change's datetime is when it happened: {expected}"
+        for loc, when in late[:SHOWN_FUTURE]
+    ]
+    if len(late) > SHOWN_FUTURE:
+        problems.append(f"... and {len(late) - SHOWN_FUTURE} more change(s) dated in the future")
+    if until_time is not None and until_time > limit:
+        problems.append(f"<rs:md> of <urlset> has until={format_datetime(until_time)} in the future; {expected}")
     return problems
 
 

@@ -374,8 +374,10 @@ def _events(
 
 
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*:")
-# \s in a str pattern is str.isspace (Unicode spaces included); plus C0 controls and DEL
-_SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f]")
+# \s in a str pattern is str.isspace (Unicode spaces included); plus C0 controls, DEL, the C1
+# controls (U+0080-U+009F: U+009B is a terminal's CSI) and the bidirectional formatting
+# characters RFC 3987 (4.1) forbids in IRIs (they make a shown loc read as another one)
+_SPACE_OR_CONTROL = re.compile(r"[\s\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _HTTP_SCHEMES = ("http", "https")
 LOC_EXAMPLE = "http://example.com/res1"
 
@@ -441,6 +443,19 @@ def read_length(value: str | None, what: str, problems: list[str]) -> int | None
     return int(text)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def read_media_type(value: str | None, what: str, problems: list[str]) -> str | None:
+    """`type`: taken as given (Sources write all sorts), but never with a control character: a
+    Destination may put it in a Content-Type header, where CR LF would start a header of its own."""
+    if value is not None and _CONTROL.search(value):
+        shown = value if len(value) <= 60 else f"{value[:60]}… ({len(value)} characters)"
+        problems.append(f"{what}={shown!r}, with a control character; expected a media type such as text/html")
+        return None
+    return value
+
+
 def read_hashes(value: str | None, what: str, problems: list[str]) -> tuple[tuple[str, str], ...]:
     """`hash`: a whitespace-separated list of `algorithm:digest` (digests are not forced to be
     hex: core Example 27 uses made-up values, and receivers should be lenient)."""
@@ -475,6 +490,7 @@ def read_link(element: etree._Element, owner: str, problems: list[str]) -> Link 
     modified = read_datetime(attrs.get("modified"), f"{what} has modified", problems)
     length = read_length(attrs.get("length"), f"{what} has length", problems)
     hashes = read_hashes(attrs.get("hash"), f"{what} has hash", problems)
+    media_type = read_media_type(attrs.get("type"), f"{what} has type", problems)
     pri = None
     if "pri" in attrs:
         text = attrs["pri"].strip()
@@ -486,7 +502,7 @@ def read_link(element: etree._Element, owner: str, problems: list[str]) -> Link 
         return None
     extra = tuple((name, value) for name, value in attrs.items() if name not in _LINK_ATTRIBUTES)
     try:
-        return Link(rel, href, attrs.get("type"), hashes, length, modified, attrs.get("path"), pri, extra)
+        return Link(rel, href, media_type, hashes, length, modified, attrs.get("path"), pri, extra)
     except NotificationError as exc:
         problems.append(str(exc))
         return None

@@ -53,6 +53,7 @@ from .safexml import (
     read_hashes,
     read_length,
     read_link,
+    read_media_type,
     serialize,
     set_attributes,
     write_link,
@@ -241,6 +242,7 @@ def read_change(url: etree._Element, index: int, problems: list[str]) -> Resourc
     changed_at = read_datetime(attrs.get("datetime"), f"<rs:md> {owner} has datetime", problems)
     hashes = read_hashes(attrs.get("hash"), f"<rs:md> {owner} has hash", problems)
     length = read_length(attrs.get("length"), f"<rs:md> {owner} has length", problems)
+    media_type = read_media_type(attrs.get("type"), f"<rs:md> {owner} has type", problems)
     if loc is not None and (loc_issue := loc_problem(loc)):
         problems.append(f"<loc> '{loc}' {loc_issue}")
     if len(problems) > before or loc is None or change is None:
@@ -252,7 +254,7 @@ def read_change(url: etree._Element, index: int, problems: list[str]) -> Resourc
         lastmod,
         hashes,
         length,
-        attrs.get("type"),
+        media_type,
         tuple(links),
         extra_attributes(md, _CHANGE_ATTRIBUTES),
     )

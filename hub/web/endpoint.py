@@ -11,6 +11,7 @@ import json
 import logging
 import secrets
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from urllib.parse import parse_qsl, urlsplit
 
 from aiohttp import web
@@ -24,6 +25,7 @@ from rsnotify.errors import (
     ValidationError,
     WireError,
 )
+from rsnotify.notification import future_problems
 from rsnotify.safexml import parse_soon
 from rsnotify.websub import (
     NOTIFICATION_ID_HEADER,
@@ -87,6 +89,12 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
         got = repr(mode) if mode is not None else "no hub.mode field"
         raise BadRequestError(f"hub.mode must be subscribe, unsubscribe or publish, got {got}")
     if content_type == XML_TYPE:
+        # the charset parameter outranks the XML declaration (RFC 7303, 3.2), and the type goes
+        # to every subscriber as published: one other than UTF-8 would make them misread the body
+        charset = request.charset
+        if charset is not None and charset.lower() not in ("utf-8", "utf8"):
+            raise BadRequestError(f"a change notification must be UTF-8; got Content-Type charset "
+                                  f"{escape(charset, 40)!r}")
         return await submission(request)
     raise UnsupportedMediaError(
         f"Content-Type must be {FORM_TYPE} (subscribe, unsubscribe, publish) or {XML_TYPE} "
@@ -244,7 +252,7 @@ async def submission(request: web.Request) -> web.Response:
     app[PUBLISHERS].authorize(request, [links.topic])
     await check_publish_rate(request)
     body = await read_body(request, settings.max_body)
-    await validate_notification(body)
+    await validate_notification(body, datetime.fromtimestamp(app[CLOCK](), UTC), settings.future_skew)
     given_key = idempotency_key(request)
     # without a key of its own the publish gets one for this request: the hub's own retries of
     # the append (store.append_notification_once) then never store it twice either. A given key
@@ -290,16 +298,20 @@ def idempotency_key(request: web.Request) -> str | None:
     return key
 
 
-async def validate_notification(body: bytes) -> None:
-    """Raise BadRequestError with every problem unless `body` is a valid change notification."""
+async def validate_notification(body: bytes, now: datetime, future_skew: float) -> None:
+    """Raise BadRequestError with every problem unless `body` is a valid change notification
+    dated no later than `now` + `future_skew` seconds."""
     if not body:
         raise BadRequestError("the body is empty; expected a ResourceSync change notification (<urlset>)")
     try:
-        await parse_soon(parse_notification, body, error=NotificationParseError)
+        notification = await parse_soon(parse_notification, body, error=NotificationParseError)
     except ValidationError as exc:
         raise BadRequestError(["the body is not a valid change notification:", *exc.problems]) from None
     except DocumentParseError as exc:
         raise BadRequestError(f"the body is not a change notification: {exc}") from None
+    future = future_problems(notification.changes, notification.until_time, now, future_skew)
+    if future:
+        raise BadRequestError(["the notification is dated in the future (see --future-skew):", *future])
 
 
 # --- thin ping ----------------------------------------------------------------------------

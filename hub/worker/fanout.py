@@ -179,6 +179,8 @@ async def serve_due(ctx: WorkerContext) -> int:
     """The retry lane, run by the worker's maintenance: take the subscriptions whose next attempt
     is due, as many as the lane has free slots, and serve each (no job per retry). Returns how many."""
     d = ctx.deliveries
+    if d.stopping:
+        return 0                            # what is due is left to the workers that stay
     free = 0
     while not d.retry_slots.locked():
         await d.retry_slots.acquire()       # free slots are taken at once, without waiting
@@ -213,10 +215,17 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
                 return
             now = ctx.now()
             due_at = None
-            if verdict == "yield":
-                due_at = now                # let others have the slot; a worker takes it up again at once
-            elif run.next_attempt > now and not run.stop and run.state == "active":
-                due_at = run.next_attempt   # a retry (also one claimed before its time): wake it then
+            if verdict == "yield" or (d.stopping and not run.stop and run.state == "active"):
+                # let others have the slot (or this stopping worker's backlog): a worker takes it
+                # up again at once (or when its retry is due) rather than the reconciler, later
+                due_at = max(now, run.next_attempt)
+            elif (run.next_attempt > now or verdict == "retry") and not run.stop and run.state == "active":
+                # a retry (also one claimed before its time): wake it then. A retry whose backoff
+                # has passed already (a tiny retry_base, or a thread preempted since the attempt)
+                # is due now: without its entry it would wait for the reconciler, seconds later.
+                # Only after a failed attempt: an idle run with a past next_attempt has nothing
+                # to send, and waking it at once would claim it again and again.
+                due_at = max(run.next_attempt, now)
             answer = await d.checkpoint(run, release=True, due_at=due_at)
             if verdict != "idle" or answer[0] != 1 or run.stop or d.stopping:
                 return
@@ -234,11 +243,14 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
             run = again
             d.runs[run.sid] = run
     except asyncio.CancelledError:
-        # the worker is stopping: hand the subscription back now rather than when the claim expires
+        # the worker is stopping: hand the subscription back now rather than when the claim expires,
+        # due at once (or when its retry is), so another worker's retry lane takes it up in a tick;
+        # without the due entry only the reconciler would, a reconcile_interval or more later
         if d.runs.get(run.sid) is run:
             del d.runs[run.sid]
+        due_at = max(ctx.now(), run.next_attempt) if not run.stop and run.state == "active" else None
         try:
-            await asyncio.wait_for(d.checkpoint(run, release=True), 2.0)
+            await asyncio.wait_for(d.checkpoint(run, release=True, due_at=due_at), 2.0)
         except (TimeoutError, RedisError):
             pass
         raise

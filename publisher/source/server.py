@@ -30,6 +30,7 @@ from rsnotify.xml import capability_list_to_xml, source_description_to_xml
 
 from ..advertise import set_capabilities
 from ..client import Publisher
+from ..errors import ChangeInputError, StateError
 from ..memory.changelist import (
     changelist_name,
     find_changelist,
@@ -161,7 +162,15 @@ class Source:
     def _publish(self, changes: list) -> int:
         if not changes:
             return 0
-        ids = self.outbox.add(changes)
+        try:
+            ids = self.outbox.add(changes)
+        except ChangeInputError as exc:
+            # the changes are dated by the clock here, so the refusal is about the memory's
+            # chain: it ends later than the clock allows (a clock set back by more than the
+            # publisher's future_skew, or a chain dated in the future by an older rsnotify)
+            raise StateError(f"cannot record the changes in the change memory {self.memory.path}: {exc} "
+                             "(its chain ends later than this machine's clock allows: wait for the clock to "
+                             "pass that end, or start a new chain in another --db file)") from None
         counts = Counter(change.change.value for change in changes)
         log.info(
             "recorded %d change(s) (%s) in notification(s) %s; queued for %s",
@@ -181,6 +190,8 @@ class Source:
                 paths = {Path(path) for _change, path in batch}
                 try:
                     await asyncio.to_thread(self.sync_paths, paths)
+                except StateError as exc:    # said in words; the rescan tries again
+                    log.error("could not record the changes of %d path(s): %s", len(paths), exc)
                 except Exception:  # keep watching: the rescan retries what this missed
                     log.exception("could not record the changes of %d path(s)", len(paths))
         finally:
@@ -195,6 +206,8 @@ class Source:
                 pass
             try:
                 await asyncio.to_thread(self.sync_folder)
+            except StateError as exc:
+                log.error("the periodic rescan of %s failed: %s", self.folder.root, exc)
             except Exception:
                 log.exception("the periodic rescan of %s failed", self.folder.root)
 

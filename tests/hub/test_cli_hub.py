@@ -3,6 +3,7 @@ then the real command as a subprocess (embedded Redis, restart on the same data 
 from __future__ import annotations
 
 import signal
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import fields
@@ -14,11 +15,14 @@ from redis.backoff import NoBackoff
 from redis.retry import Retry
 
 from rsnotify.hub import keys, records, store
+from rsnotify.hub.embedded import stop_stale_redis
+from rsnotify.hub.redis_server import SERVER_NAMES, start_redis_server
 from rsnotify.hub.settings import HubSettings, env_name
 from tests.support import cli
 from tests.support.http import http
 from tests.support.hubproc import HubProcess, start_hub
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 NOTIFICATION = (FIXTURES / "change-notification-1.0.1" / "notification_ex_1.xml").read_bytes()
@@ -218,10 +222,65 @@ def test_address_in_use_is_a_clear_error(tmp_path, running_hub):
     assert http("GET", running_hub.url + "health")[0] == 200
 
 
-def test_hub_recovers_from_a_redis_left_running_by_a_killed_hub(tmp_path, data_dir):
+def _redis_child(pid: int) -> int:
+    """The embedded Redis (redis-server or valkey-server) that process `pid` started."""
+    for entry in Path("/proc").iterdir():
+        try:
+            stat = (entry / "stat").read_text() if entry.name.isdigit() else ""
+        except OSError:
+            continue
+        # "PID (COMM) STATE PPID ...": COMM is the executable's name (Redis rewrites its cmdline)
+        name, _, rest = stat.partition(" (")[2].rpartition(")")
+        if stat and int(rest.split()[1]) == pid and name in SERVER_NAMES:
+            return int(entry.name)
+    raise AssertionError(f"process {pid} has no Redis child")
+
+
+def _is_gone(pid: int) -> bool:
+    """Exited (a zombie counts: where nothing reaps orphans, that is all that is left of it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_the_embedded_redis_stops_with_a_killed_hub_and_keeps_what_was_acknowledged(tmp_path, data_dir):
     first = start_hub(tmp_path, data_dir=data_dir, workers=0)
-    assert submit(first)[0] == 200
-    first.kill()  # SIGKILL: no cleanup; its Redis (own session) keeps running
+    try:
+        redis_pid = _redis_child(first.pid)
+        status, body = submit(first)
+        assert status == 200 and b'"sequence": 1' in body
+    finally:
+        first.kill()  # SIGKILL: the hub runs no cleanup of its own
+    try:
+        wait_until(lambda: _is_gone(redis_pid), 10, "the killed hub's Redis to stop")
+    finally:
+        stop_stale_redis(data_dir.resolve())     # should it have outlived the hub, it goes now
+    assert not _answers(data_dir / "redis.sock")
+    second = start_hub(tmp_path, data_dir=data_dir, workers=0)
+    try:
+        status, body = submit(second)
+        assert status == 200 and b'"sequence": 2' in body   # the acknowledged first one was kept
+        client = redis_lib.Redis(unix_socket_path=str(data_dir / "redis.sock"))
+        try:
+            assert [fields[b"seq"] for _, fields in client.xrange(keys.topic_log_key(keys.topic_id(TOPIC)))] == [
+                b"1", b"2"]
+        finally:
+            client.close()
+    finally:
+        assert second.stop() == 0
+
+
+def test_hub_recovers_from_a_redis_left_running_on_its_data_dir(tmp_path, data_dir):
+    first = start_hub(tmp_path, data_dir=data_dir, workers=0)
+    try:
+        assert submit(first)[0] == 200
+    finally:
+        assert first.stop() == 0
+    # a Redis still running on the folder (one that outlived a killed hub where the system
+    # cannot tie it to the hub's life): the next hub shuts it down and uses the same data
+    start_redis_server(data_dir, unix_socket=True, new_session=True)
     assert _answers(data_dir / "redis.sock")
     second = start_hub(tmp_path, data_dir=data_dir, workers=0)
     try:

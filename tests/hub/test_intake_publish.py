@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,9 @@ from rsnotify.hub.errors import IdempotencyConflictError
 from rsnotify.hub.records import AppendedNotification
 from rsnotify.hub.web.app import build_app
 from rsnotify.hub.web.appkeys import SETTINGS
+from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
 from rsnotify.websub import NOTIFICATION_ID_HEADER, build_link_header
+from rsnotify.xml import to_xml
 from tests.support.ports import free_port
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -127,6 +130,8 @@ BAD_BODIES = [
     (b"<html><body>hi</body></html>", "not a change notification"),
     (b'<?xml version="1.0"?><!DOCTYPE urlset [<!ENTITY x "boom">]><urlset>&x;</urlset>', "not a change notification"),
     (NOTIFICATION.replace(b'change="created"', b'change="moved"'), "not a valid change notification"),
+    (NOTIFICATION.replace(b'type="text/html"', b'type="text/html&#13;&#10;X-Injected: 1"'),
+     "with a control character; expected a media type"),
     (NOTIFICATION.replace(b'capability="change-notification"', b'capability="resourcelist"'), "change notification"),
 ]
 
@@ -140,6 +145,48 @@ async def test_invalid_documents_get_400_with_the_problems_and_store_nothing(hub
     assert reason in text
     assert await nothing_stored(intake_ctx.redis)
     assert intake_ctx.queue.count == 0
+
+
+@pytest.mark.parametrize("charset", ["latin-1", "ISO-8859-1", '"utf-16"', "x-bogus"])
+async def test_a_submission_labelled_with_another_charset_than_utf8_gets_400(hub_client, intake_ctx, charset):
+    # subscribers get the Content-Type as published, and its charset outranks the XML declaration
+    response = await submit(hub_client, content_type=f"application/xml; charset={charset}")
+    text = await response.text()
+    assert response.status == 400, text
+    assert f"must be UTF-8; got Content-Type charset '{charset.strip(chr(34))}'" in text
+    assert await nothing_stored(intake_ctx.redis)
+    assert (await submit(hub_client, content_type='application/xml; charset="utf-8"')).status == 200
+
+
+def dated(clock, ahead: float) -> bytes:
+    """A notification whose one change (and until) lies `ahead` seconds after the hub's clock."""
+    now = datetime.fromtimestamp(clock.peek(), UTC)
+    when = now + timedelta(seconds=ahead)
+    return to_xml(ChangeNotification(now - timedelta(hours=1), when,
+                                     (ResourceChange("http://publisher.example/res1", ChangeType.UPDATED, when),)))
+
+
+async def test_a_notification_dated_past_the_future_skew_gets_400_and_stores_nothing(hub_client, intake_ctx, clock):
+    # 2099 (or a day ahead) would put every later, truthfully dated notification of the topic
+    # before it: each Destination's checkpoint and the Source's chain would be stuck there
+    response = await submit(hub_client, dated(clock, 86400))
+    text = await response.text()
+    assert response.status == 400, text
+    assert "the notification is dated in the future" in text
+    assert "<rs:md> for http://publisher.example/res1 has datetime=2023-11-15T22:13:20Z in the future" in text
+    assert "until=2023-11-15T22:13:20Z in the future" in text
+    assert await nothing_stored(intake_ctx.redis)
+    assert intake_ctx.queue.count == 0
+    # a Source's clock a little fast (within --future-skew, 300 s) is fine
+    assert (await submit(hub_client, dated(clock, 240))).status == 200
+
+
+async def test_the_future_skew_is_a_setting(aiohttp_client, hub_settings, intake_ctx, clock):
+    strict = await aiohttp_client(build_app(hub_settings.with_values(future_skew=0), now=clock))
+    assert (await submit(strict, dated(clock, 1))).status == 400
+    assert (await submit(strict, dated(clock, 0))).status == 200
+    lenient = await aiohttp_client(build_app(hub_settings.with_values(future_skew=2 * 86400), now=clock))
+    assert (await submit(lenient, dated(clock, 86400))).status == 200
 
 
 async def test_bodies_over_max_body_get_413(aiohttp_client, hub_settings, intake_ctx, clock):

@@ -97,8 +97,7 @@ def test_burst_worker_delivers_publishes_in_order_and_bursts_queue_few_jobs(fano
 
 
 def test_burst_worker_retries_a_failing_subscriber_alone(fanout_settings, redis, sink) -> None:
-    # retries 0.1-0.4 s out: one of 10 ms could be due already when its run lets go of the
-    # subscription (a loaded machine), and such a retry is the reconciler's, not queue_due's
+    # retries 0.1-0.4 s out; queue_due below hands each to a burst worker once it is due
     settings = fanout_settings.with_values(retry_base=0.2, retry_cap=0.4)
     queue = make_queue(settings.queue_name, redis)
     sink.on("/flaky", lambda request: 500 if sink.count("/flaky") <= 2 else 200)   # the first two fail
@@ -244,3 +243,74 @@ def test_a_stopping_worker_hands_back_a_subscription_stuck_on_a_hanging_callback
         stop(worker)
     assert not redis.exists(keys.sub_lock_key(sid))    # another worker may take it at once
     assert redis.hget(keys.sub_key(sid), "cursor_seq") == b"0"   # not confirmed: it will be sent again
+
+
+def test_a_retry_already_due_when_its_run_lets_go_is_sent_at_once(fanout_settings, redis, sink, tmp_path) -> None:
+    # A retry_base of a microsecond: the backoff has always passed by the time the failed run
+    # lets go of the subscription. The retry must go out through the retry lane (a tick, 20 ms),
+    # not wait for the reconciler, which looks at a topic only once its newest entry is older
+    # than reconcile_interval (5 s by default) and so would resend it 5-10 s later.
+    settings = fanout_settings.with_values(retry_base=0.000001, retry_cap=0.000002, reconcile_interval=5.0)
+    queue = make_queue(settings.queue_name, redis)
+    sink.on("/once", lambda request: 500 if sink.count("/once") == 1 else 200)     # the first attempt fails
+    subscribe(settings, sink.url("/once"))
+    worker = start_worker(settings, tmp_path, "quick-retry")
+    try:
+        publish(settings, queue, [body(0)])
+        wait_until(lambda: len(sink.deliveries("/once")) == 2, 60, "the retry", logs=tmp_path)
+    finally:
+        stop(worker)
+    failed, retried = sink.deliveries("/once")
+    assert failed.body == retried.body == body(0)
+    assert retried.at - failed.at < 2.0, f"the retry came {retried.at - failed.at:.2f} s after the failure"
+
+
+def test_a_stopping_worker_makes_the_subscription_it_hands_back_due_at_once(fanout_settings, redis, sink,
+                                                                             tmp_path) -> None:
+    # reconcile_interval 60 s: only the retry lane can take the handed-back subscription up soon
+    settings = fanout_settings.with_values(delivery_timeout=30.0, lock_ttl=60, reconcile_interval=60.0)
+    queue = make_queue(settings.queue_name, redis)
+    sink.on("/slow", lambda request: hang(20)(request) if sink.count("/slow") == 1 else 200)
+    subscribe(settings, sink.url("/slow"))
+    first = start_worker(settings, tmp_path, "leaving")
+    second = None
+    try:
+        publish(settings, queue, [body(0)])
+        wait_until(lambda: len(sink.bodies("/slow")) == 1, 90, "the hanging delivery", logs=tmp_path)
+        first.send_signal(signal.SIGTERM)
+        first.wait(15)
+        stopped = time.monotonic()
+        second = start_worker(settings, tmp_path, "staying")
+        wait_until(lambda: len(sink.bodies("/slow")) == 2, 30, "the delivery again", logs=tmp_path)
+        assert time.monotonic() - stopped < 20
+    finally:
+        stop(first)
+        if second is not None:
+            stop(second)
+    assert sink.bodies("/slow") == [body(0), body(0)]
+
+
+def test_a_worker_stopping_between_deliveries_hands_the_rest_to_another_at_once(fanout_settings, redis, sink,
+                                                                                tmp_path) -> None:
+    # the stop comes while a POST is in flight: it ends (within the grace), the run stops before
+    # the next entry and lets go; reconcile_interval 60 s, so only a due entry brings it on soon
+    settings = fanout_settings.with_values(delivery_timeout=10.0, lock_ttl=60, reconcile_interval=60.0)
+    queue = make_queue(settings.queue_name, redis)
+    sink.on("/steady", hang(1.0))
+    subscribe(settings, sink.url("/steady"))
+    first = start_worker(settings, tmp_path, "going")
+    second = None
+    try:
+        publish(settings, queue, [body(n) for n in range(4)])
+        wait_until(lambda: len(sink.bodies("/steady")) == 1, 90, "the first delivery", logs=tmp_path)
+        first.send_signal(signal.SIGTERM)
+        first.wait(15)
+        stopped = time.monotonic()
+        second = start_worker(settings, tmp_path, "taking-over")
+        wait_until(lambda: len(set(sink.bodies("/steady"))) == 4, 40, "the rest", logs=tmp_path)
+        assert time.monotonic() - stopped < 30
+    finally:
+        stop(first)
+        if second is not None:
+            stop(second)
+    assert_in_order_at_least_once(sequences(sink, "/steady"), 4)

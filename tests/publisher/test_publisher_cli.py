@@ -3,10 +3,12 @@ as a real subprocess, against a loopback fake hub."""
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from rsnotify.publisher.client import utc_now
 from rsnotify.xml import parse_capability_list, parse_notification
 from tests.support import cli
 
@@ -127,6 +129,22 @@ def test_a_change_dated_before_the_chain_names_the_state_file(run, threaded_hub,
     assert result.exit_code == 1, result.output
     assert "before the end of" in result.stderr and str(tmp_path / "state.json") in result.stderr
     assert "Usage:" not in result.stderr and len(threaded_hub.received) == 1
+
+
+def test_a_change_dated_in_the_future_exits_1_in_one_line_and_records_nothing(run, threaded_hub):
+    result = run("publish", "--hub", threaded_hub.url, "--topic", TOPIC,
+                 "--updated", "https://example.org/a@2099-01-01T00:00:00Z")
+    assert result.exit_code == 1, result.output
+    [line] = result.stderr.splitlines()
+    assert line.startswith("Error: <rs:md> for https://example.org/a has datetime=2099-01-01T00:00:00Z in the future")
+    assert threaded_hub.received == []
+    # nothing was recorded: the next publish, dated now, still chains
+    assert run("publish", "--hub", threaded_hub.url, "--topic", TOPIC, "--updated", "https://example.org/b").exit_code == 0
+    # ... and --future-skew (RSNOTIFY_FUTURE_SKEW) widens the bound for a Source whose clock is known to be fast
+    result = run("publish", "--hub", threaded_hub.url, "--topic", TOPIC, "--future-skew", "3600",
+                 "--updated", f"https://example.org/c@{(utc_now() + timedelta(minutes=30)).strftime('%Y-%m-%dT%H:%M:%SZ')}")
+    assert result.exit_code == 0, result.output
+    assert len(threaded_hub.received) == 2
 
 
 def test_a_bad_hub_url_or_missing_topic_exits_2(run):

@@ -88,16 +88,60 @@ async def test_chain_survives_a_restart_through_the_state_file(hub_server, tmp_p
 
 
 async def test_a_change_dated_before_the_chain_end_is_refused_before_sending(hub_server):
-    async with fast(hub_server.url) as publisher:
+    async with fast(hub_server.url, now=Clock(T0 + timedelta(hours=1), tick=1.0)) as publisher:
         await publisher.publish([("https://example.org/a", "updated", at(10))])
         with pytest.raises(ChangeInputError, match="before the end of topic"):
             await publisher.publish([("https://example.org/b", "updated", at(5))])
     assert len(hub_server.received) == 1
 
 
+async def test_a_change_dated_far_in_the_future_is_refused_and_changes_nothing(hub_server, tmp_path):
+    # recorded, 2099 would end the topic's chain there: every later, truthful publish would be
+    # "before the end of the last notification" and refused, for good
+    state = str(tmp_path / "memory.db")
+    async with fast(hub_server.url, state_path=state) as publisher:
+        with pytest.raises(ValueError, match=r"https://example.org/far has datetime=2099-01-01T00:00:00Z in the "
+                                             r"future; a change's datetime is when it happened: expected at most "
+                                             r"2024-05-01T10:05:0\dZ"):
+            await publisher.publish([("https://example.org/near", "updated", at(0)),
+                                     ("https://example.org/far", "updated", "2099-01-01T00:00:00Z")])
+        assert publisher.chain.last_until(TOPIC) is None
+        await publisher.publish([("https://example.org/b", "updated", at(1))])
+        # a clock a little fast (within future_skew, 300 s) is fine
+        await publisher.publish([("https://example.org/c", "updated", at(4))])
+    first, second = (parse_notification(s.body) for s in hub_server.received)
+    assert [c.loc for c in first.changes] == ["https://example.org/b"]
+    assert second.until_time == T0 + timedelta(minutes=4)
+
+
+async def test_changes_dated_by_a_clock_set_back_take_the_chain_end_and_still_go_out(hub_server, tmp_path):
+    clock = Clock(T0)
+    async with fast(hub_server.url, state_path=str(tmp_path / "memory.db"), now=clock) as publisher:
+        await publisher.publish([("https://example.org/a", "updated")])         # dated T0 by a fast clock
+        clock.set(T0 - timedelta(minutes=3))                                    # NTP sets it back
+        await publisher.publish([("https://example.org/b", "updated")])
+        # a datetime given with the change is the caller's word: still refused before the chain's end
+        with pytest.raises(ChangeInputError, match="before the end of topic"):
+            await publisher.publish([("https://example.org/c", "updated", at(-1))])
+    first, second = (parse_notification(s.body) for s in hub_server.received)
+    assert second.from_time == first.until_time == T0
+    assert [(c.loc, c.changed_at) for c in second.changes] == [("https://example.org/b", T0)]
+
+
+async def test_a_submitted_document_dated_in_the_future_is_refused(hub_server, tmp_path):
+    example = (FIXTURES / "change-notification-1.0.1" / "notification_ex_1.xml").read_bytes()
+    until = parse_notification(example).until_time
+    async with fast(hub_server.url, state_path=str(tmp_path / "memory.db"), now=lambda: until - timedelta(hours=1),
+                    future_skew=60) as publisher:
+        with pytest.raises(ValueError, match=r"until=2013-01-03T00:10:00Z in the future"):
+            await publisher.submit(example)
+        assert publisher.chain.last_until(TOPIC) is None
+    assert hub_server.received == []
+
+
 async def test_many_changes_are_split_into_chained_documents(hub_server):
     changes = [(f"https://example.org/r{i}", "updated", at(i)) for i in range(7)]
-    async with fast(hub_server.url, max_entries=3) as publisher:
+    async with fast(hub_server.url, max_entries=3, now=Clock(T0 + timedelta(hours=1), tick=1.0)) as publisher:
         ids = await publisher.publish(changes)
     documents = [parse_notification(s.body) for s in hub_server.received]
     assert ids == ["00001-0", "00002-0", "00003-0"]

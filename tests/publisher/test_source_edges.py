@@ -6,11 +6,14 @@ from __future__ import annotations
 import io
 import socket
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import redis as redis_lib
 
 from rsnotify.lists import open_list
+from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
+from rsnotify.publisher.memory.store import ChangeMemory
 from tests.support import cli
 from tests.support.http import fetch
 from tests.support.ports import free_port
@@ -148,4 +151,28 @@ def test_a_taken_port_exits_1_before_anything_is_recorded_or_published(hub_proce
         assert list(client.scan_iter("rsnotify:topic:*")) == []
     finally:
         client.close()
+    assert "stored" not in hub.output()
+
+
+def test_a_change_memory_whose_chain_ends_in_the_future_is_a_one_line_error(hub_process, redis_url, tmp_path):
+    # an older rsnotify recorded a notification dated 2099: every change dated by the clock now
+    # comes before the chain's end (or, dated at it, in the future), so nothing can be recorded
+    hub = hub_process(redis_url=redis_url, workers=0)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("alpha\n")
+    base = f"http://127.0.0.1:{free_port()}/"
+    far = datetime(2099, 1, 1, tzinfo=UTC)
+    memory = ChangeMemory(tmp_path / "m.db")
+    try:
+        memory.record_documents(base + "changes", [ChangeNotification(
+            far - timedelta(hours=1), far, (ResourceChange(base + "old.txt", ChangeType.UPDATED, far),))])
+    finally:
+        memory.close()
+    result = cli.run("source", "--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
+                     timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert f"cannot record the changes in the change memory {tmp_path / 'm.db'}" in result.stderr
+    assert "2099-01-01T00:00:00Z in the future" in result.stderr
+    assert "Traceback" not in result.stderr
     assert "stored" not in hub.output()

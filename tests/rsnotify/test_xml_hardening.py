@@ -206,6 +206,10 @@ def test_parse_soon_parses_small_bodies_on_the_loop_and_large_ones_in_the_parser
         ("/res1", "is relative; expected an absolute http(s) URI"),
         ("res1", "is relative"),
         ("http://example.com/a b", "has a space or control character"),
+        ("http://example.com/a\x9b2Jb", "has a space or control character"),        # C1: a terminal's CSI
+        ("http://example.com/a\x80b", "has a space or control character"),
+        ("http://example.com/\u202eexe.txt", "has a space or control character"),   # right-to-left override
+        ("http://example.com/a\u2066b", "has a space or control character"),
         ("ftp://example.com/res1", "has scheme 'ftp'; expected an http(s) URI"),
         ("http:/res1", "has no host"),
     ],
@@ -216,6 +220,20 @@ def test_a_change_loc_must_be_an_absolute_http_uri(loc: str, message: str) -> No
     now = datetime(2013, 1, 3, tzinfo=UTC)
     with pytest.raises(NotificationError, match=re.escape(message)):
         to_xml(ChangeNotification(now, now, (ResourceChange(loc, "created", now),)))
+
+
+@pytest.mark.parametrize("element", [
+    '<rs:md change="created" type="text/html&#13;&#10;X-Injected: 1"/>',
+    '<rs:md change="created"/><rs:ln rel="alternate" href="http://example.com/res1.pdf" type="application/pdf&#10;"/>',
+])
+def test_a_type_with_a_control_character_is_refused(element: str) -> None:
+    # a Destination may put `type` in a Content-Type header, where CR LF would start another header
+    body = URLSET_OPEN + f"<url><loc>http://example.com/res1</loc>{element}</url></urlset>"
+    with pytest.raises(ValidationError, match="has type=.*, with a control character; expected a media type"):
+        parse_notification(body.encode())
+    fine = parse_notification(body.replace("&#13;&#10;X-Injected: 1", "; charset=utf-8").replace("&#10;", "")
+                              .encode())
+    assert fine.changes[0].media_type in ("text/html; charset=utf-8", None)
 
 
 def test_validate_warns_about_other_schemes_and_refuses_relative_locs() -> None:
