@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
+import os
 import secrets
 import time
 from typing import Any
@@ -75,6 +77,20 @@ return {id, seq, 0, flag()}
 
 APPEND_RETRY_FOR = 20.0    # s a publish's append is retried (same key) while Redis fails
 
+_serials = itertools.count()
+_nonce = (0, "")           # (pid, random prefix): a forked process draws its own prefix
+
+
+def unique_token() -> str:
+    """A token no other call in any hub process returns: a random prefix drawn once per process,
+    then a counter. Tokens name one publish (its own Idempotency-Key, its fan-out flag); they need
+    to be unique, not secret, so a publish costs no call to the system's random source."""
+    global _nonce
+    pid = os.getpid()
+    if _nonce[0] != pid:
+        _nonce = (pid, secrets.token_hex(8))
+    return f"{_nonce[1]}.{next(_serials)}"
+
 
 async def append_notification(
     redis: Redis, topic: str, body: bytes, *, content_type: str, resourcesync: str = "",
@@ -126,7 +142,7 @@ async def append_notification_once(
     """
     deadline = time.monotonic() + retry_for
     delay, reached = 0.1, False
-    token = secrets.token_hex(8)
+    token = unique_token()
     while True:
         try:
             return await append_notification(redis, topic, body, content_type=content_type,

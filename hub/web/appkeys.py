@@ -22,3 +22,4 @@ CLOCK: web.AppKey[Callable[[], float]] = web.AppKey("clock")  # () -> epoch seco
 PUBLISHERS = web.AppKey("publishers", Publishers)            # tokens and their topic prefixes
 SCAN = web.AppKey("scan", ScanCache)                         # one subscription scan shared by admin, status, /metrics
 LIMITS = web.AppKey("limits", RateLimits)                    # intake rate limits, counted in Redis
+HOSTS: web.AppKey[frozenset[str]] = web.AppKey("hosts")      # Host names a request may name (guards.allowed_hosts)

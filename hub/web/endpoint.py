@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import secrets
@@ -180,6 +181,13 @@ class SubmissionLinks:
 
 def check_submission_links(values: list[str], hub_url: str) -> SubmissionLinks:
     """The topic (rel=self) and optional rel=resourcesync of a submission; rel=hub must name this hub."""
+    return _links_of(tuple(values), hub_url)
+
+
+# A publisher sends the same Link header with every publish to a topic: the answer for a header
+# is kept (a refusal is not, it raises), so most publishes skip the parse and the URL checks.
+@functools.lru_cache(maxsize=256)
+def _links_of(values: tuple[str, ...], hub_url: str) -> SubmissionLinks:
     if not values:
         raise BadRequestError(f'a submission needs a Link header with <topic>; rel="self" and '
                               f'<{hub_url}>; rel="hub", got none')
@@ -253,7 +261,7 @@ async def submission(request: web.Request) -> web.Response:
     appended = await store.append_notification_once(
         app[REDIS], links.topic, body, content_type=request.headers["Content-Type"],
         resourcesync=links.resourcesync, now=app[CLOCK](), max_len=settings.log_max_len,
-        publish_key=f"{publisher_scope(request)} {given_key}" if given_key else f"hub:{secrets.token_hex(16)}",
+        publish_key=f"{publisher_scope(request)} {given_key}" if given_key else f"hub:{store.unique_token()}",
         key_ttl=settings.log_max_age if given_key else OWN_KEY_TTL, fan_out_flag_ttl=enqueue.QUEUED_TTL,
         retry_for=settings.redis_timeout)
     # the append set the topic's "fan-out queued" flag in its own round trip (ensure_fan_out's
@@ -261,9 +269,10 @@ async def submission(request: web.Request) -> web.Response:
     if appended.is_fan_out_flagged:
         await enqueue.queue_flagged_fan_out(app[QUEUE], appended.topic_id)
     await wait_for_replicas(app)    # 200 only once --min-replicas replicas hold it (503 otherwise)
-    log.info("notification %s %s for %s (seq %s, %d bytes)", appended.notification_id,
-             "repeated (same Idempotency-Key), stored once" if appended.is_repeat else "stored", escape(links.topic),
-             appended.sequence, len(body))
+    if log.isEnabledFor(logging.INFO):     # its arguments cost as much as the line: none below INFO
+        log.info("notification %s %s for %s (seq %s, %d bytes)", appended.notification_id,
+                 "repeated (same Idempotency-Key), stored once" if appended.is_repeat else "stored",
+                 escape(links.topic), appended.sequence, len(body))
     answer = {"notification_id": appended.notification_id, "topic": links.topic, "sequence": appended.sequence}
     headers = {NOTIFICATION_ID_HEADER: appended.notification_id}
     if appended.is_repeat:
@@ -336,6 +345,8 @@ async def check_publish_rate(request: web.Request) -> None:
     """Count a submission or thin ping against its token's rate (the client's, without tokens)."""
     app = request.app
     client = client_of(request)
+    if app[LIMITS].publish is None or client.is_local:
+        return      # RateLimits.check counts nothing for them: no key to compute either
     if app[PUBLISHERS].is_open_to_loopback:
         identifier = client_identifier(client.address, app[SETTINGS].rate_ipv6_prefix)
     else:
