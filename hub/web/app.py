@@ -12,6 +12,7 @@ from aiohttp import web
 from redis.exceptions import RedisError
 
 from .. import redis_clients
+from ..batch import RedisBatcher
 from ..crypto import check_key_matches, load_fernet
 from ..enqueue import make_queue
 from ..errors import (
@@ -25,6 +26,7 @@ from ..logs import escape
 from ..settings import HubSettings
 from . import admin, diagnostics, endpoint, health, metrics, status
 from .appkeys import (
+    BATCH,
     CLOCK,
     FERNET,
     HOSTS,
@@ -80,6 +82,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         fernet = load_fernet(settings)
         await check_key_matches(client, fernet)
         app[REDIS] = client
+        app[BATCH] = RedisBatcher(client)
         app[FERNET] = fernet
         app[QUEUE] = make_queue(settings.queue_name, connection)
         app[LIMITS] = RateLimits(settings, client)

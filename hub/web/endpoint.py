@@ -50,7 +50,7 @@ from ..logs import escape, redact_callback
 from ..netguard import literal_refusal
 from ..records import Intent
 from ..settings import HubSettings
-from .appkeys import CLOCK, FERNET, LIMITS, PUBLISHERS, QUEUE, REDIS, SETTINGS
+from .appkeys import BATCH, CLOCK, FERNET, LIMITS, PUBLISHERS, QUEUE, REDIS, SETTINGS
 from .auth import Publishers, bearer_token, client_of
 from .ratelimit import client_identifier, token_identifier
 from .replication import wait_for_replicas
@@ -257,13 +257,14 @@ async def submission(request: web.Request) -> web.Response:
     # without a key of its own the publish gets one for this request: the hub's own retries of
     # the append (store.append_notification_once) then never store it twice either. A given key
     # is scoped to the publisher's credential (the topic scopes it in the store): another
-    # publisher's same key is another key.
+    # publisher's same key is another key. The appends of concurrent publishes share a pipeline
+    # (app[BATCH]): each is still its own script, answered before its 200.
     appended = await store.append_notification_once(
         app[REDIS], links.topic, body, content_type=request.headers["Content-Type"],
         resourcesync=links.resourcesync, now=app[CLOCK](), max_len=settings.log_max_len,
         publish_key=f"{publisher_scope(request)} {given_key}" if given_key else f"hub:{store.unique_token()}",
         key_ttl=settings.log_max_age if given_key else OWN_KEY_TTL, fan_out_flag_ttl=enqueue.QUEUED_TTL,
-        retry_for=settings.redis_timeout)
+        retry_for=settings.redis_timeout, batch=app[BATCH])
     # the append set the topic's "fan-out queued" flag in its own round trip (ensure_fan_out's
     # first step); only when it was not set already is there a job to queue
     if appended.is_fan_out_flagged:
