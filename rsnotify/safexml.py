@@ -65,6 +65,7 @@ _OTHER_BOMS = (
     (b"\xfe\xff", "UTF-16"),
     (b"\xff\xfe", "UTF-16"),
 )
+_BOM_STARTS = frozenset(bom[:1] for bom, _ in _OTHER_BOMS)
 _DECLARATION_ENCODING = re.compile(rb"<\?xml\b[^>]*?\bencoding\s*=\s*[\"']([^\"']*)[\"']")
 _PROLOG_WINDOW = 512  # bytes screened for the XML declaration (it must come first)
 
@@ -122,9 +123,10 @@ def screen_prolog(head: bytes, error: type[DocumentParseError] = DocumentParseEr
     parser is told the document is UTF-8, so libxml2 reads what was screened (an EBCDIC
     document is then merely not well-formed).
     """
-    for bom, name in _OTHER_BOMS:
-        if head.startswith(bom):
-            raise error(f"document starts with a {name} byte order mark; expected UTF-8 (Sitemaps are UTF-8)")
+    if head[:1] in _BOM_STARTS:     # every other BOM starts with one of these bytes
+        for bom, name in _OTHER_BOMS:
+            if head.startswith(bom):
+                raise error(f"document starts with a {name} byte order mark; expected UTF-8 (Sitemaps are UTF-8)")
     if b"\x00" in head[:4]:
         raise error("document looks like UTF-16 or UTF-32 (NUL bytes at its start); expected UTF-8")
     text = head.removeprefix(_UTF8_BOM)
@@ -448,11 +450,12 @@ def read_length(value: str | None, what: str, problems: list[str]) -> int | None
     text = value.strip()
     # at most 19 digits and below 2**63: int() fails past 4,300 digits, and SQLite (the change
     # memory, the sync state) stores no larger integer
-    if not (text.isascii() and text.isdigit() and len(text) <= 19 and int(text) <= MAX_LENGTH):
+    number = int(text) if text.isascii() and text.isdigit() and len(text) <= 19 else -1
+    if not 0 <= number <= MAX_LENGTH:
         shown = value if len(value) <= 40 else f"{value[:40]}… ({len(value)} characters)"
         problems.append(f"{what}='{shown}'; expected a non-negative integer (bytes) below 2**63")
         return None
-    return int(text)
+    return number
 
 
 def read_hashes(value: str | None, what: str, problems: list[str]) -> tuple[tuple[str, str], ...]:

@@ -221,7 +221,7 @@ def read_url(
     lastmod = None
     if lastmod_element is not None:
         lastmod = read_datetime((lastmod_element.text or "").strip(), f"<lastmod> {owner} is", problems)
-    links = [link for e in link_elements if (link := read_link(e, where, problems))]
+    links = [link for e in link_elements if (link := read_link(e, where, problems))] if link_elements else []
     return where, owner, loc, md, lastmod, links
 
 
@@ -254,7 +254,8 @@ def read_change(url: etree._Element, index: int, problems: list[str]) -> Resourc
         length,
         attrs.get("type"),
         tuple(links),
-        extra_attributes(md, _CHANGE_ATTRIBUTES),
+        # extra_attributes(md, ...) from the attributes already read (a dict keeps document order)
+        () if attrs.keys() <= _CHANGE_ATTRIBUTES else tuple(p for p in attrs.items() if p[0] not in _CHANGE_ATTRIBUTES),
     )
 
 
