@@ -227,15 +227,23 @@ async def read_body(request: web.Request, limit: int, *, what: str = "body", set
         raise PayloadTooLargeError(f"{what} of {request.content_length} bytes is larger than the hub's "
                                    f"limit of {limit} bytes ({setting})")
     timeout = request.app[SETTINGS].body_timeout
+    content = request.content
     chunks: list[bytes] = []
     size = 0
+    too_large = f"{what} is larger than the hub's limit of {limit} bytes ({setting})"
     try:
-        async with asyncio.timeout(timeout):
-            while chunk := await request.content.read(min(1 << 20, limit + 1 - size)):
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > limit:
-                    raise PayloadTooLargeError(f"{what} is larger than the hub's limit of {limit} bytes ({setting})")
+        if content.is_eof():    # all of it has arrived (a small body usually has): no wait to bound
+            chunks.append(content.read_nowait(limit + 1))
+            size = len(chunks[0])
+            if size > limit:
+                raise PayloadTooLargeError(too_large)
+        if not content.at_eof():
+            async with asyncio.timeout(timeout):
+                while chunk := await content.read(min(1 << 20, limit + 1 - size)):
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > limit:
+                        raise PayloadTooLargeError(too_large)
     except TimeoutError:
         raise RequestTimeoutError(f"the {what} did not arrive within {timeout:g} s (--body-timeout)") from None
     except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip on bytes that are not gzip
