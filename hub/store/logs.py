@@ -79,7 +79,7 @@ return {id, seq, 0, flag()}
 APPEND_RETRY_FOR = 20.0    # s a publish's append is retried (same key) while Redis fails
 
 _serials = itertools.count()
-_nonce = (0, "")           # (pid, random prefix): a forked process draws its own prefix
+_nonce = ""                # this process's random prefix, drawn on first use
 
 
 def unique_token() -> str:
@@ -87,10 +87,15 @@ def unique_token() -> str:
     then a counter. Tokens name one publish (its own Idempotency-Key, its fan-out flag); they need
     to be unique, not secret, so a publish costs no call to the system's random source."""
     global _nonce
-    pid = os.getpid()
-    if _nonce[0] != pid:
-        _nonce = (pid, secrets.token_hex(8))
-    return f"{_nonce[1]}.{next(_serials)}"
+    if not _nonce:
+        _nonce = secrets.token_hex(8)
+        os.register_at_fork(after_in_child=_forget_nonce)   # a forked child draws its own
+    return f"{_nonce}.{next(_serials)}"
+
+
+def _forget_nonce() -> None:
+    global _nonce
+    _nonce = ""
 
 
 async def append_notification(
