@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, urlsplit
 
@@ -181,13 +182,25 @@ class SubmissionLinks:
 
 def check_submission_links(values: list[str], hub_url: str) -> SubmissionLinks:
     """The topic (rel=self) and optional rel=resourcesync of a submission; rel=hub must name this hub."""
-    return _links_of(tuple(values), hub_url)
+    if sum(map(len, values)) > MAX_KEPT_LINKS:      # read as sent, not kept: see _kept_links_of
+        return _links_of(values, hub_url)
+    return _kept_links_of(tuple(values), hub_url)
 
 
 # A publisher sends the same Link header with every publish to a topic: the answer for a header
-# is kept (a refusal is not, it raises), so most publishes skip the parse and the URL checks.
-@functools.lru_cache(maxsize=256)
-def _links_of(values: tuple[str, ...], hub_url: str) -> SubmissionLinks:
+# is kept (a refusal is not, it raises), so most publishes skip the parse and the URL checks. It
+# is read before the publisher is known, so only short headers are kept: at most
+# KEPT_LINKS x MAX_KEPT_LINKS characters, whatever anyone sends.
+KEPT_LINKS = 256
+MAX_KEPT_LINKS = 2048
+
+
+@functools.lru_cache(maxsize=KEPT_LINKS)
+def _kept_links_of(values: tuple[str, ...], hub_url: str) -> SubmissionLinks:
+    return _links_of(values, hub_url)
+
+
+def _links_of(values: Sequence[str], hub_url: str) -> SubmissionLinks:
     if not values:
         raise BadRequestError(f'a submission needs a Link header with <topic>; rel="self" and '
                               f'<{hub_url}>; rel="hub", got none')

@@ -10,6 +10,7 @@ import pytest
 from lxml import etree
 
 from rsnotify import xml
+from rsnotify.hub.web import endpoint
 from rsnotify.hub.web.appkeys import SETTINGS
 from rsnotify.safexml import RS_NS, SITEMAP_NS
 from rsnotify.websub import build_link_header
@@ -106,3 +107,16 @@ def test_the_quick_reading_takes_both_child_orders(order):
             etree.SubElement(url, f"{{{RS_NS}}}md", change="updated", datetime="2025-01-01T00:00:00Z", length="3")
     change = xml._read_plain_change(url)
     assert change is not None and (change.loc, change.length) == ("http://example.org/r", 3)
+
+
+async def test_only_short_link_headers_are_kept(hub_client):
+    # the Link header is read before the publisher is known: a long one is answered, never kept
+    own = hub_client.server.app[SETTINGS].hub_url
+    short = build_link_header([(TOPIC, "self"), (own, "hub")])
+    long = build_link_header([(TOPIC, "self"), (own, "hub"), ("http://example.org/" + "x" * 3000, "describedby")])
+    endpoint._kept_links_of.cache_clear()
+    for link in (long, long, short, short):
+        response = await hub_client.post("/", data=NOTIFICATION, headers={"Content-Type": "application/xml", "Link": link})
+        assert response.status == 200, await response.text()
+    kept = endpoint._kept_links_of.cache_info()
+    assert (kept.currsize, kept.hits) == (1, 1)
