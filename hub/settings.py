@@ -5,6 +5,7 @@ a `--option` with its `RSNOTIFY_*` variable. Nothing here reads `os.environ` by 
 """
 from __future__ import annotations
 
+import functools
 import ipaddress
 import math
 from collections.abc import Iterable, Mapping
@@ -203,9 +204,10 @@ class HubSettings:
             problems.append(f"replay_max must be -1 (the whole log), 0 (off) or more, got {self.replay_max}")
         return problems
 
-    # -- derived values
+    # -- derived values (the settings are frozen, so the costly ones are computed once per object:
+    # the web process asks for them on every request)
 
-    @property
+    @functools.cached_property
     def hub_url(self) -> str:
         """The hub's own URL, normalized: --public-url, else http://HOST:PORT/."""
         if self.public_url:
@@ -213,7 +215,12 @@ class HubSettings:
         host = f"[{self.host}]" if ":" in self.host and not self.host.startswith("[") else self.host
         return normalize_url(f"http://{host}:{self.port}/")
 
-    @property
+    @functools.cached_property
+    def hub_path(self) -> str:
+        """The path of the hub's own URL ("/" when it has none): the hub endpoint answers there too."""
+        return urlsplit(self.hub_url).path or "/"
+
+    @functools.cached_property
     def is_public_url_loopback(self) -> bool:
         """Is the advertised hub URL itself on loopback (a hub for this machine only)?
 
@@ -228,7 +235,7 @@ class HubSettings:
         except ValueError:
             return False
 
-    @property
+    @functools.cached_property
     def trusted_proxy_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         return tuple(ipaddress.ip_network(c, strict=False) for c in self.trusted_proxies)
 
@@ -236,7 +243,7 @@ class HubSettings:
     def is_embedded(self) -> bool:
         return self.redis_url is None
 
-    @property
+    @functools.cached_property
     def allowed_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
         """Non-public networks outbound requests may reach: --allow-network, plus loopback when the
         public URL is on loopback."""

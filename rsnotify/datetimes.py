@@ -6,6 +6,7 @@ No I/O here.
 """
 from __future__ import annotations
 
+import functools
 import re
 from datetime import datetime, timedelta, timezone
 
@@ -20,6 +21,10 @@ _W3C_DATETIME = re.compile(
 )
 
 EXAMPLE = "2013-01-03T00:07:22Z"
+# Texts up to this length are remembered (the longest valid one, with nanoseconds and an offset,
+# is ~40 characters): a change notification repeats its from/until and neighbouring entries
+# share datetimes, and a parse costs as much as the rest of reading an entry.
+_CACHED_LENGTH = 64
 
 
 def parse_w3c_datetime(text: str) -> datetime:
@@ -29,6 +34,12 @@ def parse_w3c_datetime(text: str) -> datetime:
     Fractions beyond microseconds are truncated. Raises `DatetimeError` for anything else,
     including ISO 8601 forms outside the profile (`20130103`, a space instead of `T`, no TZD).
     """
+    if len(text) <= _CACHED_LENGTH:
+        return _parse_remembered(text)   # datetimes are immutable: a shared one is safe
+    return _parse(text)
+
+
+def _parse(text: str) -> datetime:
     match = _W3C_DATETIME.fullmatch(text.strip())
     if match is None:
         raise DatetimeError(f"'{text}' is not a W3C datetime; expected e.g. {EXAMPLE}")
@@ -53,6 +64,10 @@ def parse_w3c_datetime(text: str) -> datetime:
         # 12:00+02:00 is 10:00Z: the local wall time minus the offset.
         value = value - offset if sign == "+" else value + offset
     return value
+
+
+# A refused text raises, and is not remembered.
+_parse_remembered = functools.lru_cache(maxsize=4096)(_parse)
 
 
 def format_datetime(value: datetime) -> str:

@@ -84,8 +84,11 @@ class ResourceChange:
                 ) from None
         if self.length is not None and self.length < 0:
             raise NotificationError(f"<rs:md> for {self.loc} has length={self.length}; expected >= 0")
-        _check_aware(f"datetime of {self.loc}", self.changed_at)
-        _check_aware(f"lastmod of {self.loc}", self.lastmod)
+        # the names are built only for a naive value: a parse builds one of these per entry
+        if self.changed_at is not None and self.changed_at.tzinfo is None:
+            _check_aware(f"datetime of {self.loc}", self.changed_at)
+        if self.lastmod is not None and self.lastmod.tzinfo is None:
+            _check_aware(f"lastmod of {self.loc}", self.lastmod)
 
     @property
     def hash(self) -> str | None:

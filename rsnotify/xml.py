@@ -222,12 +222,15 @@ def read_url(
     lastmod = None
     if lastmod_element is not None:
         lastmod = read_datetime((lastmod_element.text or "").strip(), f"<lastmod> {owner} is", problems)
-    links = [link for e in link_elements if (link := read_link(e, where, problems))]
+    links = [link for e in link_elements if (link := read_link(e, where, problems))] if link_elements else []
     return where, owner, loc, md, lastmod, links
 
 
 def read_change(url: etree._Element, index: int, problems: list[str]) -> ResourceChange | None:
     """One `<url>` as a ResourceChange, or None after adding its problems."""
+    plain = _read_plain_change(url)
+    if plain is not None:
+        return plain
     before = len(problems)
     where, owner, loc, md, lastmod, links = read_url(url, index, problems)
     if md is None:
@@ -256,11 +259,42 @@ def read_change(url: etree._Element, index: int, problems: list[str]) -> Resourc
         length,
         media_type,
         tuple(links),
-        extra_attributes(md, _CHANGE_ATTRIBUTES),
+        # extra_attributes(md, ...) from the attributes already read (a dict keeps document order)
+        () if attrs.keys() <= _CHANGE_ATTRIBUTES else tuple(p for p in attrs.items() if p[0] not in _CHANGE_ATTRIBUTES),
     )
 
 
 _CHANGE_TYPES = {change.value: change for change in ChangeType}
+
+
+def _read_plain_change(url: etree._Element) -> ResourceChange | None:
+    """The usual `<url>` (a `<loc>` and an `<rs:md>` with modelled attributes only) read in one go,
+    by the same readers and rules; None when anything about it is unusual or wrong, and read_change
+    then reads it step by step, which words every problem. Whatever this returns, that reading
+    returns too (nothing here is a rule of its own): it only skips the steps such an entry does not
+    need and the names the messages would use."""
+    if len(url) != 2:
+        return None
+    first, second = url
+    if first.tag == LOC and second.tag == RS_MD:
+        loc_element, md = first, second
+    elif first.tag == RS_MD and second.tag == LOC:
+        md, loc_element = first, second
+    else:
+        return None
+    loc = (loc_element.text or "").strip()
+    attrs = dict(md.items())
+    change = _CHANGE_TYPES.get(attrs.get("change", ""))
+    if not loc or change is None or not attrs.keys() <= _CHANGE_ATTRIBUTES or loc_problem(loc):
+        return None
+    wrong: list[str] = []        # any problem at all: the step-by-step reading words it
+    changed_at = read_datetime(attrs.get("datetime"), "", wrong)
+    hashes = read_hashes(attrs.get("hash"), "", wrong)
+    length = read_length(attrs.get("length"), "", wrong)
+    media_type = read_media_type(attrs.get("type"), "", wrong)
+    if wrong:
+        return None
+    return ResourceChange(loc, change, changed_at, None, hashes, length, media_type)
 
 
 def to_xml(notification: ChangeNotification) -> bytes:

@@ -57,6 +57,7 @@ from .logs import (
     count_topics,
     get_notification,
     topic_ids,
+    unique_token,
     wait_for_entries,
 )
 from .subscriptions import (
@@ -156,5 +157,6 @@ __all__ = [
     "topic_sequences",
     "topic_subscription_ids",
     "totals",
+    "unique_token",
     "wait_for_entries",
 ]

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
+import os
 import secrets
 import time
 from typing import Any
@@ -10,6 +12,7 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
 
+from ..batch import RedisBatcher
 from ..errors import AppendUnknownError, IdempotencyConflictError
 from ..keys import (
     activity_key,
@@ -75,13 +78,33 @@ return {id, seq, 0, flag()}
 
 APPEND_RETRY_FOR = 20.0    # s a publish's append is retried (same key) while Redis fails
 
+_serials = itertools.count()
+_nonce = ""                # this process's random prefix, drawn on first use
+
+
+def unique_token() -> str:
+    """A token no other call in any hub process returns: a random prefix drawn once per process,
+    then a counter. Tokens name one publish (its own Idempotency-Key, its fan-out flag); they need
+    to be unique, not secret, so a publish costs no call to the system's random source."""
+    global _nonce
+    if not _nonce:
+        _nonce = secrets.token_hex(8)
+        os.register_at_fork(after_in_child=_forget_nonce)   # a forked child draws its own
+    return f"{_nonce}.{next(_serials)}"
+
+
+def _forget_nonce() -> None:
+    global _nonce
+    _nonce = ""
+
 
 async def append_notification(
     redis: Redis, topic: str, body: bytes, *, content_type: str, resourcesync: str = "",
     now: float, max_len: int, publish_key: str | None = None, key_ttl: int = 0,
-    fan_out_flag_ttl: int = 0, fan_out_token: str = "",
+    fan_out_flag_ttl: int = 0, fan_out_token: str = "", batch: RedisBatcher | None = None,
 ) -> AppendedNotification:
-    """Append the exact `body` and the headers to relay to the topic's log (one script call).
+    """Append the exact `body` and the headers to relay to the topic's log (one script call; with
+    `batch`, in the pipeline of the appends issued meanwhile, on `batch`'s client).
 
     With `publish_key` (an Idempotency-Key, already scoped by the caller to its credential and
     topic) a repeat of the same body within `key_ttl` seconds stores nothing and returns the first
@@ -101,7 +124,8 @@ async def append_notification(
     if publish_key is not None:
         keys.append(topic_publish_key(tid, hashlib.sha256(publish_key.encode()).hexdigest()[:32]))
         args += [max(1, key_ttl), hashlib.sha256(body).hexdigest()]
-    entry_id, seq, repeat, flagged = await _APPEND(redis, keys, args)
+    entry_id, seq, repeat, flagged = await (batch.script(_APPEND, keys, args) if batch is not None
+                                            else _APPEND(redis, keys, args))
     if int(repeat) == 2:
         raise IdempotencyConflictError(
             f"this Idempotency-Key was used for notification {text(entry_id)} (seq {int(seq)}) of this topic with "
@@ -112,7 +136,7 @@ async def append_notification(
 async def append_notification_once(
     redis: Redis, topic: str, body: bytes, *, content_type: str, resourcesync: str = "",
     now: float, max_len: int, publish_key: str, key_ttl: int, fan_out_flag_ttl: int = 0,
-    retry_for: float = APPEND_RETRY_FOR,
+    retry_for: float = APPEND_RETRY_FOR, batch: RedisBatcher | None = None,
 ) -> AppendedNotification:
     """append_notification for a publish, tried again (with the same key, so at most once) while
     Redis fails, for up to `retry_for` seconds.
@@ -126,13 +150,13 @@ async def append_notification_once(
     """
     deadline = time.monotonic() + retry_for
     delay, reached = 0.1, False
-    token = secrets.token_hex(8)
+    token = unique_token()
     while True:
         try:
             return await append_notification(redis, topic, body, content_type=content_type,
                                              resourcesync=resourcesync, now=now, max_len=max_len,
                                              publish_key=publish_key, key_ttl=key_ttl,
-                                             fan_out_flag_ttl=fan_out_flag_ttl, fan_out_token=token)
+                                             fan_out_flag_ttl=fan_out_flag_ttl, fan_out_token=token, batch=batch)
         except (RedisError, OSError) as exc:
             reached = reached or not _never_sent(exc)
             if time.monotonic() + delay > deadline:

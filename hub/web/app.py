@@ -7,12 +7,12 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from urllib.parse import urlsplit
 
 from aiohttp import web
 from redis.exceptions import RedisError
 
 from .. import redis_clients
+from ..batch import RedisBatcher
 from ..crypto import check_key_matches, load_fernet
 from ..enqueue import make_queue
 from ..errors import (
@@ -25,9 +25,20 @@ from ..errors import (
 from ..logs import escape
 from ..settings import HubSettings
 from . import admin, diagnostics, endpoint, health, metrics, status
-from .appkeys import CLOCK, FERNET, LIMITS, PUBLISHERS, QUEUE, REDIS, SCAN, SETTINGS
+from .appkeys import (
+    BATCH,
+    CLOCK,
+    FERNET,
+    HOSTS,
+    LIMITS,
+    PUBLISHERS,
+    QUEUE,
+    REDIS,
+    SCAN,
+    SETTINGS,
+)
 from .auth import Publishers
-from .guards import add_security_headers, guards_middleware
+from .guards import add_security_headers, allowed_hosts, check_request
 from .ratelimit import RateLimits
 from .reports import ScanCache
 
@@ -40,16 +51,18 @@ def build_app(settings: HubSettings, *, now: Callable[[], float] = time.time) ->
     """The hub application. Raises SettingsError for a missing Redis URL or a bad tokens file."""
     if not settings.redis_url:
         raise SettingsError("build_app needs settings.redis_url (embedded mode starts Redis first)")
-    # error_middleware is outermost, so the guards' refusals are answered like any other HubError
-    app = web.Application(middlewares=[error_middleware, guards_middleware],
+    # one middleware (each is a call layer per request): the guards, then the handler, and every
+    # refusal of either answered the same way
+    app = web.Application(middlewares=[hub_middleware],
                           client_max_size=settings.max_body + FORM_SLACK)
     app.on_response_prepare.append(add_security_headers)
     app[SETTINGS] = settings
     app[CLOCK] = now
     app[PUBLISHERS] = Publishers.from_pairs(settings.all_publish_tokens())
+    app[HOSTS] = allowed_hosts(settings)
     app[SCAN] = ScanCache()     # one scan of the subscriptions, shared by admin, status page and /metrics
     app.cleanup_ctx.append(_resources)
-    paths = {"/", urlsplit(settings.hub_url).path or "/"}
+    paths = {"/", settings.hub_path}
     for path in sorted(paths):  # also serve the public URL's path, for proxies that keep it
         app.router.add_post(path, endpoint.hub_endpoint)
     for routes in (health, status, admin, diagnostics, metrics):  # GET / is the status page
@@ -69,6 +82,7 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
         fernet = load_fernet(settings)
         await check_key_matches(client, fernet)
         app[REDIS] = client
+        app[BATCH] = RedisBatcher(client)
         app[FERNET] = fernet
         app[QUEUE] = make_queue(settings.queue_name, connection)
         app[LIMITS] = RateLimits(settings, client)
@@ -79,9 +93,11 @@ async def _resources(app: web.Application) -> AsyncIterator[None]:
 
 
 @web.middleware
-async def error_middleware(request: web.Request, handler: Callable) -> web.StreamResponse:
-    """HubError -> text/plain with its status; Redis trouble -> 503 + Retry-After; bugs -> logged 500."""
+async def hub_middleware(request: web.Request, handler: Callable) -> web.StreamResponse:
+    """The browser-safety guards (web.guards.check_request), then the handler. HubError ->
+    text/plain with its status; Redis trouble -> 503 + Retry-After; bugs -> logged 500."""
     try:
+        check_request(request)
         return await handler(request)
     except HubError as exc:
         headers = {"WWW-Authenticate": 'Bearer realm="rsnotify"'} if isinstance(exc, AuthenticationError) else {}

@@ -6,7 +6,6 @@ from __future__ import annotations
 import hmac
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit
 
 from aiohttp import web
 
@@ -135,6 +134,6 @@ def carries_accepted_credential(request: web.Request, settings: HubSettings, pub
         return False
     if request.path.startswith("/admin/"):
         return bool(settings.admin_token) and hmac.compare_digest(token.encode(), str(settings.admin_token).encode())
-    if request.method == "POST" and request.path in ("/", urlsplit(settings.hub_url).path or "/"):
+    if request.method == "POST" and request.path in ("/", settings.hub_path):
         return publishers.knows(token)
     return False

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from urllib.parse import parse_qsl, urlsplit
@@ -51,7 +53,7 @@ from ..logs import escape, redact_callback
 from ..netguard import literal_refusal
 from ..records import Intent
 from ..settings import HubSettings
-from .appkeys import CLOCK, FERNET, LIMITS, PUBLISHERS, QUEUE, REDIS, SETTINGS
+from .appkeys import BATCH, CLOCK, FERNET, LIMITS, PUBLISHERS, QUEUE, REDIS, SETTINGS
 from .auth import Publishers, bearer_token, client_of
 from .ratelimit import client_identifier, token_identifier
 from .replication import wait_for_replicas
@@ -188,6 +190,25 @@ class SubmissionLinks:
 
 def check_submission_links(values: list[str], hub_url: str) -> SubmissionLinks:
     """The topic (rel=self) and optional rel=resourcesync of a submission; rel=hub must name this hub."""
+    if sum(map(len, values)) > MAX_KEPT_LINKS:      # read as sent, not kept: see _kept_links_of
+        return _links_of(values, hub_url)
+    return _kept_links_of(tuple(values), hub_url)
+
+
+# A publisher sends the same Link header with every publish to a topic: the answer for a header
+# is kept (a refusal is not, it raises), so most publishes skip the parse and the URL checks. It
+# is read before the publisher is known, so only short headers are kept: at most
+# KEPT_LINKS x MAX_KEPT_LINKS characters, whatever anyone sends.
+KEPT_LINKS = 256
+MAX_KEPT_LINKS = 2048
+
+
+@functools.lru_cache(maxsize=KEPT_LINKS)
+def _kept_links_of(values: tuple[str, ...], hub_url: str) -> SubmissionLinks:
+    return _links_of(values, hub_url)
+
+
+def _links_of(values: Sequence[str], hub_url: str) -> SubmissionLinks:
     if not values:
         raise BadRequestError(f'a submission needs a Link header with <topic>; rel="self" and '
                               f'<{hub_url}>; rel="hub", got none')
@@ -227,15 +248,23 @@ async def read_body(request: web.Request, limit: int, *, what: str = "body", set
         raise PayloadTooLargeError(f"{what} of {request.content_length} bytes is larger than the hub's "
                                    f"limit of {limit} bytes ({setting})")
     timeout = request.app[SETTINGS].body_timeout
+    content = request.content
     chunks: list[bytes] = []
     size = 0
+    too_large = f"{what} is larger than the hub's limit of {limit} bytes ({setting})"
     try:
-        async with asyncio.timeout(timeout):
-            while chunk := await request.content.read(min(1 << 20, limit + 1 - size)):
-                chunks.append(chunk)
-                size += len(chunk)
-                if size > limit:
-                    raise PayloadTooLargeError(f"{what} is larger than the hub's limit of {limit} bytes ({setting})")
+        if content.is_eof():    # all of it has arrived (a small body usually has): no wait to bound
+            chunks.append(content.read_nowait(limit + 1))
+            size = len(chunks[0])
+            if size > limit:
+                raise PayloadTooLargeError(too_large)
+        if not content.at_eof():
+            async with asyncio.timeout(timeout):
+                while chunk := await content.read(min(1 << 20, limit + 1 - size)):
+                    chunks.append(chunk)
+                    size += len(chunk)
+                    if size > limit:
+                        raise PayloadTooLargeError(too_large)
     except TimeoutError:
         raise RequestTimeoutError(f"the {what} did not arrive within {timeout:g} s (--body-timeout)") from None
     except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip on bytes that are not gzip
@@ -257,21 +286,23 @@ async def submission(request: web.Request) -> web.Response:
     # without a key of its own the publish gets one for this request: the hub's own retries of
     # the append (store.append_notification_once) then never store it twice either. A given key
     # is scoped to the publisher's credential (the topic scopes it in the store): another
-    # publisher's same key is another key.
+    # publisher's same key is another key. The appends of concurrent publishes share a pipeline
+    # (app[BATCH]): each is still its own script, answered before its 200.
     appended = await store.append_notification_once(
         app[REDIS], links.topic, body, content_type=request.headers["Content-Type"],
         resourcesync=links.resourcesync, now=app[CLOCK](), max_len=settings.log_max_len,
-        publish_key=f"{publisher_scope(request)} {given_key}" if given_key else f"hub:{secrets.token_hex(16)}",
+        publish_key=f"{publisher_scope(request)} {given_key}" if given_key else f"hub:{store.unique_token()}",
         key_ttl=settings.log_max_age if given_key else OWN_KEY_TTL, fan_out_flag_ttl=enqueue.QUEUED_TTL,
-        retry_for=settings.redis_timeout)
+        retry_for=settings.redis_timeout, batch=app[BATCH])
     # the append set the topic's "fan-out queued" flag in its own round trip (ensure_fan_out's
     # first step); only when it was not set already is there a job to queue
     if appended.is_fan_out_flagged:
         await enqueue.queue_flagged_fan_out(app[QUEUE], appended.topic_id)
     await wait_for_replicas(app)    # 200 only once --min-replicas replicas hold it (503 otherwise)
-    log.info("notification %s %s for %s (seq %s, %d bytes)", appended.notification_id,
-             "repeated (same Idempotency-Key), stored once" if appended.is_repeat else "stored", escape(links.topic),
-             appended.sequence, len(body))
+    if log.isEnabledFor(logging.INFO):     # its arguments cost as much as the line: none below INFO
+        log.info("notification %s %s for %s (seq %s, %d bytes)", appended.notification_id,
+                 "repeated (same Idempotency-Key), stored once" if appended.is_repeat else "stored",
+                 escape(links.topic), appended.sequence, len(body))
     answer = {"notification_id": appended.notification_id, "topic": links.topic, "sequence": appended.sequence}
     headers = {NOTIFICATION_ID_HEADER: appended.notification_id}
     if appended.is_repeat:
@@ -348,6 +379,8 @@ async def check_publish_rate(request: web.Request) -> None:
     """Count a submission or thin ping against its token's rate (the client's, without tokens)."""
     app = request.app
     client = client_of(request)
+    if app[LIMITS].publish is None or client.is_local:
+        return      # RateLimits.check counts nothing for them: no key to compute either
     if app[PUBLISHERS].is_open_to_loopback:
         identifier = client_identifier(client.address, app[SETTINGS].rate_ipv6_prefix)
     else:

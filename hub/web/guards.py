@@ -9,7 +9,6 @@ on another site could make a visitor's browser send to a hub on their machine or
 """
 from __future__ import annotations
 
-import functools
 import ipaddress
 from urllib.parse import urlsplit
 
@@ -17,8 +16,8 @@ from aiohttp import web
 
 from ..errors import ForbiddenError, MisdirectedRequestError
 from ..settings import HubSettings
-from .appkeys import PUBLISHERS, SETTINGS
-from .auth import CLIENT, Handler, carries_accepted_credential
+from .appkeys import HOSTS, PUBLISHERS, SETTINGS
+from .auth import CLIENT, carries_accepted_credential
 from .clients import identify
 
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
@@ -49,9 +48,9 @@ def raw_body_headers(content_type: str, filename: str) -> dict[str, str]:
             "Content-Security-Policy": RAW_BODY_POLICY}
 
 
-@functools.lru_cache(maxsize=16)   # one settings object per process: computed once, not per request
 def allowed_hosts(settings: HubSettings) -> frozenset[str]:
-    """Host names a request may name: the public URL's, the listening address's, and localhost's."""
+    """Host names a request may name: the public URL's, the listening address's, and localhost's
+    (build_app keeps them as app[HOSTS]: computed once per process, not per request)."""
     names = set(LOCAL_NAMES)
     names.add((urlsplit(settings.hub_url).hostname or "").lower())
     if settings.host not in ("0.0.0.0", "::", ""):
@@ -115,15 +114,15 @@ def check_admin_action(request: web.Request, *, is_credentialed: bool = False) -
                              f"token, got {f'Content-Type {content_type!r}' if content_type else 'no Content-Type'}")
 
 
-@web.middleware
-async def guards_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+def check_request(request: web.Request) -> None:
+    """Every request's guards, before its handler (the app's one middleware calls it): who the
+    client is (kept as request[CLIENT]), then the Host, same-site and admin-action checks."""
     settings = request.app[SETTINGS]
     request[CLIENT] = identify(request, settings.trusted_proxy_networks)
     credentialed = carries_accepted_credential(request, settings, request.app[PUBLISHERS])
-    check_host(request, allowed_hosts(settings), is_credentialed=credentialed)
+    check_host(request, request.app[HOSTS], is_credentialed=credentialed)
     check_same_site(request, is_credentialed=credentialed)
     check_admin_action(request, is_credentialed=credentialed)
-    return await handler(request)
 
 
 async def add_security_headers(request: web.Request, response: web.StreamResponse) -> None:

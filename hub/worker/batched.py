@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any
 
+from ..batch import RedisBatcher
 from ..keys import (
     fanout_queued_key,
     stats_key,
@@ -19,7 +20,6 @@ from ..keys import (
     topic_log_key,
 )
 from ..records import LogEntry, stream_pairs, text
-from .batch import RedisBatcher
 
 RESEND_BATCH = 100        # dead letters taken from the re-send queue at a time
 

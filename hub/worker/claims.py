@@ -12,6 +12,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from ..batch import RedisBatcher
 from ..keys import (
     PREFIX,
     due_key,
@@ -29,7 +30,6 @@ from ..keys import (
 )
 from ..lua import Script
 from ..records import DELIVERY_FIELDS, RECENT_ATTEMPTS
-from .batch import RedisBatcher
 
 # Taking a lock (Lua, shared by the claim scripts): free, or held by a worker whose heartbeat ran
 # out (a token is "<worker id>:<n>[:<sid>]"; heartbeat.py), so a dead worker's claims move on

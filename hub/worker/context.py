@@ -24,9 +24,9 @@ from rq import Queue
 from rsnotify import eventloop
 
 from .. import crypto, netguard, redis_clients, store
+from ..batch import RedisBatcher
 from ..errors import SettingsError
 from ..settings import HubSettings
-from .batch import RedisBatcher
 from .deliveries import Deliveries
 from .heartbeat import Heartbeat
 from .lane import VerificationLane

@@ -16,6 +16,7 @@ import aiohttp
 from cryptography.fernet import Fernet
 from redis.exceptions import RedisError
 
+from ..batch import RedisBatcher
 from ..callbacks import delivery_url
 from ..crypto import decrypt_secret
 from ..logs import DeliverySummary, redact_callback
@@ -30,7 +31,6 @@ from ..records import (
 from ..settings import HubSettings
 from ..store import history
 from . import batched, claims
-from .batch import RedisBatcher
 from .hosts import HostGates, host_of
 from .runs import SubRun
 

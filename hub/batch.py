@@ -1,4 +1,5 @@
-"""RedisBatcher: the Redis commands of many concurrent deliveries, sent together."""
+"""RedisBatcher: the Redis commands of many concurrent deliveries (the worker) or publishes (the
+web process), sent together."""
 from __future__ import annotations
 
 import asyncio
@@ -8,28 +9,30 @@ from typing import Any
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError
 
-from ..lua import Script
+from .lua import Script
 
 MAX_BATCH = 2000          # Redis commands sent in one pipeline
 
 
 class RedisBatcher:
     """Sends the Redis commands issued while a pipeline is on its way together, in one next
-    pipeline, strictly in issue order. Hundreds of concurrent deliveries then cost a few round
-    trips, and a subscription's writes can never overtake each other."""
+    pipeline, strictly in issue order. Hundreds of concurrent deliveries (or publishes) then cost
+    a few round trips, and a subscription's writes can never overtake each other. Nothing waits
+    for a batch to fill: a command issued while none is on its way leaves at once."""
 
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
         self._queue: list[tuple[tuple[Any, ...], asyncio.Future[Any]]] = []
         self._busy = False
         self._sources: dict[str, str] = {}
+        self._drainer: asyncio.Task[None] | None = None   # held: the loop keeps only weak references
 
     def execute(self, *command: Any) -> asyncio.Future[Any]:
         future = asyncio.get_running_loop().create_future()
         self._queue.append((command, future))
         if not self._busy:
             self._busy = True
-            asyncio.get_running_loop().create_task(self._drain())
+            self._drainer = asyncio.get_running_loop().create_task(self._drain())
         return future
 
     def script(self, script: Script, keys: Sequence[str], args: Sequence[Any]) -> asyncio.Future[Any]:
