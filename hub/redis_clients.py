@@ -22,10 +22,12 @@ import redis.asyncio as redis_async
 import redis.asyncio.sentinel as sentinel_async
 import redis.sentinel as sentinel_sync
 from redis.backoff import ExponentialBackoff, NoBackoff
+from redis.connection import HiredisRespSerializer
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
+from redis.utils import HIREDIS_AVAILABLE
 
 from .redis_url import RedisAddress, parse_redis_url
 from .settings import HubSettings
@@ -74,7 +76,20 @@ def _target(target: Target, connect_timeout: float | None = None) -> RedisTarget
 # --- connections that notice a demoted primary ---------------------------------------------------
 
 
-class _AsyncPrimaryConnection(redis_async.Connection):
+class _HiredisPacking:
+    """redis-py packs commands with hiredis (C) for its sync connections, but in Python for its
+    asyncio ones: ~45 µs for a delivery checkpoint's ~40 arguments against ~10 µs, a few percent
+    of a worker's CPU at full fan-out. The same packer (same bytes, same DataError for a value
+    Redis cannot take) for the asyncio connections too."""
+
+    def pack_command(self, *args: Any) -> list[bytes]:
+        return _HIREDIS.pack(*args) if _HIREDIS is not None else super().pack_command(*args)  # type: ignore[misc]
+
+
+_HIREDIS = HiredisRespSerializer() if HIREDIS_AVAILABLE else None
+
+
+class _AsyncPrimaryConnection(_HiredisPacking, redis_async.Connection):
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().read_response(*args, **kwargs)
@@ -84,6 +99,10 @@ class _AsyncPrimaryConnection(redis_async.Connection):
 
 
 class _AsyncPrimarySSLConnection(_AsyncPrimaryConnection, redis_async.SSLConnection):
+    pass
+
+
+class _AsyncUnixConnection(_HiredisPacking, redis_async.UnixDomainSocketConnection):
     pass
 
 
@@ -237,11 +256,12 @@ def async_client(target: Target, max_connections: int, *, command_timeout: bool 
     connection = _AsyncPrimarySSLConnection if t.address.scheme == "rediss" else _AsyncPrimaryConnection
     extra = _tls_kwargs(t) if t.address.scheme != "unix" else {}
     if t.address.scheme == "unix":
-        connection = redis_async.UnixDomainSocketConnection  # type: ignore[assignment]  # one local server
-    pool = redis_async.BlockingConnectionPool.from_url(
-        t.address.url, max_connections=max_connections, timeout=POOL_WAIT, connection_class=connection,
-        **extra, **common)
-    return redis_async.Redis.from_pool(pool)
+        connection = _AsyncUnixConnection  # type: ignore[assignment]  # one local server
+    # as from_url (the URL's options win), but from_url puts its own connection class over ours
+    # for unix:// and rediss:// URLs
+    options: dict[str, Any] = {"max_connections": max_connections, "timeout": POOL_WAIT, **extra, **common,
+                               **redis_async.connection.parse_url(t.address.url), "connection_class": connection}
+    return redis_async.Redis.from_pool(redis_async.BlockingConnectionPool(**options))
 
 
 def sync_client(target: Target, max_connections: int, *, command_timeout: bool = False,

@@ -32,12 +32,15 @@ async def send(ctx: WorkerContext, run: SubRun, item: Item) -> Response:
     status: int | None = None
     error = ""
     try:
-        async with ctx.session.post(run.url, data=item.entry.body, headers=headers, allow_redirects=False,
-                                    timeout=ctx.deliveries.timeout) as response:
+        async with ctx.session.post(run.url, data=item.payload or item.entry.body, headers=headers,
+                                    allow_redirects=False, timeout=ctx.deliveries.timeout) as response:
             status = response.status
             remaining = ctx.settings.max_response_bytes
-            while remaining > 0:            # read a little of the answer, then ignore it
-                chunk = await response.content.read(remaining)
+            content = response.content
+            # read a little of the answer, then ignore it (a short answer is all there at once:
+            # at_eof spares a second read that would only find the end)
+            while remaining > 0 and not content.at_eof():
+                chunk = await content.read(remaining)
                 if not chunk:
                     break
                 remaining -= len(chunk)

@@ -83,8 +83,11 @@ class TopicLog:
     async def wait_beyond(self, key: tuple[int, int], timeout: float) -> bool:
         """Wait up to `timeout` for the window to hold an entry after `key`; True when it does."""
         if self.end_key <= key:
+            # asyncio.timeout, not wait_for: a lingering run waits here after nearly every
+            # delivery at full fan-out, and wait_for would wrap each wait in a task of its own
             try:
-                await asyncio.wait_for(self._grown.wait(), timeout)
+                async with asyncio.timeout(timeout):
+                    await self._grown.wait()
             except TimeoutError:
                 pass
         return self.end_key > key
