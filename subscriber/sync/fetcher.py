@@ -121,7 +121,13 @@ class Fetcher:
         self._active = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._successes = 0
-        self._write_seconds = 0.0  # moving average of a small file's create + write + rename
+        # The last small-file writes timed on the loop (create + write + rename): their median
+        # says whether the disk is slow. A mean was pulled over the line by the odd write that
+        # waited for the CPU on a busy machine, and then stayed there (a thread-side write
+        # also waits for its hand-off): a tmpfs baseline handed every file to the thread.
+        self._write_times: deque[float] = deque(maxlen=WRITE_SAMPLES)
+        self._slow_disk = False
+        self._small_writes = 0
         self.requests = 0          # GETs sent (each try and redirect counts)
         self.throttled = 0         # 429/503 answers
 
@@ -339,18 +345,23 @@ class Fetcher:
         if problem is not None:
             detail, expected = problem
             return FetchResult(loc, FetchOutcome.MISMATCH, md5_hex, sha256_hex, len(body), detail, expected)
-        if len(body) <= INLINE_WRITE and self._write_seconds < SLOW_WRITE:
-            # On a quick disk a handoff to a thread costs more than the write itself.
+        self._small_writes += 1
+        if len(body) <= INLINE_WRITE and (not self._slow_disk or self._small_writes % PROBE_EVERY == 0):
+            # On a quick disk a handoff to a thread costs more than the write itself; on a slow
+            # one every PROBE_EVERY-th write is still timed here, to notice it got quick again.
             started = time.perf_counter()
             self.sink.write_small(path, body)
-            self._write_seconds = 0.9 * self._write_seconds + 0.1 * (time.perf_counter() - started)
+            self._timed_write(time.perf_counter() - started)
         else:
             # A slow disk (or a big body): the loop keeps fetching while a thread waits on it.
-            started = time.perf_counter()
             await self.writer.write(path, body)
-            if len(body) <= INLINE_WRITE and time.perf_counter() - started < SLOW_WRITE / 2:
-                self._write_seconds = 0.9 * self._write_seconds   # the disk got quick again
         return FetchResult(loc, FetchOutcome.STORED, md5_hex, sha256_hex, len(body))
+
+    def _timed_write(self, seconds: float) -> None:
+        times = self._write_times
+        times.append(seconds)
+        if len(times) == WRITE_SAMPLES:
+            self._slow_disk = sorted(times)[WRITE_SAMPLES // 2] > SLOW_WRITE
 
 
 # "http(s)://host[:port]" followed by "/": nothing in the host part urlsplit would read
@@ -358,7 +369,9 @@ class Fetcher:
 _PLAIN_ORIGIN = re.compile(r"https?://[A-Za-z0-9.\-]+(?::[0-9]{1,5})?(?=/)|https?://\[[0-9A-Fa-f:.]+\](?::[0-9]{1,5})?(?=/)")
 SMALL_BODY = 256 * 1024   # bodies sent with up to this Content-Length are read whole, then written at once
 INLINE_WRITE = 64 * 1024  # up to this size on the event loop itself; larger ones by a worker thread
-SLOW_WRITE = 0.0003       # s: a file write slower than this on average goes to worker threads
+SLOW_WRITE = 0.0003       # s: small files go to worker threads while the median write takes longer
+WRITE_SAMPLES = 15        # the writes that median is taken of (the first ones are all made inline)
+PROBE_EVERY = 32          # with a slow disk, one small write in this many is still timed on the loop
 
 
 def _fixity_problem(size: int, computed: dict[str, str], length: int | None,
