@@ -83,13 +83,33 @@ async def _spawn(*args: str) -> _Proc:
 
 async def _measure(args: list[str], cwd: Path) -> tuple[float, float, int]:
     """(wall seconds, peak RSS in MB, exit code) of one command, from GNU time."""
+    wall, rss, code, _ = await _measure_cpu(args, cwd)
+    return wall, rss, code
+
+
+async def _measure_cpu(args: list[str], cwd: Path) -> tuple[float, float, int, float]:
+    """(wall seconds, peak RSS in MB, exit code, CPU seconds: user + system, all its threads)."""
     report = cwd / f"time-{time.monotonic_ns()}.txt"
-    process = await asyncio.create_subprocess_exec(TIME, "-f", "%e %M", "-o", str(report), *args, cwd=cwd,
+    process = await asyncio.create_subprocess_exec(TIME, "-f", "%e %M %U %S", "-o", str(report), *args, cwd=cwd,
                                                    stdout=asyncio.subprocess.DEVNULL,
                                                    stderr=asyncio.subprocess.DEVNULL)
     code = await process.wait()
-    wall, rss_kb = report.read_text().strip().splitlines()[-1].split()
-    return float(wall), int(rss_kb) / 1024, code
+    wall, rss_kb, user, system = report.read_text().strip().splitlines()[-1].split()
+    return float(wall), int(rss_kb) / 1024, code, float(user) + float(system)
+
+
+def _compile_bytecode() -> None:
+    """Write the bytecode of the rsnotify package being measured (its role folders are reached
+    through symlinks, which compileall does not follow, so each is named). An installed
+    package has it; an editable checkout run with PYTHONDONTWRITEBYTECODE (as on the shared
+    machine) compiled its ~150 modules again in each `rsnotify` started here, ~0.15 s of CPU
+    the plain loop and resync, whose libraries are installed, never pay."""
+    import compileall
+
+    import rsnotify
+    package = Path(rsnotify.__file__).resolve().parent
+    for folder in (package, *(p.resolve() for p in package.iterdir() if p.is_symlink() and p.is_dir())):
+        compileall.compile_dir(str(folder), quiet=2)
 
 
 # A plain aiohttp loop (32 in flight, bodies read, nothing written or checked): the ceiling the
@@ -188,20 +208,29 @@ async def baseline_run(bench: Bench, count: int, run: int, folder: Path, medium:
     source, base = await _source(count)
     try:
         ours = folder / "rsnotify"
-        wall, rss, code = await _measure([RSNOTIFY, "sync", "--once", "--capability-list", f"{base}/caps.xml",
-                                          "--dir", str(ours), "--concurrency", "32"], folder)
+        wall, rss, code, cpu = await _measure_cpu([RSNOTIFY, "sync", "--once", "--capability-list",
+                                                   f"{base}/caps.xml", "--dir", str(ours), "--concurrency", "32"],
+                                                  folder)
         audits = await _audits(base, ours, folder)
         costs = _file_costs(folder)
-        plain_wall, plain_rss, _ = await _measure([sys.executable, "-c", _PLAIN_FETCH, base, str(count)], folder)
+        plain_wall, plain_rss, _, plain_cpu = await _measure_cpu(
+            [sys.executable, "-c", _PLAIN_FETCH, base, str(count)], folder)
         theirs = folder / "resync"
-        resync_wall, resync_rss, resync_code = await _measure(
+        resync_wall, resync_rss, resync_code, resync_cpu = await _measure_cpu(
             [RESYNC, "--baseline", "--sitemap", f"{base}/resourcelist.xml", f"{base}/r/={theirs}"], folder)
         ours_files = _tree_md5(ours / f"127.0.0.1_{base.rsplit(':', 1)[1]}" / "r")
         equal = ours_files == _tree_md5(theirs) and len(ours_files) == count
         result = {
             "scenario": "sync", "run": run, "resources": count, "medium": medium,
             "baseline_s": wall, "baseline_rate": round(count / wall) if wall else None,
-            "baseline_rss_mb": round(rss, 1), "baseline_exit": code, **audits, "plain_fetch_s": plain_wall,
+            "baseline_rss_mb": round(rss, 1), "baseline_exit": code,
+            # CPU of the whole process (start included) per resource: the sync's own cost,
+            # whatever share of the 2 cores the Source and the machine's other work leave it
+            "baseline_cpu_s": round(cpu, 2), "baseline_cpu_us": round(cpu / count * 1e6),
+            "plain_fetch_cpu_s": round(plain_cpu, 2), "plain_fetch_cpu_us": round(plain_cpu / count * 1e6),
+            "cpu_ratio": round(cpu / plain_cpu, 2) if plain_cpu else None,
+            "resync_cpu_s": round(resync_cpu, 2),
+            **audits, "plain_fetch_s": plain_wall,
             "plain_fetch_rate": round(count / plain_wall) if plain_wall else None,
             "plain_fetch_rss_mb": round(plain_rss, 1),
             "ceiling_ratio": round(plain_wall / wall, 2) if wall else None, "file_costs_us": costs,
@@ -346,6 +375,7 @@ async def _post_all(bench: Bench, url: str, body: bytes, deliveries: int, prefix
 async def scenario_sync(bench: Bench) -> list[dict]:
     count = bench.sizes.sync_resources
     smoke = bench.sizes.source_resources <= 1_000     # --smoke: the live and inbox steps at their shortest
+    _compile_bytecode()
     results = []
     for run in range(1, bench.sizes.runs + 1):
         with tempfile.TemporaryDirectory(prefix="rsnotify-bench-sync-") as tmp, \
@@ -389,6 +419,8 @@ def summary(results: list[dict]) -> list[str]:
             f"({med('sync', 'resync_s', medium)} s, {med('sync', 'resync_rate', medium)}/s; goal >= 3); "
             f"peak RSS {med('sync', 'baseline_rss_mb', medium)} MB (goal <= 100), plain loop "
             f"{med('sync', 'plain_fetch_rss_mb', medium)} MB, resync {med('sync', 'resync_rss_mb', medium)} MB; "
+            f"CPU per resource (whole process, us): rsnotify {med('sync', 'baseline_cpu_us', medium)}, plain loop "
+            f"{med('sync', 'plain_fetch_cpu_us', medium)} ({med('sync', 'cpu_ratio', medium)} x); "
             f"per file (us): {per_file}")
         lines.append(
             f"sync audit of the {count:,} on {medium}: {med('sync', 'audit_s', medium)} s, "

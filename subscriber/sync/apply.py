@@ -100,6 +100,24 @@ def retry_delay(state: ResourceState, attempts: int) -> float:
     return backoff_delay(max(1, attempts), _RETRY_BASE.get(state, 10.0), RETRY_CAP, rand=1.0)
 
 
+class PathHolders:
+    """The locs whose records held each path when a batch of Resource List entries was read:
+    one query per chunk instead of one per fetch. Together with the Applier's claims (paths
+    being written, or written and not yet committed) it answers what `SyncState.holder_of`
+    would at fetch time, as long as no claim was dropped since (`epoch`); otherwise the
+    Applier asks the database again."""
+
+    def __init__(self, held: dict[str, list[str]], epoch: int) -> None:
+        self.held = held
+        self.epoch = epoch
+
+    def holder_of(self, path: str, other_than: str) -> str | None:
+        for loc in self.held.get(path, ()):
+            if loc != other_than:
+                return loc
+        return None
+
+
 class Applier:
     """Applies changes and list entries through one Fetcher into one FolderSink.
 
@@ -116,6 +134,7 @@ class Applier:
         self.refusals = 0                     # refusals by this process (--once exits 1 after one)
         self._unsaved_refusals: list[tuple[str, str, str]] = []
         self._claims: dict[str, str] = {}     # path -> the loc being written there now
+        self._claims_epoch = 0                # times _claims was emptied (see PathHolders)
         self._lines: dict[str, tuple[float, int]] = {}
         self.swept_at = -SWEEP_GAP   # time.monotonic() of the last pass over every resource (a sweep or a baseline)
         self.exclusions = Exclusions()        # --exclude, read against the Source's base (set by the engine)
@@ -162,8 +181,10 @@ class Applier:
             self._unsaved_refusals = []
 
     def _escaped(self, loc: str, placement: Placement, record: ResourceRecord | None) -> None:
+        if not placement.escaped:
+            return
         relative = self.sink.relative(placement.path)
-        if placement.escaped and (record is None or record.path != relative):
+        if record is None or record.path != relative:
             self._emit(ev.NAME_ESCAPED, loc=loc, path=relative, reasons=list(placement.escaped))
             self._say("escaped", f"escaped name: {loc} -> {relative} ({'; '.join(placement.escaped)})")
 
@@ -276,9 +297,8 @@ class Applier:
         if self.dry_run:
             self.plan("fetch", change.loc, relative)
             return None, Outcome(change.loc, kind, ChangeOutcome.WOULD_FETCH, relative)
-        want = want_of(kind, change.changed_at, change.lastmod, change.hashes, change.length)
         return await self._fetch(change.loc, kind, path, record, change.changed_at, change.lastmod,
-                                 change.length, change.hashes, want)
+                                 change.length, change.hashes, kind, change.changed_at)
 
     async def _delete(self, change: ResourceChange, record: ResourceRecord | None, placement: Placement
                       ) -> tuple[ResourceRecord | None, Outcome]:
@@ -313,11 +333,18 @@ class Applier:
             return tomb, Outcome(change.loc, kind, ChangeOutcome.REFUSED, record.path, str(exc))
         return tomb, Outcome(change.loc, kind, ChangeOutcome.DELETED if existed else ChangeOutcome.ABSENT, record.path)
 
-    async def _fetch(self, loc: str, kind: str, path: Path, record: ResourceRecord | None,
+    async def _fetch(self, loc: str, kind: str, path: Path | str, record: ResourceRecord | None,
                      changed_at: datetime | None, lastmod: datetime | None, length: int | None,
-                     hashes: tuple[tuple[str, str], ...], want: str) -> tuple[ResourceRecord, Outcome]:
+                     hashes: tuple[tuple[str, str], ...], want_kind: str, want_at: datetime | None,
+                     holders: PathHolders | None = None) -> tuple[ResourceRecord, Outcome]:
+        """Fetch one loc into `path` unless another loc holds that path. `want_kind` and
+        `want_at`: the change a failed fetch keeps to retry (its JSON is only built then).
+        `holders`: who held which path when the caller's batch was read (else one query here)."""
         relative = self.sink.relative(path)
-        other = self._claims.get(relative) or self.state.holder_of(relative, loc)
+        other = self._claims.get(relative)
+        if other is None:
+            other = holders.holder_of(relative, loc) if holders is not None and holders.epoch == self._claims_epoch \
+                else self.state.holder_of(relative, loc)
         if other is not None and other != loc:
             detail = f"{loc} and {other} both map to {relative}; the first one keeps it"
             result = FetchResult(loc, FetchOutcome.CONFLICT, detail=detail)
@@ -327,6 +354,7 @@ class Applier:
             # keeps memory flat. Dropped on failure and on delete.
             if len(self._claims) > 20_000:
                 self._claims.clear()
+                self._claims_epoch += 1   # a PathHolders read before now may miss what was dropped
             self._claims[relative] = loc
             result = FetchResult(loc, FetchOutcome.FAILED, detail="cancelled")
             try:
@@ -334,6 +362,9 @@ class Applier:
             finally:
                 if result.outcome != FetchOutcome.STORED and self._claims.get(relative) == loc:
                     del self._claims[relative]
+        # a stored resource keeps no change to retry: the JSON is built only for the others
+        want = None if result.outcome == FetchOutcome.STORED else \
+            want_of(want_kind, want_at, lastmod, hashes, length)
         new = record_from_fetch(result, relative, record, changed_at=changed_at, lastmod=lastmod,
                                 last_change=kind, want=want)
         outcome = Outcome(loc, kind, outcome_of(result), relative, result.detail)
@@ -344,7 +375,7 @@ class Applier:
 
     # --- Resource List entries (baseline, audit --repair) ------------------------------------
 
-    def needs_fetch(self, resource: Resource, record: ResourceRecord | None, path: Path) -> bool:
+    def needs_fetch(self, resource: Resource, record: ResourceRecord | None, path: Path | str) -> bool:
         """False when the stored copy already is the listed one (hash, else length + lastmod)."""
         if record is None or record.state != ResourceState.OK or record.path != self.sink.relative(path):
             return True
@@ -357,14 +388,18 @@ class Applier:
             match = False
         return not (match and self.sink.is_file(path))
 
-    async def fetch_resource(self, resource: Resource, record: ResourceRecord | None, path: Path
+    def path_holders(self, paths: Iterable[str]) -> PathHolders:
+        """Who holds each of `paths` now (one query per 500), for `fetch_resource`'s conflict check."""
+        return PathHolders(self.state.holders(paths), self._claims_epoch)
+
+    async def fetch_resource(self, resource: Resource, record: ResourceRecord | None, path: Path | str, *,
+                             placement: Placement | None = None, holders: PathHolders | None = None
                              ) -> tuple[ResourceRecord, Outcome]:
-        want = want_of(ChangeType.UPDATED.value, None, resource.lastmod, resource.hashes, resource.length)
-        self._escaped(resource.loc, self.sink.place(resource.loc), record)
-        new, outcome = await self._fetch(resource.loc, "baseline", path, record,
-                                         record.changed_at if record else None, resource.lastmod, resource.length,
-                                         resource.hashes, want)
-        return new, outcome
+        """Fetch a listed resource to `path` (`placement`: the sink's, when the caller has it)."""
+        self._escaped(resource.loc, placement or self.sink.place(resource.loc), record)
+        return await self._fetch(resource.loc, "baseline", path, record, record.changed_at if record else None,
+                                 resource.lastmod, resource.length, resource.hashes, ChangeType.UPDATED.value,
+                                 None, holders)
 
 
 def record_from_fetch(result: FetchResult, relative: str, previous: ResourceRecord | None, *,

@@ -13,18 +13,17 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
 
 from rsnotify.datetimes import format_datetime
 from rsnotify.lists import Resource
 
-from .apply import Outcome
+from .apply import Outcome, PathHolders
 from .context import SyncContext
 from .names import migrate_names
 from .outcomes import ChangeOutcome, Refusal, ResourceState
 from .remote import SourceDocumentError
 from .resources import ResourceListRead, resource_chunks
-from .sink import SymlinkRefusedError
+from .sink import Placement, SymlinkRefusedError
 from .state import ResourceRecord
 
 log = logging.getLogger(__name__)
@@ -84,9 +83,11 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
     in_flight: set[asyncio.Task[None]] = set()
     room = asyncio.Semaphore(ctx.options.concurrency * 4)
 
-    async def fetch(resource: Resource, record: ResourceRecord | None, path: Path) -> None:
+    async def fetch(resource: Resource, record: ResourceRecord | None, placement: Placement,
+                    holders: PathHolders) -> None:
         try:
-            new, outcome = await ctx.applier.fetch_resource(resource, record, path)
+            new, outcome = await ctx.applier.fetch_resource(resource, record, placement.text, placement=placement,
+                                                            holders=holders)
             batch.add(new)
             _count(report, ctx, outcome)
         finally:
@@ -98,36 +99,14 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
             ctx.progress.total = read.hint
             ctx.state.mark_seen(r.loc for r in resources)
             records = ctx.state.records(r.loc for r in resources)
-            for resource in resources:
-                report.listed += 1
-                ctx.progress.seen += 1
-                if ctx.applier.exclusions.excludes(resource.loc):
-                    report.excluded += 1      # marked seen above: a copy made before stays as it is
-                    if ctx.options.dry_run:
-                        ctx.applier.plan("excluded", resource.loc, None)
-                    continue
-                record = records.get(resource.loc)
-                if (record is not None and record.changed_at is not None and report.at is not None
-                        and record.changed_at > report.at):
-                    report.newer_locally += 1   # a change applied after the list's `at` wins
-                    continue
-                try:
-                    path = ctx.sink.path_for(resource.loc)
-                except ValueError as exc:
-                    ctx.applier.refuse(getattr(exc, "rule", Refusal.HOST), resource.loc, str(exc))
-                    batch.add(ResourceRecord(resource.loc, None, ResourceState.REFUSED, last_error=str(exc)[:500]))
-                    report.failed += 1
-                    continue
-                if not ctx.applier.needs_fetch(resource, record, path):
-                    report.unchanged += 1
-                    ctx.progress.unchanged += 1
-                    continue
-                if ctx.options.dry_run:
-                    report.fetched += 1
-                    ctx.applier.plan("fetch", resource.loc, ctx.sink.relative(path))
-                    continue
+            wanted = _to_fetch(ctx, report, resources, records, batch)
+            if not wanted:
+                continue
+            # who holds each path, read once for the chunk (the conflict check of every fetch)
+            holders = ctx.applier.path_holders(ctx.sink.relative(placement.text) for _, _, placement in wanted)
+            for resource, record, placement in wanted:
                 await room.acquire()
-                task = asyncio.create_task(fetch(resource, record, path))
+                task = asyncio.create_task(fetch(resource, record, placement, holders))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
         if in_flight:
@@ -149,6 +128,44 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
     ctx.applier.flush_refusals()
     report.seconds = time.monotonic() - started
     return report
+
+
+def _to_fetch(ctx: SyncContext, report: BaselineReport, resources: list[Resource],
+              records: dict[str, ResourceRecord], batch: _Batch
+              ) -> list[tuple[Resource, ResourceRecord | None, Placement]]:
+    """The chunk's resources to fetch, each with its record and placement; the others are
+    counted (excluded, newer here, refused, unchanged) or, with --dry-run, planned."""
+    wanted: list[tuple[Resource, ResourceRecord | None, Placement]] = []
+    for resource in resources:
+        report.listed += 1
+        ctx.progress.seen += 1
+        if ctx.applier.exclusions.excludes(resource.loc):
+            report.excluded += 1      # marked seen: a copy made before stays as it is
+            if ctx.options.dry_run:
+                ctx.applier.plan("excluded", resource.loc, None)
+            continue
+        record = records.get(resource.loc)
+        if (record is not None and record.changed_at is not None and report.at is not None
+                and record.changed_at > report.at):
+            report.newer_locally += 1   # a change applied after the list's `at` wins
+            continue
+        try:
+            placement = ctx.sink.place(resource.loc)
+        except ValueError as exc:
+            ctx.applier.refuse(getattr(exc, "rule", Refusal.HOST), resource.loc, str(exc))
+            batch.add(ResourceRecord(resource.loc, None, ResourceState.REFUSED, last_error=str(exc)[:500]))
+            report.failed += 1
+            continue
+        if not ctx.applier.needs_fetch(resource, record, placement.text):
+            report.unchanged += 1
+            ctx.progress.unchanged += 1
+            continue
+        if ctx.options.dry_run:
+            report.fetched += 1
+            ctx.applier.plan("fetch", resource.loc, ctx.sink.relative(placement.text))
+            continue
+        wanted.append((resource, record, placement))
+    return wanted
 
 
 async def _delete_unlisted(ctx: SyncContext, report: BaselineReport, batch: _Batch) -> list[str]:

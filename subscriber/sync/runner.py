@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import gc
 import json
 import math
 import os
@@ -208,6 +209,13 @@ async def run_sync(command: SyncCommand, *, once: bool) -> int:
         reporter.status(disk_problem(exc, command.root))
         return EXIT_DIFFERENCES
     engine.events.listeners.append(reporter.event)
+    # The cycle collector took 5-7 % of a baseline's CPU (py-spy --native): every 700 new
+    # objects it walked the hundred-odd requests in flight, and its full passes walked all that
+    # the start made (modules, the engine), which lives until exit. Frozen, the start is never
+    # walked again; a collection every 20,000 objects walks those in flight 30 times less often
+    # (a cycle's garbage waits a little longer: a few MB at most).
+    gc.freeze()
+    gc.set_threshold(20_000, 20, 20)
     ticker = asyncio.create_task(reporter.tick(engine))
     work = asyncio.create_task(_sync_work(engine, reporter, stop, once=once))
     stopper.task = work

@@ -69,8 +69,13 @@ class SymlinkRefusedError(OSError):
 class Placement:
     """Where a loc lands, and why any of its names had to be escaped."""
 
-    path: Path
+    text: str                       # the file's path, as text (what the fetch path writes to)
     escaped: tuple[str, ...] = ()   # one reason per escaped name ("'..' is not a file name", ...)
+
+    @property
+    def path(self) -> Path:
+        # built on demand: a baseline writes to `text` and never needs the Path object
+        return Path(self.text)
 
 
 def is_valid_host(host: str) -> bool:
@@ -175,7 +180,7 @@ class FolderSink:
         """Where `loc` lands; LocRefusedError (a ValueError) for a URL that is not http(s)
         with a valid host, or one nested deeper than MAX_DEPTH."""
         text, reasons = self._place_text(loc)
-        return Placement(Path(text), reasons)
+        return Placement(text, reasons)
 
     def path_text(self, loc: str) -> str:
         """`str(self.path_for(loc))` without building the Path (an audit places every listed loc
@@ -231,11 +236,11 @@ class FolderSink:
         """The local file for `loc`; ValueError for a URL that is not http(s) with a valid host."""
         return self.place(loc).path
 
-    def relative(self, path: Path) -> str:
+    def relative(self, path: Path | str) -> str:
         text = str(path)
         if text.startswith(self._root_prefix):   # every path_for path: a slice, not pathlib's walk
             return text[len(self._root_prefix):].replace(os.sep, "/")
-        return path.relative_to(self.root).as_posix()
+        return Path(path).relative_to(self.root).as_posix()
 
     def absolute(self, relative: str) -> Path:
         return self.root / relative
@@ -318,7 +323,7 @@ class FolderSink:
 
     # --- writing -------------------------------------------------------------------------
 
-    def write_small(self, path: Path, body: bytes) -> None:
+    def write_small(self, path: Path | str, body: bytes) -> None:
         """Write a whole (small) body beside `path`, then rename it into place."""
         parts = self._parts(path)
         fds = self._open_chain(parts[:-1], create=True)
@@ -387,7 +392,7 @@ class FolderSink:
 
     # --- reading and deleting -------------------------------------------------------------
 
-    def is_file(self, path: Path) -> bool:
+    def is_file(self, path: Path | str) -> bool:
         """A regular file is at `path`, reached without any symlink."""
         try:
             parts = self._parts(path)

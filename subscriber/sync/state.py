@@ -398,6 +398,20 @@ class SyncState:
                            "(state = 'failed' AND (md5 IS NOT NULL OR sha256 IS NOT NULL))) LIMIT 1", (path, other_than))
         return rows[0][0] if rows else None
 
+    def holders(self, paths: Iterable[str]) -> dict[str, list[str]]:
+        """For each of `paths` held by some resource (as `holder_of` counts it), the locs holding
+        it, in one query per 500 paths (a baseline asks for a chunk of the list at once)."""
+        found: dict[str, list[str]] = {}
+        batch = list(dict.fromkeys(paths))
+        for start in range(0, len(batch), 500):
+            part = batch[start:start + 500]
+            marks = ",".join("?" * len(part))
+            for path, loc in self._query(f"SELECT path, loc FROM resources WHERE path IN ({marks}) AND "
+                                         "(state IN ('ok', 'stale') OR (state = 'failed' AND "
+                                         "(md5 IS NOT NULL OR sha256 IS NOT NULL)))", tuple(part)):
+                found.setdefault(path, []).append(loc)
+        return found
+
     def count_escaped(self) -> int:
         """Live resources stored under an escaped name (a path segment starting with %%)."""
         rows = self._query("SELECT count(*) FROM resources WHERE state != 'deleted' AND path IS NOT NULL AND "

@@ -21,12 +21,12 @@ class BatchWriter:
 
     def __init__(self, sink: FolderSink) -> None:
         self.sink = sink
-        self._queue: list[tuple[Path, bytes, asyncio.Future[None]]] = []
+        self._queue: list[tuple[Path | str, bytes, asyncio.Future[None]]] = []
         self._draining = False
         self._task: asyncio.Task[None] | None = None
         self.batches = 0          # hand-offs to the thread so far (for tests and the curious)
 
-    async def write(self, path: Path, body: bytes) -> None:
+    async def write(self, path: Path | str, body: bytes) -> None:
         """Write `body` to `path` (temp file + rename, as write_small does); its errors raise here."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
@@ -58,7 +58,7 @@ class BatchWriter:
         finally:
             self._draining = False
 
-    def _write_all(self, files: list[tuple[Path, bytes]]) -> list[Exception | None]:
+    def _write_all(self, files: list[tuple[Path | str, bytes]]) -> list[Exception | None]:
         errors: list[Exception | None] = []
         for path, body in files:
             try:

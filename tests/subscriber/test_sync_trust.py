@@ -310,6 +310,48 @@ def test_two_locs_for_one_name_are_both_reported_and_neither_lost(hostile, tmp_p
     assert set(done["examples"]["conflict"]) == pair and done["same"] == 2
 
 
+def test_two_locs_for_one_name_in_different_list_chunks_are_a_conflict_too(hostile, tmp_path):
+    # A baseline reads who holds which path once per chunk of 1,000 entries: the second loc,
+    # 1,500 entries later, meets the first one's claim (in flight or not yet committed) or its
+    # committed record, never an empty path.
+    dest = tmp_path / "dest"
+    hostile.add("/xA.txt", b"plain")
+    for n in range(1500):
+        hostile.add(f"/f/{n}", b"%d" % n)
+    hostile.add("/x%41.txt", b"percent-encoded A")      # decodes to the same name
+    run = sync_once(hostile, dest)
+    folder = copy_of(hostile, dest)
+    assert run.code == 1
+    pair = {hostile.base + "/xA.txt", hostile.base + "/x%41.txt"}
+    conflicts = run.of("conflict")
+    assert {e["loc"] for e in conflicts} == pair and all({e["loc"], e["with"]} == pair for e in conflicts)
+    [kept] = [e for e in conflicts if e["kept"]]
+    assert (folder / "xA.txt").read_bytes() == (b"plain" if kept["loc"].endswith("/xA.txt") else b"percent-encoded A")
+    assert sorted(os.listdir(folder / "f"), key=int) == [str(n) for n in range(1500)]
+    assert status(dest)["resources"] == {"ok": 1500, "conflict": 2}     # the keeper counts as one too
+
+
+async def test_the_host_rule_judged_once_per_origin_prefix_gives_every_verdict_it_gave_per_loc(tmp_path):
+    # Fetcher.refusal remembers only that a plain "scheme://host:port" prefix is allowed; locs
+    # that share a prefix's text but not its origin must still be refused, each with its own loc.
+    from rsnotify.subscriber.sync.fetcher import Fetcher
+    from rsnotify.subscriber.sync.sink import FolderSink
+
+    source = "http://127.0.0.1:8000/caps.xml"
+    fetcher = Fetcher(FolderSink(tmp_path / "copy"), allowed_hosts=(), allowed_origins=(source,))
+    try:
+        locs = ["http://127.0.0.1:8000/a", "http://127.0.0.1:8000/b?q=1", "http://127.0.0.1:8000@evil.example/a",
+                "http://127.0.0.1:8000.evil.example/a", "https://127.0.0.1:8000/a", "http://127.0.0.1:8001/a",
+                "http://127.0.0.1:99999/a", "http://127.0.0.1/a", "http://evil.example/a", "HTTP://127.0.0.1:8000/a",
+                "http://[::1]:8000/a", "http://127.0.0.1:8000#x/a", "ftp://127.0.0.1:8000/a", " http://127.0.0.1:8000/a"]
+        expected = [fetcher._refusal(loc) for loc in locs]        # judged one by one, nothing remembered
+        assert expected[0] is None and expected[2] is not None and expected[4][0] == "origin"
+        for _ in range(2):                                        # first and remembered prefixes alike
+            assert [fetcher.refusal(loc) for loc in locs] == expected
+    finally:
+        await fetcher.close()
+
+
 def test_an_over_long_name_is_escaped_and_reported_not_a_crash(hostile, tmp_path):
     dest = tmp_path / "dest"
     long_name = "n" * 300 + ".txt"
