@@ -79,6 +79,17 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+def serve_wsgi(subscriber: Subscriber, runner: SubscriberThread) -> tuple[WSGIServer, threading.Thread]:
+    """The runner's WSGI callback served on a free loopback port in a thread, and the subscriber
+    told its callback base URL there."""
+    httpd = make_server("127.0.0.1", 0, runner.wsgi_app(), server_class=_ThreadingWSGIServer,
+                        handler_class=_QuietHandler)
+    serving = threading.Thread(target=httpd.serve_forever, daemon=True)
+    serving.start()
+    subscriber.callback_base_url = f"http://127.0.0.1:{httpd.server_port}/websub"
+    return httpd, serving
+
+
 @pytest.fixture(params=["aiohttp", "asgi", "wsgi"])
 async def harness(request, make_subscriber) -> AsyncIterator[Harness]:
     recorder = Recorder()
@@ -105,11 +116,7 @@ async def harness(request, make_subscriber) -> AsyncIterator[Harness]:
         await serving
         return
     runner = SubscriberThread(subscriber, renew=False).start()
-    httpd = make_server("127.0.0.1", 0, runner.wsgi_app(), server_class=_ThreadingWSGIServer,
-                        handler_class=_QuietHandler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    subscriber.callback_base_url = f"http://127.0.0.1:{httpd.server_port}/websub"
+    httpd, thread = serve_wsgi(subscriber, runner)
     w = WSGIHarness()
     w.subscriber, w.recorder, w.runner = subscriber, recorder, runner
     yield w
@@ -181,11 +188,7 @@ def test_stop_past_its_timeout_answers_a_request_thread_still_waiting_on_the_run
     subscriber = Subscriber(store=MemoryStore(), settings=SubscriberSettings(request_timeout=300),
                             on_notification=slow_handler)
     runner = SubscriberThread(subscriber, renew=False).start()
-    httpd = make_server("127.0.0.1", 0, runner.wsgi_app(), server_class=_ThreadingWSGIServer,
-                        handler_class=_QuietHandler)
-    serving = threading.Thread(target=httpd.serve_forever, daemon=True)
-    serving.start()
-    subscriber.callback_base_url = f"http://127.0.0.1:{httpd.server_port}/websub"
+    httpd, serving = serve_wsgi(subscriber, runner)
     answers: list[BaseException | Subscription] = []
 
     def request_thread() -> None:
