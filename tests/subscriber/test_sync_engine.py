@@ -298,3 +298,37 @@ async def test_one_engine_per_folder(source, tmp_path):
         await first.close()
     third = await engine_for(source, tmp_path)   # free again once the first closed
     await third.close()
+
+
+async def test_a_rebaseline_deletes_what_the_list_dropped(source, tmp_path):
+    source.resources = {"/a.txt": b"a", "/b/c.txt": b"c", "/d.txt": b"d"}
+    engine = await engine_for(source, tmp_path)
+    try:
+        assert await engine.sync_once() == 0       # a first baseline: all three fetched, none deleted
+        assert copy(tmp_path, source) == source.resources
+        del source.resources["/b/c.txt"]
+        source.at = T0 + timedelta(hours=1)
+        assert await engine.sync_once() == 0       # no Change List: a re-baseline
+        assert copy(tmp_path, source) == {"/a.txt": b"a", "/d.txt": b"d"}
+    finally:
+        await engine.close()
+
+
+async def test_a_baseline_resumed_after_a_crash_deletes_what_the_list_no_longer_has(source, tmp_path):
+    """A first baseline that stopped part-way left records and files (no high-water mark yet);
+    when it starts again and the list has dropped one of them, that one goes."""
+    from rsnotify.subscriber.sync import ResourceRecord, ResourceState
+    source.resources = {"/a.txt": b"a", "/gone.txt": b"g"}
+    engine = await engine_for(source, tmp_path)
+    try:
+        loc = source.url("/gone.txt")
+        path = engine.ctx.sink.path_for(loc)
+        engine.ctx.sink.write_small(path, b"g")
+        engine.state.commit([ResourceRecord(loc, engine.ctx.sink.relative(path), ResourceState.OK,
+                                            hashlib.md5(b"g").hexdigest(), hashlib.sha256(b"g").hexdigest(), 1)])
+        del source.resources["/gone.txt"]
+        assert engine.state.high_water is None
+        assert await engine.sync_once() == 0
+        assert copy(tmp_path, source) == {"/a.txt": b"a"}
+    finally:
+        await engine.close()
