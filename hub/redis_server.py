@@ -21,7 +21,6 @@ from pathlib import Path
 
 from rsnotify.errors import RsnotifyError
 
-
 log = logging.getLogger(__name__)
 
 PR_SET_PDEATHSIG = 1      # <linux/prctl.h>: the signal a process gets when its parent dies
@@ -149,7 +148,7 @@ def start_redis_server(
         url = f"redis://127.0.0.1:{port}/0"
     process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE, start_new_session=new_session, umask=0o077,
-                               preexec_fn=_die_with_parent() if die_with_parent else None)
+                               preexec_fn=_die_with_parent() if die_with_parent else None)  # noqa: PLW1509 (see _die_with_parent)
     server = RedisServer(process, url, data)
     _wait_ready(server, timeout, binary)
     if appendonly:

@@ -19,7 +19,12 @@ import click
 
 from rsnotify.clitypes import FiniteFloatRange
 from rsnotify.datetimes import format_datetime
-from rsnotify.notification import FUTURE_SKEW, CapabilityList, ChangeType, ResourceChange
+from rsnotify.notification import (
+    FUTURE_SKEW,
+    CapabilityList,
+    ChangeType,
+    ResourceChange,
+)
 
 from .advertise import (
     add_channel_to_document,

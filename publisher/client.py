@@ -27,7 +27,12 @@ from rsnotify.errors import (
     WireError,
 )
 from rsnotify.neterrors import describe_client_error
-from rsnotify.notification import FUTURE_SKEW, ChangeNotification, ResourceChange, future_problems
+from rsnotify.notification import (
+    FUTURE_SKEW,
+    ChangeNotification,
+    ResourceChange,
+    future_problems,
+)
 from rsnotify.splitter import split_changes
 from rsnotify.websub import (
     NOTIFICATION_ID_HEADER,
