@@ -307,8 +307,7 @@ class FolderSink:
             info = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except OSError:
             return
-        if stat.S_ISLNK(info.st_mode):
-            raise SymlinkRefusedError(f"{name!r} is a symlink inside the synced folder; refused, not followed")
+        _refuse_if_link(info.st_mode, name)
 
     def _check_target(self, parent: int, name: str) -> None:
         """The final name may be absent or a file; a folder or a link there is refused."""
@@ -316,8 +315,7 @@ class FolderSink:
             info = os.stat(name, dir_fd=parent, follow_symlinks=False)
         except FileNotFoundError:
             return
-        if stat.S_ISLNK(info.st_mode):
-            raise SymlinkRefusedError(f"{name!r} is a symlink inside the synced folder; refused, not followed")
+        _refuse_if_link(info.st_mode, name)
         if stat.S_ISDIR(info.st_mode):
             raise PathConflictError(f"cannot store a file at {name!r}: a folder of that name exists")
 
@@ -422,9 +420,7 @@ class FolderSink:
             return "missing"
         finally:
             _close(fds)
-        if stat.S_ISLNK(mode):
-            return "symlink"
-        return "file" if stat.S_ISREG(mode) else "other"
+        return _kind_of(mode)
 
     def open_read(self, path: Path) -> BinaryIO:
         """The stored file, opened for reading without following any link (an audit re-hashing
@@ -432,11 +428,7 @@ class FolderSink:
         parts = self._parts(path)
         fds = self._open_chain(parts[:-1], create=False)
         try:
-            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fds[-1])
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise SymlinkRefusedError(f"{parts[-1]!r} is a symlink inside the synced folder; not read") from None
-            raise
+            fd = _open_no_link(fds[-1], parts[-1])
         finally:
             _close(fds)
         return os.fdopen(fd, "rb")
@@ -456,11 +448,7 @@ class FolderSink:
                 os.unlink(parts[-1], dir_fd=fds[-1])
             except (FileNotFoundError, PathConflictError):
                 return False
-            for index in range(len(parts) - 2, 0, -1):   # never the host folder itself
-                try:
-                    os.rmdir(parts[index], dir_fd=fds[index])
-                except OSError:
-                    break
+            _remove_emptied(parts, fds)
             return True
         finally:
             _close(fds)
@@ -483,11 +471,7 @@ class FolderSink:
                 os.rename(old_parts[-1], new_parts[-1], src_dir_fd=source[-1], dst_dir_fd=target[-1])
             finally:
                 _close(target)
-            for index in range(len(old_parts) - 2, 0, -1):
-                try:
-                    os.rmdir(old_parts[index], dir_fd=source[index])
-                except OSError:
-                    break
+            _remove_emptied(old_parts, source)
         finally:
             _close(source)
 
@@ -569,22 +553,46 @@ class FolderLook:
             mode = os.stat(parts[-1], dir_fd=folder, follow_symlinks=False).st_mode
         except OSError:
             return "missing"
-        if stat.S_ISLNK(mode):
-            return "symlink"
-        return "file" if stat.S_ISREG(mode) else "other"
+        return _kind_of(mode)
 
     def open_read(self, path: Path | str) -> BinaryIO:
         """As `FolderSink.open_read`: never through a link."""
         parts = self._start(path)
-        folder = self._folder(parts[:-1])
-        try:
-            fd = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise SymlinkRefusedError(f"{parts[-1]!r} is a symlink inside the synced folder; not read") from None
-            raise
+        fd = _open_no_link(self._folder(parts[:-1]), parts[-1])
         # Unbuffered: the audit reads in 1 MB chunks, so a buffer only adds a copy per file.
         return os.fdopen(fd, "rb", buffering=0)
+
+
+def _refuse_if_link(mode: int, name: str) -> None:
+    if stat.S_ISLNK(mode):
+        raise SymlinkRefusedError(f"{name!r} is a symlink inside the synced folder; refused, not followed")
+
+
+def _kind_of(mode: int) -> str:
+    """What an lstat mode is: "symlink", "file" or "other" (a folder, a device)."""
+    if stat.S_ISLNK(mode):
+        return "symlink"
+    return "file" if stat.S_ISREG(mode) else "other"
+
+
+def _open_no_link(folder: int, name: str) -> int:
+    """`name` in `folder` opened for reading, never through a link (SymlinkRefusedError)."""
+    try:
+        return os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=folder)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise SymlinkRefusedError(f"{name!r} is a symlink inside the synced folder; not read") from None
+        raise
+
+
+def _remove_emptied(parts: tuple[str, ...], fds: list[int]) -> None:
+    """Remove the folders of `parts` left empty, deepest first, never the host folder itself;
+    `fds` holds DIR's fd and each folder's (an _open_chain with keep_all)."""
+    for index in range(len(parts) - 2, 0, -1):
+        try:
+            os.rmdir(parts[index], dir_fd=fds[index])
+        except OSError:
+            break
 
 
 def _close(fds: list[int]) -> None:
