@@ -305,8 +305,7 @@ class Fetcher:
                     sha256.update(chunk)
                     for hasher in others.values():
                         hasher.update(chunk)
-            computed = {"md5": md5.hexdigest(), "sha-256": sha256.hexdigest(), "sha256": sha256.hexdigest()}
-            computed.update({alg: hasher.hexdigest() for alg, hasher in others.items()})
+            computed = _digests(md5, sha256, others)
             problem = _fixity_problem(size, computed, length, hashes, self.announced_by)
             if problem is not None:
                 self.sink.discard(tmp)
@@ -336,11 +335,10 @@ class Fetcher:
         body = await response.read()
         md5.update(body)
         sha256.update(body)
-        md5_hex, sha256_hex = md5.hexdigest(), sha256.hexdigest()
-        computed = {"md5": md5_hex, "sha-256": sha256_hex, "sha256": sha256_hex}
-        for alg, hasher in others.items():
+        for hasher in others.values():
             hasher.update(body)
-            computed[alg] = hasher.hexdigest()
+        computed = _digests(md5, sha256, others)
+        md5_hex, sha256_hex = computed["md5"], computed["sha256"]
         problem = _fixity_problem(len(body), computed, length, hashes, self.announced_by)
         if problem is not None:
             detail, expected = problem
@@ -372,6 +370,15 @@ INLINE_WRITE = 64 * 1024  # up to this size on the event loop itself; larger one
 SLOW_WRITE = 0.0003       # s: small files go to worker threads while the median write takes longer
 WRITE_SAMPLES = 15        # the writes that median is taken of (the first ones are all made inline)
 PROBE_EVERY = 32          # with a slow disk, one small write in this many is still timed on the loop
+
+
+def _digests(md5: Any, sha256: Any, others: dict[str, Any]) -> dict[str, str]:
+    """Every computed digest by algorithm name ("sha-256" and "sha256" both), for _fixity_problem."""
+    sha256_hex = sha256.hexdigest()
+    computed = {"md5": md5.hexdigest(), "sha-256": sha256_hex, "sha256": sha256_hex}
+    for alg, hasher in others.items():
+        computed[alg] = hasher.hexdigest()
+    return computed
 
 
 def _fixity_problem(size: int, computed: dict[str, str], length: int | None,
