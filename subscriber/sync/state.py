@@ -155,6 +155,9 @@ class InboxRow:
     received_at: float
 
 
+# A record whose copy is at its path (ResourceRecord.holds_file, in SQL).
+_HOLDS_FILE = "(state IN ('ok', 'stale') OR (state = 'failed' AND (md5 IS NOT NULL OR sha256 IS NOT NULL)))"
+IN_BATCH = 500      # values bound in one "IN (...)" query
 _RESOURCE_COLUMNS = ("loc, path, state, md5, sha256, length, lastmod, changed_at, last_change, expected_hash, "
                      "last_error, attempts, next_retry_at, want")
 _ADDED_COLUMNS = (("attempts", "INTEGER NOT NULL DEFAULT 0"), ("next_retry_at", "REAL"), ("want", "TEXT"))
@@ -238,6 +241,13 @@ class SyncState:
         with self._lock:
             return self.db.execute(sql, params).fetchall()
 
+    def _query_in(self, sql: str, values: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
+        """The rows of `sql`, whose "IN ({marks})" takes `values`, in one query per IN_BATCH of them."""
+        batch = list(values)
+        for start in range(0, len(batch), IN_BATCH):
+            part = tuple(batch[start:start + IN_BATCH])
+            yield from self._query(sql.format(marks=",".join("?" * len(part))), part)
+
     # --- channel ---------------------------------------------------------------------------
 
     def get(self, key: str) -> str | None:
@@ -271,15 +281,8 @@ class SyncState:
         return ResourceRecord.from_row(rows[0]) if rows else None
 
     def records(self, locs: Iterable[str]) -> dict[str, ResourceRecord]:
-        found: dict[str, ResourceRecord] = {}
-        batch = list(locs)
-        for start in range(0, len(batch), 500):
-            part = batch[start:start + 500]
-            marks = ",".join("?" * len(part))
-            for row in self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE loc IN ({marks})",
-                                   tuple(part)):
-                found[row[0]] = ResourceRecord.from_row(row)
-        return found
+        return {row[0]: ResourceRecord.from_row(row)
+                for row in self._query_in(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE loc IN ({{marks}})", locs)}
 
     def record_by_path(self, path: str) -> ResourceRecord | None:
         rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE path = ? LIMIT 1", (path,))
@@ -290,13 +293,9 @@ class SyncState:
         lowest loc among records sharing a path: the path index's own order), in one query per
         500 paths."""
         found: dict[str, str] = {}
-        batch = list(paths)
-        for start in range(0, len(batch), 500):
-            part = batch[start:start + 500]
-            marks = ",".join("?" * len(part))
-            for path, state in self._query(f"SELECT path, state FROM resources WHERE path IN ({marks}) "
-                                           "ORDER BY path, loc", tuple(part)):
-                found.setdefault(path, state)
+        for path, state in self._query_in("SELECT path, state FROM resources WHERE path IN ({marks}) "
+                                          "ORDER BY path, loc", paths):
+            found.setdefault(path, state)
         return found
 
     def iter_live_locs(self, batch: int = 1000) -> Iterator[list[str]]:
@@ -394,22 +393,17 @@ class SyncState:
 
     def holder_of(self, path: str, other_than: str) -> str | None:
         """The loc of another resource whose copy is at `path`, if any."""
-        rows = self._query("SELECT loc FROM resources WHERE path = ? AND loc != ? AND (state IN ('ok', 'stale') OR "
-                           "(state = 'failed' AND (md5 IS NOT NULL OR sha256 IS NOT NULL))) LIMIT 1", (path, other_than))
+        rows = self._query(f"SELECT loc FROM resources WHERE path = ? AND loc != ? AND {_HOLDS_FILE} LIMIT 1",
+                           (path, other_than))
         return rows[0][0] if rows else None
 
     def holders(self, paths: Iterable[str]) -> dict[str, list[str]]:
         """For each of `paths` held by some resource (as `holder_of` counts it), the locs holding
         it, in one query per 500 paths (a baseline asks for a chunk of the list at once)."""
         found: dict[str, list[str]] = {}
-        batch = list(dict.fromkeys(paths))
-        for start in range(0, len(batch), 500):
-            part = batch[start:start + 500]
-            marks = ",".join("?" * len(part))
-            for path, loc in self._query(f"SELECT path, loc FROM resources WHERE path IN ({marks}) AND "
-                                         "(state IN ('ok', 'stale') OR (state = 'failed' AND "
-                                         "(md5 IS NOT NULL OR sha256 IS NOT NULL)))", tuple(part)):
-                found.setdefault(path, []).append(loc)
+        for path, loc in self._query_in(f"SELECT path, loc FROM resources WHERE path IN ({{marks}}) AND {_HOLDS_FILE}",
+                                        dict.fromkeys(paths)):
+            found.setdefault(path, []).append(loc)
         return found
 
     def count_escaped(self) -> int:
@@ -517,13 +511,9 @@ class SyncState:
         return self._query("SELECT id, received_at FROM inbox WHERE status = 'pending' ORDER BY id")
 
     def inbox_rows(self, ids: list[int]) -> list[InboxRow]:
-        found: list[InboxRow] = []
-        for start in range(0, len(ids), 500):
-            part = ids[start:start + 500]
-            rows = self._query("SELECT id, hub, sequence, notification_id, content_type, body, received_at "
-                               f"FROM inbox WHERE id IN ({','.join('?' * len(part))})", tuple(part))
-            found.extend(InboxRow(*row) for row in rows)
-        return found
+        return [InboxRow(*row) for row in self._query_in(
+            "SELECT id, hub, sequence, notification_id, content_type, body, received_at FROM inbox "
+            "WHERE id IN ({marks})", ids)]
 
     def inbox_counts(self) -> dict[str, int]:
         return dict(self._query("SELECT status, count(*) FROM inbox GROUP BY status"))
