@@ -31,7 +31,7 @@ from redis.asyncio import Redis
 
 from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER
 
-from .children import start_child, stop_child
+from .children import listen, start_child, stop_child
 from .payloads import delivery_headers
 
 READY_LINE = "ceilings listening on port "
@@ -141,11 +141,8 @@ def _main() -> None:
     args = parser.parse_args()
 
     async def serve() -> None:
-        runner = web.AppRunner(build_ceiling_app(Redis.from_url(args.redis_url)), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, args.host, 0, backlog=4096)
-        await site.start()
-        print(f"{READY_LINE}{runner.addresses[0][1]}", flush=True)
+        port = await listen(build_ceiling_app(Redis.from_url(args.redis_url)), args.host)
+        print(f"{READY_LINE}{port}", flush=True)
         await asyncio.Event().wait()
 
     import uvloop  # the hub's processes run uvloop too: the comparison is of the work, not the loop

@@ -1,5 +1,5 @@
 """Benchmark helpers run as child processes (`python -m bench.<module>`): start one, wait for the
-line that says where it listens, stop it."""
+line that says where it listens, stop it; and, in the child, serve an aiohttp app."""
 from __future__ import annotations
 
 import os
@@ -7,13 +7,23 @@ import subprocess
 import sys
 import threading
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from aiohttp import web
 
 T = TypeVar("T")
 
 START_TIMEOUT = 20.0
 # The repository root, so `-m bench.<module>` resolves whatever the caller's working folder.
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+async def listen(app: web.Application, host: str, port: int = 0, **runner_options: Any) -> int:
+    """Serve `app` on host:port (0: a free one) until the process ends; returns the port."""
+    runner = web.AppRunner(app, access_log=None, **runner_options)
+    await runner.setup()
+    await web.TCPSite(runner, host, port, backlog=4096).start()
+    return int(runner.addresses[0][1])
 
 
 def start_child(module: str, host: str, ready_line: str, parse: Callable[[str], T],

@@ -19,7 +19,7 @@ from aiohttp import web
 
 from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER, build_link_header
 
-from .children import start_child, stop_child
+from .children import listen, start_child, stop_child
 from .payloads import notification_body
 
 CALLBACK_PREFIX = "/cb/"
@@ -110,11 +110,7 @@ def _main() -> None:
     args = parser.parse_args()
 
     async def serve() -> None:
-        runner = web.AppRunner(build_sink_app(), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, args.host, args.port, backlog=4096)
-        await site.start()
-        port = runner.addresses[0][1]
+        port = await listen(build_sink_app(), args.host, args.port)
         print(f"{READY_LINE}{port}", flush=True)
         await asyncio.Event().wait()
 

@@ -13,7 +13,7 @@ import asyncio
 
 from aiohttp import web
 
-from .children import start_child, stop_child
+from .children import listen, start_child, stop_child
 
 READY_LINE = "traps listening on ports "
 
@@ -56,11 +56,8 @@ def _main() -> None:
 
     async def serve() -> None:
         hole = await asyncio.start_server(_swallow, args.host, 0, backlog=4096)
-        runner = web.AppRunner(build_hanging_app(), access_log=None, handler_cancellation=True)
-        await runner.setup()
-        site = web.TCPSite(runner, args.host, 0, backlog=4096)
-        await site.start()
-        print(f"{READY_LINE}{hole.sockets[0].getsockname()[1]} {runner.addresses[0][1]}", flush=True)
+        port = await listen(build_hanging_app(), args.host, handler_cancellation=True)
+        print(f"{READY_LINE}{hole.sockets[0].getsockname()[1]} {port}", flush=True)
         await asyncio.Event().wait()
 
     try:
