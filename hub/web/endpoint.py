@@ -148,12 +148,14 @@ async def subscription_request(request: web.Request, form: MultiDictProxy[str]) 
     intent = make_intent(wanted, settings, app[PUBLISHERS], app[FERNET])
     if intent.mode == "subscribe" and settings.replay_max != 0:  # --replay-max 0: the extension is off
         intent = dataclasses.replace(intent, replay_from=replay_from(form))
-    if await store.queue_intent(app[REDIS], challenge, intent, settings.intent_ttl):
+    # the requests arriving meanwhile share one pipeline (app[BATCH]), each its own script call
+    if await store.queue_intent(app[REDIS], challenge, intent, settings.intent_ttl, batch=app[BATCH]):
         await enqueue.enqueue_pending_verifications(app[QUEUE])
-    log.info("%s request for %s at %s accepted; verification queued%s", wanted.mode,
-             redact_callback(wanted.callback), escape(wanted.topic),
-             f" (will be denied: {intent.reason})" if intent.reason else "")
-    log.debug("%s request's callback: %s", wanted.mode, escape(wanted.callback))
+    if log.isEnabledFor(logging.INFO):     # its arguments cost as much as the line: none below INFO
+        log.info("%s request for %s at %s accepted; verification queued%s", wanted.mode,
+                 redact_callback(wanted.callback), escape(wanted.topic),
+                 f" (will be denied: {intent.reason})" if intent.reason else "")
+        log.debug("%s request's callback: %s", wanted.mode, escape(wanted.callback))
     return web.Response(status=202, text=f"{wanted.mode} request accepted; the callback will be verified\n")
 
 

@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 
 from .. import store
 from ..logs import OutageLog
+from ..records import Intent
 from .context import WorkerContext
 from .hosts import host_of
 from .verification import verify
@@ -50,9 +51,9 @@ async def run_lane(ctx: WorkerContext) -> None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(lane.bell.wait(), POLL)
             continue
-        for challenge in challenges:
+        for challenge, intent in challenges:
             lane.held += 1
-            ctx.deliveries.spawn(verify_taken(ctx, challenge))
+            ctx.deliveries.spawn(verify_taken(ctx, challenge, intent))
         if lane.sent_back:
             # some went back to the end of the line (their host has enough waiting here): the
             # line may hold little else, so look again a little later instead of taking them
@@ -61,16 +62,16 @@ async def run_lane(ctx: WorkerContext) -> None:
             await asyncio.sleep(POLL)
 
 
-async def verify_taken(ctx: WorkerContext, challenge: str) -> None:
-    """Verify one taken challenge within its host's cap; its lane slot is taken only once the
-    host lets it in, so requests waiting for a busy host never keep others from their turn."""
+async def verify_taken(ctx: WorkerContext, challenge: str, intent: Intent | None) -> None:
+    """Verify one taken challenge (its intent read when it was taken) within its host's cap; its
+    lane slot is taken only once the host lets it in, so requests waiting for a busy host never
+    keep others from their turn. Its Redis calls share the worker's pipelines (ctx.batch)."""
     lane = ctx.verifying
     assert lane is not None
     host = ""
     try:
-        intent = await store.read_intent(ctx.redis, challenge)
         if intent is None:                       # expired, or verified by a worker thought dead
-            await store.finish_challenge(ctx.redis, lane.wid, challenge)
+            await store.finish_challenge(ctx.redis, lane.wid, challenge, batch=ctx.batch)
             return
         host = host_of(intent.callback)
         if lane.by_host[host] >= HOST_HELD:
@@ -80,9 +81,8 @@ async def verify_taken(ctx: WorkerContext, challenge: str) -> None:
             return
         lane.by_host[host] += 1
         async with ctx.deliveries.hosts.hold(host), lane.slots:
-            outcome = await verify(ctx, challenge, intent)
-        await store.finish_challenge(ctx.redis, lane.wid, challenge)
-        await store.count_verifications(ctx.redis, {outcome.result: 1})   # /metrics: rsnotify_verifications_total
+            # finished and counted (/metrics: rsnotify_verifications_total) by verify itself
+            await verify(ctx, challenge, intent, taken_by=lane.wid, batch=ctx.batch)
     except RedisError as exc:
         # it stays in this worker's taken list: back in line when this worker stops or dies
         log.warning("verification %s…: Redis failed (%s); it is tried again later", challenge[:8], exc)
