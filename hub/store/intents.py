@@ -88,14 +88,21 @@ async def clear_verify_queued(redis: Redis) -> None:
     await redis.delete(verify_queued_key())
 
 
-# KEYS: line, taken ; ARGV: limit, intent key prefix. Up to `limit` challenges move from the head
-# of the line to a worker's taken list, where they stay until verified, so a worker that dies
-# meanwhile loses none (store.liveness.bury_dead_workers puts them back in line). Each comes with
-# its intent's fields (an empty list when it expired), read in the same call: a verification then
-# costs no round trip of its own to read what to verify. Returns {challenge, fields, ...}.
+# KEYS: line, taken, queued flag ; ARGV: limit, intent key prefix. Up to `limit` challenges move
+# from the head of the line to a worker's taken list, where they stay until verified, so a worker
+# that dies meanwhile loses none (store.liveness.bury_dead_workers puts them back in line). Each
+# comes with its intent's fields (an empty list when it expired), read in the same call: a
+# verification then costs no round trip of its own to read what to verify.
+# With ARGV[3] = 1 (a lane about to wait for its bell) an empty line also clears the
+# "verify_pending job queued" flag in the same step, so the next request queues a job that wakes a
+# lane, and one that came before was taken already. A busy lane leaves the flag set: while it keeps
+# looking, requests need no job (and none of RQ's round trips) to be seen. Returns {challenge, fields, ...}.
 _TAKE_CHALLENGES = Script("""
 local taken = redis.call('LPOP', KEYS[1], ARGV[1])
-if not taken then return {} end
+if not taken then
+  if ARGV[3] == '1' then redis.call('DEL', KEYS[3]) end
+  return {}
+end
 redis.call('RPUSH', KEYS[2], unpack(taken))
 local answer = {}
 for i, challenge in ipairs(taken) do
@@ -106,10 +113,13 @@ return answer
 """)
 
 
-async def take_challenges(redis: Redis, wid: str, limit: int) -> list[tuple[str, Intent | None]]:
+async def take_challenges(redis: Redis, wid: str, limit: int, *,
+                          is_idle: bool = True) -> list[tuple[str, Intent | None]]:
     """Up to `limit` challenges from the head of the line, kept in worker `wid`'s taken list, each
-    with the intent stored under it (None when it expired, or a worker thought dead verified it)."""
-    answer = await _TAKE_CHALLENGES(redis, [verify_pending_key(), verify_taken_key(wid)], [limit, intents_prefix()])
+    with the intent stored under it (None when it expired, or a worker thought dead verified it).
+    With `is_idle` (the lane waits for a job's bell next) an empty line clears the verify_pending flag."""
+    answer = await _TAKE_CHALLENGES(redis, [verify_pending_key(), verify_taken_key(wid), verify_queued_key()],
+                                    [limit, intents_prefix(), 1 if is_idle else 0])
     return [(text(challenge), _intent_of(fields)) for challenge, fields in zip(answer[0::2], answer[1::2])]
 
 

@@ -27,6 +27,8 @@ HOST_HELD = 1000     # of them for one callback host; more go back to the end of
                      # from one host never fills the worker and leaves others' requests unread
 TAKE_BATCH = 500     # challenges taken from the line at once
 POLL = 0.5           # s between looks at the line when no job woke the lane
+LINGER = 1.0         # s a lane that found work keeps looking at the line, GLANCE apart, before it
+GLANCE = 0.01        # waits for a job's bell: during a burst, requests are seen without an RQ job each
 
 
 async def run_lane(ctx: WorkerContext) -> None:
@@ -34,23 +36,29 @@ async def run_lane(ctx: WorkerContext) -> None:
     lane = ctx.verifying
     assert lane is not None
     outage = OutageLog(log, "verification lane")
+    loop = asyncio.get_running_loop()
+    busy_until = 0.0
     while True:
         if lane.held >= HELD:
             lane.room.clear()
             await lane.room.wait()
             continue
         lane.bell.clear()
+        is_busy = loop.time() < busy_until
         try:
-            challenges = await store.take_challenges(ctx.redis, lane.wid, min(TAKE_BATCH, HELD - lane.held))
+            challenges = await store.take_challenges(ctx.redis, lane.wid, min(TAKE_BATCH, HELD - lane.held),
+                                                     is_idle=not is_busy)
         except RedisError as exc:
             outage.failed(exc)
             await asyncio.sleep(1.0)
             continue
         outage.recovered()
         if not challenges:
+            # a busy lane left the job flag set: requests queue no job, so it looks again soon
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(lane.bell.wait(), POLL)
+                await asyncio.wait_for(lane.bell.wait(), GLANCE if is_busy else POLL)
             continue
+        busy_until = loop.time() + LINGER
         for challenge, intent in challenges:
             lane.held += 1
             ctx.deliveries.spawn(verify_taken(ctx, challenge, intent))
@@ -96,8 +104,8 @@ async def verify_taken(ctx: WorkerContext, challenge: str, intent: Intent | None
 
 
 async def wake(ctx: WorkerContext) -> None:
-    """A verify_pending job's work once the lane runs: clear its flag (the next request queues a
-    job again) and ring the lane's bell."""
-    await store.clear_verify_queued(ctx.redis)
+    """A verify_pending job's work once the lane runs: ring the lane's bell. Its flag is left to
+    the lanes: one that finds the line empty clears it (store.take_challenges), so a burst of
+    requests queues a job when a lane went idle, not one for every job a worker runs meanwhile."""
     if ctx.verifying is not None:
         ctx.verifying.wake()
