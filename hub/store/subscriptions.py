@@ -206,17 +206,20 @@ def _entry(raw: Any) -> tuple[str, int]:
     return text(entry_id), to_int(fields.get(b"seq"))
 
 
-async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | None = None) -> bool:
+async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | None = None,
+                              batch: RedisBatcher | None = None) -> bool:
     """Remove a subscription (unsubscribe, expiry, 410, admin): hash, topic set, lease, delivery keys.
 
-    With `if_expired_at`, remove it only if its lease ended before that time (the sweep).
+    With `if_expired_at`, remove it only if its lease ended before that time (the sweep). With
+    `batch`, in the pipeline of the calls issued meanwhile: after any activation issued before it
+    on the same batch, so a verification lane applies its answers in the order they came.
     Returns False when nothing was removed. Safe to call twice.
     """
     keys = [sub_key(sid), leases_key(), due_key(), *delivery_keys(sid)]
     args: list[Any] = [sid, f"{PREFIX}topic:", ":subs"]
     if if_expired_at is not None:
         args.append(int(if_expired_at))
-    return bool(await _REMOVE(redis, keys, args))
+    return bool(await (batch.script(_REMOVE, keys, args) if batch is not None else _REMOVE(redis, keys, args)))
 
 
 async def delete_delivery_state(redis: Redis, sid: str) -> None:

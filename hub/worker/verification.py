@@ -165,7 +165,9 @@ async def _apply(ctx: OutboundContext, intent: Intent, status: int | None, start
                                       "activated" if is_new else "renewed", status, subscription_id=sid)
     else:
         sid = keys.subscription_id(intent.topic, intent.callback)
-        await store.remove_subscription(ctx.redis, sid)
+        # on the same batch as the activations: an unsubscribe answered after a subscribe of the
+        # same callback is applied after it, as the answers came
+        await store.remove_subscription(ctx.redis, sid, batch=batch)
         outcome = await _finished(ctx, taken, batch, VerificationOutcome(
             intent.mode, intent.topic, intent.callback, "unsubscribed", status, subscription_id=sid))
     if log.isEnabledFor(logging.INFO):     # its arguments cost as much as the line: none below INFO
