@@ -37,14 +37,14 @@ async def run_lane(ctx: WorkerContext) -> None:
     assert lane is not None
     outage = OutageLog(log, "verification lane")
     loop = asyncio.get_running_loop()
-    busy_until = 0.0
+    found_at = float("-inf")     # when the lane last found work (loop time)
     while True:
         if lane.held >= HELD:
             lane.room.clear()
             await lane.room.wait()
             continue
         lane.bell.clear()
-        is_busy = loop.time() < busy_until
+        is_busy = loop.time() - found_at < LINGER
         try:
             challenges = await store.take_challenges(ctx.redis, lane.wid, min(TAKE_BATCH, HELD - lane.held),
                                                      is_idle=not is_busy)
@@ -58,7 +58,7 @@ async def run_lane(ctx: WorkerContext) -> None:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(lane.bell.wait(), GLANCE if is_busy else POLL)
             continue
-        busy_until = loop.time() + LINGER
+        found_at = loop.time()
         for challenge, intent in challenges:
             lane.held += 1
             ctx.deliveries.spawn(verify_taken(ctx, challenge, intent))
