@@ -42,7 +42,11 @@ def leases_key() -> str:                    # zset: subscription id -> expires (
 
 
 def intent_key(challenge: str) -> str:      # hash: pending intent (records.Intent); TTL; single use
-    return f"{PREFIX}intent:{challenge}"
+    return f"{intents_prefix()}{challenge}"
+
+
+def intents_prefix() -> str:                # intent_key without its challenge (a script that takes challenges builds it)
+    return f"{PREFIX}intent:"
 
 
 def sub_lock_key(sid: str) -> str:          # owner lock of a subscription's deliveries (SET NX PX)

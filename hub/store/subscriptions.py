@@ -6,11 +6,14 @@ from typing import Any
 
 from redis.asyncio import Redis
 
+from ..batch import RedisBatcher
 from ..keys import (
     PREFIX,
     delivery_keys,
     due_key,
+    intent_key,
     leases_key,
+    stats_key,
     sub_key,
     sub_lock_key,
     subscription_id,
@@ -20,6 +23,8 @@ from ..keys import (
     topic_seq_key,
     topic_subs_key,
     topics_key,
+    verification_field,
+    verify_taken_key,
 )
 from ..lua import Script
 from ..records import (
@@ -29,18 +34,22 @@ from ..records import (
     to_int,
 )
 
-# KEYS: sub, topic subs, leases, log, topics, topic, seq, due, lock
-# ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now[, start cursor, start seq[, replay,
-# replayed]]: `replayed`, the entries a replay re-sends, is added to the subscription's count of them.
+# KEYS: sub, topic subs, leases, log, topics, topic, seq, due, lock[, taken, intent, stats]
+# ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now, start cursor, start seq, replay,
+# replayed[, challenge, counter field if new, counter field if renewed]: `replayed`, the entries a replay
+# re-sends, is added to the subscription's count of them ("" for none).
 # A new subscription's cursor is the log's end when its verification was sent (ARGV 9-10, see
-# log_end), else its current end, so it gets everything published after the subscriber said
-# yes; a renewal keeps its cursor and delivery state, but a retry it was backing off from is
-# due now: the subscriber just answered, so waiting out the backoff helps nobody. Returns 1 when new.
+# log_end; "" for none), else its current end, so it gets everything published after the subscriber
+# said yes; a renewal keeps its cursor and delivery state, but a retry it was backing off from is
+# due now: the subscriber just answered, so waiting out the backoff helps nobody.
+# With the taken-challenge keys (a worker's verification lane) the same step also ends the challenge
+# (out of the worker's taken list, its intent deleted: single use) and counts the outcome, so an
+# activation and its challenge's end can never be seen apart. Returns 1 when new.
 _ACTIVATE = Script("""
 local is_new = redis.call('EXISTS', KEYS[1]) == 0
 if is_new then
   local cursor, cursor_seq = ARGV[9], ARGV[10]
-  if not cursor then
+  if cursor == '' then
     local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
     cursor = '0-0'
     if #last > 0 then cursor = last[1][1] end
@@ -62,11 +71,16 @@ else
   end
 end
 redis.call('HSET', KEYS[1], 'secret', ARGV[5], 'lease_seconds', ARGV[6], 'expires', ARGV[7])
-if ARGV[12] then redis.call('HINCRBY', KEYS[1], 'replayed', ARGV[12]) end
+if ARGV[12] ~= '' then redis.call('HINCRBY', KEYS[1], 'replayed', ARGV[12]) end
 redis.call('SADD', KEYS[2], ARGV[1])
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
 if redis.call('SADD', KEYS[5], ARGV[4]) == 1 then
   redis.call('HSET', KEYS[6], 'url', ARGV[2], 'created', ARGV[8])
+end
+if KEYS[10] then
+  redis.call('LREM', KEYS[10], 1, ARGV[13])
+  redis.call('DEL', KEYS[11])
+  redis.call('HINCRBY', KEYS[12], is_new and ARGV[14] or ARGV[15], 1)
 end
 if is_new then return 1 end
 return 0
@@ -95,6 +109,7 @@ return 1
 async def activate_subscription(
     redis: Redis, topic: str, callback: str, *, secret: str, lease_seconds: int, now: float,
     start: tuple[str, str] | None = None, replay: bool = False, replayed: int = 0,
+    taken: tuple[str, str] | None = None, batch: RedisBatcher | None = None,
 ) -> tuple[str, bool]:
     """Create or renew the verified subscription (topic, callback) in one script call.
 
@@ -103,27 +118,42 @@ async def activate_subscription(
     (`log_end` taken before the verification GET); None means the log's end now. With
     `replay` (and a `start` from replay_start) a renewal starts from there too, and `replayed`
     (the entries that re-sends) is added to the subscription's count (see replay_state).
-    Returns (subscription id, is_new).
+
+    `taken` is (worker id, challenge) when a worker's verification lane took the challenge: it is
+    finished (store.finish_challenge) and the outcome counted in the same script. With `batch` the
+    call rides in the pipeline of the calls issued meanwhile. Returns (subscription id, is_new).
     """
     sid, tid = subscription_id(topic, callback), topic_id(topic)
     expires = int(now) + lease_seconds
     keys = [sub_key(sid), topic_subs_key(tid), leases_key(), topic_log_key(tid), topics_key(), topic_key(tid),
             topic_seq_key(tid), due_key(), sub_lock_key(sid)]
-    args: list[Any] = [sid, topic, callback, tid, secret, lease_seconds, expires, int(now), *(start or ())]
-    if replay and start is not None:
-        args += ["1", max(0, replayed)]
-    is_new = await _ACTIVATE(redis, keys, args)
+    args: list[Any] = [sid, topic, callback, tid, secret, lease_seconds, expires, int(now), *(start or ("", ""))]
+    args += ["1", max(0, replayed)] if replay and start is not None else ["0", ""]
+    if taken is not None:
+        wid, challenge = taken
+        keys += [verify_taken_key(wid), intent_key(challenge), stats_key()]
+        args += [challenge, verification_field("activated"), verification_field("renewed")]
+    is_new = await (batch.script(_ACTIVATE, keys, args) if batch is not None else _ACTIVATE(redis, keys, args))
     return sid, bool(is_new)
 
 
-async def log_end(redis: Redis, topic: str) -> tuple[str, str]:
-    """(last entry id or "0-0", its sequence number) of the topic's log, read atomically."""
+# KEYS: log, seq. The log's last entry id ("0-0" when empty) and the topic's sequence, read in one
+# step (no append can fall between them).
+_LOG_END = Script("""
+local last = redis.call('XREVRANGE', KEYS[1], '+', '-', 'COUNT', 1)
+local id = '0-0'
+if #last > 0 then id = last[1][1] end
+return {id, redis.call('GET', KEYS[2]) or '0'}
+""")
+
+
+async def log_end(redis: Redis, topic: str, *, batch: RedisBatcher | None = None) -> tuple[str, str]:
+    """(last entry id or "0-0", its sequence number) of the topic's log, read atomically (with
+    `batch`, in the pipeline of the calls issued meanwhile)."""
     tid = topic_id(topic)
-    async with redis.pipeline(transaction=True) as pipe:
-        pipe.xrevrange(topic_log_key(tid), "+", "-", count=1)
-        pipe.get(topic_seq_key(tid))
-        last, seq = await pipe.execute()
-    return (text(last[0][0]) if last else "0-0"), text(seq, "0")
+    keys = [topic_log_key(tid), topic_seq_key(tid)]
+    last, seq = await (batch.script(_LOG_END, keys, []) if batch is not None else _LOG_END(redis, keys, []))
+    return text(last), text(seq, "0")
 
 
 async def replay_state(redis: Redis, sid: str) -> tuple[int, int | None]:
@@ -176,17 +206,20 @@ def _entry(raw: Any) -> tuple[str, int]:
     return text(entry_id), to_int(fields.get(b"seq"))
 
 
-async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | None = None) -> bool:
+async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | None = None,
+                              batch: RedisBatcher | None = None) -> bool:
     """Remove a subscription (unsubscribe, expiry, 410, admin): hash, topic set, lease, delivery keys.
 
-    With `if_expired_at`, remove it only if its lease ended before that time (the sweep).
+    With `if_expired_at`, remove it only if its lease ended before that time (the sweep). With
+    `batch`, in the pipeline of the calls issued meanwhile: after any activation issued before it
+    on the same batch, so a verification lane applies its answers in the order they came.
     Returns False when nothing was removed. Safe to call twice.
     """
     keys = [sub_key(sid), leases_key(), due_key(), *delivery_keys(sid)]
     args: list[Any] = [sid, f"{PREFIX}topic:", ":subs"]
     if if_expired_at is not None:
         args.append(int(if_expired_at))
-    return bool(await _REMOVE(redis, keys, args))
+    return bool(await (batch.script(_REMOVE, keys, args) if batch is not None else _REMOVE(redis, keys, args)))
 
 
 async def delete_delivery_state(redis: Redis, sid: str) -> None:

@@ -6,7 +6,6 @@ Each request is validated completely before anything is stored; refusals are Hub
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import functools
 import json
 import logging
@@ -145,15 +144,17 @@ async def subscription_request(request: web.Request, form: MultiDictProxy[str]) 
                                       ipv6_prefix=settings.rate_ipv6_prefix,
                                       resolve_timeout=settings.connect_timeout)
     challenge = secrets.token_urlsafe(CHALLENGE_BYTES)
-    intent = make_intent(wanted, settings, app[PUBLISHERS], app[FERNET])
-    if intent.mode == "subscribe" and settings.replay_max != 0:  # --replay-max 0: the extension is off
-        intent = dataclasses.replace(intent, replay_from=replay_from(form))
-    if await store.queue_intent(app[REDIS], challenge, intent, settings.intent_ttl):
+    # --replay-max 0: the extension is off
+    intent = make_intent(wanted, settings, app[PUBLISHERS], app[FERNET],
+                         replay_from=replay_from(form) if settings.replay_max != 0 else 0)
+    # the requests arriving meanwhile share one pipeline (app[BATCH]), each its own script call
+    if await store.queue_intent(app[REDIS], challenge, intent, settings.intent_ttl, batch=app[BATCH]):
         await enqueue.enqueue_pending_verifications(app[QUEUE])
-    log.info("%s request for %s at %s accepted; verification queued%s", wanted.mode,
-             redact_callback(wanted.callback), escape(wanted.topic),
-             f" (will be denied: {intent.reason})" if intent.reason else "")
-    log.debug("%s request's callback: %s", wanted.mode, escape(wanted.callback))
+    if log.isEnabledFor(logging.INFO):     # its arguments cost as much as the line: none below INFO
+        log.info("%s request for %s at %s accepted; verification queued%s", wanted.mode,
+                 redact_callback(wanted.callback), escape(wanted.topic),
+                 f" (will be denied: {intent.reason})" if intent.reason else "")
+        log.debug("%s request's callback: %s", wanted.mode, escape(wanted.callback))
     return web.Response(status=202, text=f"{wanted.mode} request accepted; the callback will be verified\n")
 
 
@@ -167,8 +168,9 @@ def replay_from(form: MultiDictProxy[str]) -> int:
 
 
 def make_intent(wanted: SubscriptionRequest, settings: HubSettings, publishers: Publishers,
-                fernet: Fernet) -> Intent:
-    """The intent to verify, or a denial when this hub does not serve the topic."""
+                fernet: Fernet, *, replay_from: int = 0) -> Intent:
+    """The intent to verify, or a denial when this hub does not serve the topic. `replay_from`
+    (rsnotify.replay_from) is kept for a subscribe only."""
     if not publishers.serves(wanted.topic):
         return Intent("denied", wanted.topic, wanted.callback,
                             reason="this hub does not carry that topic (no publisher may publish it here)")
@@ -176,7 +178,7 @@ def make_intent(wanted: SubscriptionRequest, settings: HubSettings, publishers: 
         return Intent("unsubscribe", wanted.topic, wanted.callback)
     return Intent("subscribe", wanted.topic, wanted.callback,
                         lease_seconds=clamp_lease(wanted.lease_seconds, settings),
-                        secret=encrypt_secret(fernet, wanted.secret))
+                        secret=encrypt_secret(fernet, wanted.secret), replay_from=replay_from)
 
 
 # --- ResourceSync submission --------------------------------------------------------------

@@ -7,6 +7,7 @@ guarded ClientSession), fernet and now() (epoch seconds). No RQ here.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from redis.asyncio import Redis
 from yarl import URL
 
 from .. import keys, store
+from ..batch import RedisBatcher
 from ..callbacks import callback_url
 from ..logs import delivery_fields, escape, redact_callback, redact_in
 from ..netguard import describe_refusal, read_limited
@@ -68,17 +70,25 @@ async def verify_intent(ctx: OutboundContext, challenge: str) -> VerificationOut
     return await verify(ctx, challenge, intent)
 
 
-async def verify(ctx: OutboundContext, challenge: str, intent: Intent) -> VerificationOutcome:
-    """Verify (or deny) `intent`, stored under `challenge`, and apply it if verified."""
+async def verify(ctx: OutboundContext, challenge: str, intent: Intent, *, taken_by: str = "",
+                 batch: RedisBatcher | None = None) -> VerificationOutcome:
+    """Verify (or deny) `intent`, stored under `challenge`, and apply it if verified.
+
+    `taken_by` is the id of the worker whose verification lane took the challenge: the challenge
+    is then finished and its outcome counted as well (store.finish_challenge), in the same script
+    call as an activation. With `batch` the Redis calls ride in the pipelines of the verifications
+    running meanwhile (the lane's hundreds at once cost a few round trips, not hundreds).
+    """
+    taken = (taken_by, challenge) if taken_by else None
     if intent.mode == "denied":
-        return await send_denial(ctx, intent)
+        return await _finished(ctx, taken, batch, await send_denial(ctx, intent))
     params = {"hub.mode": intent.mode, "hub.topic": intent.topic, "hub.challenge": challenge}
     start = None
     if intent.mode == "subscribe":
         params["hub.lease_seconds"] = str(intent.lease_seconds)
         # Taken before the GET: a notification published while the subscriber answers is
         # after its "yes", so a new subscription must get it.
-        start = await store.log_end(ctx.redis, intent.topic)
+        start = await store.log_end(ctx.redis, intent.topic, batch=batch)
     began = time.monotonic()
     status, refusal = await _get_echo(ctx, intent, callback_url(intent.callback, params), challenge)
     ms = (time.monotonic() - began) * 1000
@@ -86,8 +96,17 @@ async def verify(ctx: OutboundContext, challenge: str, intent: Intent) -> Verifi
         log.warning("%s of %s for %s not verified: %s", intent.mode, redact_callback(intent.callback),
                     escape(intent.topic), redact_in(refusal, intent.callback),
                     extra=delivery_fields(keys.subscription_id(intent.topic, intent.callback), status=status, ms=ms))
-        return VerificationOutcome(intent.mode, intent.topic, intent.callback, "refused", status, refusal)
-    return await _apply(ctx, intent, status, start, ms)
+        outcome = VerificationOutcome(intent.mode, intent.topic, intent.callback, "refused", status, refusal)
+        return await _finished(ctx, taken, batch, outcome)
+    return await _apply(ctx, intent, status, start, ms, taken=taken, batch=batch)
+
+
+async def _finished(ctx: OutboundContext, taken: tuple[str, str] | None, batch: RedisBatcher | None,
+                    outcome: VerificationOutcome) -> VerificationOutcome:
+    """`outcome`, once the lane's taken challenge (if any) is finished and the outcome counted."""
+    if taken is not None:
+        await store.finish_challenge(ctx.redis, *taken, outcome.result, batch=batch)
+    return outcome
 
 
 async def bounded_replay(ctx: OutboundContext, intent: Intent,
@@ -131,25 +150,31 @@ async def _get_echo(ctx: OutboundContext, intent: Intent, url: URL, challenge: s
     return status, ""
 
 
-async def _apply(ctx: OutboundContext, intent: Intent, status: int | None,
-                 start: tuple[str, str] | None, ms: float | None = None) -> VerificationOutcome:
+async def _apply(ctx: OutboundContext, intent: Intent, status: int | None, start: tuple[str, str] | None,
+                 ms: float | None = None, *, taken: tuple[str, str] | None = None,
+                 batch: RedisBatcher | None = None) -> VerificationOutcome:
     if intent.mode == "subscribe":
         replay, replayed = False, 0
         if intent.replay_from > 0:      # rsnotify.replay_from: deliver from that sequence (also on renewal)
             start, replay, replayed = await bounded_replay(ctx, intent, start)
         sid, is_new = await store.activate_subscription(
             ctx.redis, intent.topic, intent.callback, secret=intent.secret,
-            lease_seconds=intent.lease_seconds, now=ctx.now(), start=start, replay=replay, replayed=replayed)
-        result = "activated" if is_new else "renewed"
+            lease_seconds=intent.lease_seconds, now=ctx.now(), start=start, replay=replay, replayed=replayed,
+            taken=taken, batch=batch)
+        outcome = VerificationOutcome(intent.mode, intent.topic, intent.callback,
+                                      "activated" if is_new else "renewed", status, subscription_id=sid)
     else:
         sid = keys.subscription_id(intent.topic, intent.callback)
-        await store.remove_subscription(ctx.redis, sid)
-        result = "unsubscribed"
-    log.info("subscription %s %s: %s for %s (lease %ss)", sid, result, redact_callback(intent.callback),
-             escape(intent.topic),
-             intent.lease_seconds if intent.mode == "subscribe" else "-",
-             extra=delivery_fields(sid, status=status, ms=ms))
-    return VerificationOutcome(intent.mode, intent.topic, intent.callback, result, status, subscription_id=sid)
+        # on the same batch as the activations: an unsubscribe answered after a subscribe of the
+        # same callback is applied after it, as the answers came
+        await store.remove_subscription(ctx.redis, sid, batch=batch)
+        outcome = await _finished(ctx, taken, batch, VerificationOutcome(
+            intent.mode, intent.topic, intent.callback, "unsubscribed", status, subscription_id=sid))
+    if log.isEnabledFor(logging.INFO):     # its arguments cost as much as the line: none below INFO
+        log.info("subscription %s %s: %s for %s (lease %ss)", sid, outcome.result, redact_callback(intent.callback),
+                 escape(intent.topic), intent.lease_seconds if intent.mode == "subscribe" else "-",
+                 extra=delivery_fields(sid, status=status, ms=ms))
+    return outcome
 
 
 async def verify_pending(ctx: OutboundContext) -> list[VerificationOutcome]:
@@ -214,4 +239,10 @@ async def sweep_expired(ctx: Any) -> int:
 
 
 def _timeout(ctx: OutboundContext) -> aiohttp.ClientTimeout:
-    return aiohttp.ClientTimeout(total=ctx.settings.fetch_timeout, sock_connect=ctx.settings.connect_timeout)
+    return _client_timeout(ctx.settings.fetch_timeout, ctx.settings.connect_timeout)
+
+
+@functools.lru_cache(maxsize=8)
+def _client_timeout(total: float, connect: float) -> aiohttp.ClientTimeout:
+    # one (frozen) object per setting for the process, not one per verification
+    return aiohttp.ClientTimeout(total=total, sock_connect=connect)

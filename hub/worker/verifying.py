@@ -15,6 +15,7 @@ from redis.exceptions import RedisError
 
 from .. import store
 from ..logs import OutageLog
+from ..records import Intent
 from .context import WorkerContext
 from .hosts import host_of
 from .verification import verify
@@ -26,6 +27,8 @@ HOST_HELD = 1000     # of them for one callback host; more go back to the end of
                      # from one host never fills the worker and leaves others' requests unread
 TAKE_BATCH = 500     # challenges taken from the line at once
 POLL = 0.5           # s between looks at the line when no job woke the lane
+LINGER = 1.0         # s a lane that found work keeps looking at the line, GLANCE apart, before it
+GLANCE = 0.01        # waits for a job's bell: during a burst, requests are seen without an RQ job each
 
 
 async def run_lane(ctx: WorkerContext) -> None:
@@ -33,26 +36,32 @@ async def run_lane(ctx: WorkerContext) -> None:
     lane = ctx.verifying
     assert lane is not None
     outage = OutageLog(log, "verification lane")
+    loop = asyncio.get_running_loop()
+    found_at = float("-inf")     # when the lane last found work (loop time)
     while True:
         if lane.held >= HELD:
             lane.room.clear()
             await lane.room.wait()
             continue
         lane.bell.clear()
+        is_busy = loop.time() - found_at < LINGER
         try:
-            challenges = await store.take_challenges(ctx.redis, lane.wid, min(TAKE_BATCH, HELD - lane.held))
+            challenges = await store.take_challenges(ctx.redis, lane.wid, min(TAKE_BATCH, HELD - lane.held),
+                                                     is_idle=not is_busy)
         except RedisError as exc:
             outage.failed(exc)
             await asyncio.sleep(1.0)
             continue
         outage.recovered()
         if not challenges:
+            # a busy lane left the job flag set: requests queue no job, so it looks again soon
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(lane.bell.wait(), POLL)
+                await asyncio.wait_for(lane.bell.wait(), GLANCE if is_busy else POLL)
             continue
-        for challenge in challenges:
+        found_at = loop.time()
+        for challenge, intent in challenges:
             lane.held += 1
-            ctx.deliveries.spawn(verify_taken(ctx, challenge))
+            ctx.deliveries.spawn(verify_taken(ctx, challenge, intent))
         if lane.sent_back:
             # some went back to the end of the line (their host has enough waiting here): the
             # line may hold little else, so look again a little later instead of taking them
@@ -61,16 +70,16 @@ async def run_lane(ctx: WorkerContext) -> None:
             await asyncio.sleep(POLL)
 
 
-async def verify_taken(ctx: WorkerContext, challenge: str) -> None:
-    """Verify one taken challenge within its host's cap; its lane slot is taken only once the
-    host lets it in, so requests waiting for a busy host never keep others from their turn."""
+async def verify_taken(ctx: WorkerContext, challenge: str, intent: Intent | None) -> None:
+    """Verify one taken challenge (its intent read when it was taken) within its host's cap; its
+    lane slot is taken only once the host lets it in, so requests waiting for a busy host never
+    keep others from their turn. Its Redis calls share the worker's pipelines (ctx.batch)."""
     lane = ctx.verifying
     assert lane is not None
     host = ""
     try:
-        intent = await store.read_intent(ctx.redis, challenge)
         if intent is None:                       # expired, or verified by a worker thought dead
-            await store.finish_challenge(ctx.redis, lane.wid, challenge)
+            await store.finish_challenge(ctx.redis, lane.wid, challenge, batch=ctx.batch)
             return
         host = host_of(intent.callback)
         if lane.by_host[host] >= HOST_HELD:
@@ -80,9 +89,8 @@ async def verify_taken(ctx: WorkerContext, challenge: str) -> None:
             return
         lane.by_host[host] += 1
         async with ctx.deliveries.hosts.hold(host), lane.slots:
-            outcome = await verify(ctx, challenge, intent)
-        await store.finish_challenge(ctx.redis, lane.wid, challenge)
-        await store.count_verifications(ctx.redis, {outcome.result: 1})   # /metrics: rsnotify_verifications_total
+            # finished and counted (/metrics: rsnotify_verifications_total) by verify itself
+            await verify(ctx, challenge, intent, taken_by=lane.wid, batch=ctx.batch)
     except RedisError as exc:
         # it stays in this worker's taken list: back in line when this worker stops or dies
         log.warning("verification %s…: Redis failed (%s); it is tried again later", challenge[:8], exc)
@@ -96,8 +104,8 @@ async def verify_taken(ctx: WorkerContext, challenge: str) -> None:
 
 
 async def wake(ctx: WorkerContext) -> None:
-    """A verify_pending job's work once the lane runs: clear its flag (the next request queues a
-    job again) and ring the lane's bell."""
-    await store.clear_verify_queued(ctx.redis)
+    """A verify_pending job's work once the lane runs: ring the lane's bell. Its flag is left to
+    the lanes: one that finds the line empty clears it (store.take_challenges), so a burst of
+    requests queues a job when a lane went idle, not one for every job a worker runs meanwhile."""
     if ctx.verifying is not None:
         ctx.verifying.wake()
