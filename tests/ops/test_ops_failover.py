@@ -182,7 +182,9 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
             assert stored == list(range(1, NOTIFICATIONS + 1)), node.address
         assert DATA_PASSWORD not in hub.output() and SENTINEL_PASSWORD not in hub.output()
         # no process exits
-        assert hub.process.poll() is None and all(w.poll() is None for w in workers)
+        exited = [f"{name} exited with {w.poll()}:\n{(tmp_path / f'{name}.log').read_text(errors='replace')[-3000:]}"
+                  for name, w in zip(("worker-a", "worker-b"), workers, strict=True) if w.poll() is not None]
+        assert hub.process.poll() is None and not exited, "\n".join(exited) or hub.output()[-3000:]
     finally:
         server.stop()
         for process in [*workers, *([hub.process] if hub else [])]:
