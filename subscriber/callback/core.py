@@ -27,7 +27,7 @@ from rsnotify.errors import (
     WireError,
 )
 from rsnotify.notification import ChangeNotification, future_problems
-from rsnotify.safexml import parse_in_thread
+from rsnotify.safexml import parse_soon
 from rsnotify.websub import (
     NOTIFICATION_ID_HEADER,
     SEQUENCE_HEADER,
@@ -279,8 +279,9 @@ class CallbackCore:
         if not is_xml(delivery.content_type):
             return delivery, None
         try:
-            notification = await parse_in_thread(parse_notification, delivery.body, max_bytes=self.max_body_bytes,
-                                                 error=NotificationParseError)
+            # a small body right here, a large one in a parser thread: most deliveries are small
+            notification = await parse_soon(parse_notification, delivery.body, max_bytes=self.max_body_bytes,
+                                            error=NotificationParseError)
         except (ValidationError, DocumentParseError):
             return delivery, None
         problems = future_problems(notification.changes, notification.until_time, self.now(), self.settings.future_skew)
