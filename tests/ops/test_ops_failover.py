@@ -126,6 +126,10 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
             assert status == 202, answer
         wait_until(lambda: get_json(hub.url + "admin/subscriptions")[1]["total"] == len(CALLBACKS), 30,
                    "the three subscriptions to be verified", logs=tmp_path)
+        # both workers serving before the kill: one still starting then would find no primary and
+        # exit (run_worker's first ping), which is not the failover under test
+        wait_until(lambda: get_json(hub.url + "health")[1].get("workers") == 2, 30, "both workers to be seen",
+                   logs=tmp_path)
         status, health = get_json(hub.url + "health")
         assert status == 200 and len(health["replication"]["replicas"]) == 2, health
         assert health["replication"]["min_replicas"] == 1       # the default on a Sentinel URL
