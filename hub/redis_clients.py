@@ -165,6 +165,14 @@ class AsyncSentinelPool(sentinel_async.SentinelConnectionPool, redis_async.Block
             self.last_change = PrimaryChange(time.time(), _addr(before), _addr(address))
         return address
 
+    async def release(self, connection: Any) -> None:
+        # A connection that was busy when a new connection learnt of a new primary still reaches the
+        # old one (redis-py drops only the idle ones then, and its asyncio pool, unlike the
+        # synchronous one, takes any connection back): dropped here, so it reconnects to the primary.
+        if self.master_address is not None and (connection.host, connection.port) != self.master_address:
+            await connection.disconnect()
+        await super().release(connection)
+
 
 class SyncSentinelPool(sentinel_sync.SentinelConnectionPool, redis_sync.BlockingConnectionPool):
     """The synchronous twin of AsyncSentinelPool (RQ, the heartbeat, the admin paths)."""
@@ -294,15 +302,30 @@ def sync_client(target: Target, max_connections: int, *, command_timeout: bool =
     return redis_sync.Redis.from_pool(pool)
 
 
-def primary_address(client: redis_async.Redis | redis_sync.Redis) -> str:
-    """host:port (or the socket path) of the server `client` writes to, as its pool knows it."""
+async def server_role(client: redis_async.Redis) -> tuple[str, str]:
+    """(role, address) of the server one of `client`'s connections reaches: the role that server
+    states itself (ROLE: "master", "slave", ...) and the host:port (or socket path) the connection
+    reached. /health reports this rather than the pool's name for the primary, which is only what
+    the Sentinels said when last asked. A connection that reaches a non-primary is dropped, so the
+    next one asks the Sentinels (or DNS) again. Redis errors propagate."""
     pool = client.connection_pool
-    if isinstance(pool, (AsyncSentinelPool, SyncSentinelPool)) and pool.master_address:
-        return _addr(pool.master_address)
-    kw = pool.connection_kwargs
-    if kw.get("path"):
-        return str(kw["path"])
-    return f"{kw.get('host', 'localhost')}:{kw.get('port', 6379)}"
+    connection = await pool.get_connection()
+    try:
+        # on the connection itself, not client.execute_command: the answer must come with the
+        # address of the server that gave it
+        await connection.send_command("ROLE")
+        reply = await connection.read_response()
+        role = reply[0].decode() if isinstance(reply[0], bytes) else str(reply[0])
+        if role != "master":
+            await connection.disconnect()
+        return role, _connection_address(connection)
+    finally:
+        await pool.release(connection)
+
+
+def _connection_address(connection: Any) -> str:
+    path = getattr(connection, "path", None)
+    return str(path) if path else f"{connection.host}:{connection.port}"
 
 
 def last_primary_change(client: redis_async.Redis | redis_sync.Redis) -> PrimaryChange | None:

@@ -154,10 +154,12 @@ def future_problems(
     come, so every later notification would look older than it.
     """
     limit = now + timedelta(seconds=skew)
+    late = [(change.loc, when) for change in changes if (when := change.changed_at) is not None and when > limit]
+    if not late and (until_time is None or until_time <= limit):
+        return []               # the usual case, on every publish and delivery: nothing to format
     shown = now.replace(microsecond=0)     # whole seconds read better; the check itself is exact
     expected = (f"expected at most {format_datetime(shown + timedelta(seconds=skew))} "
                 f"({skew:g} s after now, {format_datetime(shown)})")
-    late = [(change.loc, when) for change in changes if (when := change.changed_at) is not None and when > limit]
     problems = [
         f"<rs:md> for {loc} has datetime={format_datetime(when)} in the future; "
         f"a change's datetime is when it happened: {expected}"

@@ -13,6 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
+import idna
+
 from .errors import Problems, WireError
 
 SIGNATURE_HEADER = "X-Hub-Signature"
@@ -185,6 +187,16 @@ def check_url(name: str, value: str | None) -> str:
         raise WireError(f"{name} must not have a fragment (#...), got {text!r}")
     host = parts.netloc.rpartition("@")[2]
     host = host[: host.find("]") + 1] if host.startswith("[") else host.partition(":")[0]
+    if not host.isascii():
+        ascii_host = idna_host(name, host, text)
+        # the host in the URL replaced where it stands (right after "scheme://userinfo@"), so
+        # the rest of the URL keeps its exact spelling
+        start = len(parts.scheme) + 3 + len(parts.netloc) - len(parts.netloc.rpartition("@")[2])
+        text = text[:start] + ascii_host + text[start + len(host):]
+        parts, host = urlsplit(text), ascii_host
+        if len(text) > MAX_URL_LENGTH:
+            raise WireError(f"{name} must be at most {MAX_URL_LENGTH} characters with its host in IDNA form, "
+                            f"got {len(text)}")
     if not _HOST.fullmatch(host):
         raise WireError(f"{name} has an invalid host, got {text!r}")
     if _NUMERIC_LABEL.fullmatch(host.rstrip(".").rpartition(".")[2]) and not _is_dotted_quad(host):
@@ -200,6 +212,18 @@ def check_url(name: str, value: str | None) -> str:
     return text
 
 
+def idna_host(name: str, host: str, url: str) -> str:
+    """A non-ASCII host name in its ASCII (IDNA, punycode) form: mapped as UTS #46 says (case,
+    width, the ideographic full stop) and encoded by IDNA 2008. Done once, where a URL comes
+    in, so every later check (the address guard, topic prefixes), comparison and Redis key sees
+    the one spelling DNS resolves. WireError naming `name` for a host that is no valid IDN."""
+    try:
+        return idna.encode(host, uts46=True).decode("ascii")
+    except (idna.IDNAError, UnicodeError) as exc:
+        raise WireError(f"{name} has an invalid internationalized host name {host!r} ({exc}), "
+                        f"got {url!r}") from None
+
+
 def _is_dotted_quad(host: str) -> bool:
     try:
         ipaddress.IPv4Address(host)   # four decimal parts, no leading zeros (Python >= 3.9.5)
@@ -213,6 +237,11 @@ def normalize_url(url: str) -> str:
     parts = urlsplit(url.strip())
     scheme = parts.scheme.lower()
     host = (parts.hostname or "").lower()
+    if not host.isascii():       # the same host however it is spelt: as check_url stores it
+        try:
+            host = idna.encode(host, uts46=True).decode("ascii")
+        except (idna.IDNAError, UnicodeError):
+            pass                # no valid IDN: compared as written (check_url refuses it anyway)
     if ":" in host:
         host = f"[{host}]"
     port = parts.port

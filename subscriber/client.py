@@ -55,6 +55,7 @@ from .store import (
     FAILED,
     PENDING,
     UNSUBSCRIBED,
+    SqliteStore,
     Subscription,
     SubscriptionStore,
     open_store,
@@ -115,6 +116,7 @@ class Subscriber:
         self.settings = settings or SubscriberSettings()
         self.callback_base_url = callback_base_url or self.settings.callback_url
         self.store: SubscriptionStore = store if store is not None else open_store(self.settings.state_file)
+        self._owns_store = store is None        # opened here, so closed by close(), like the session
         self.now = now
         if receiver is not None and (on_notification is not None or ack != ACK_AFTER_RESPONSE):
             raise SettingsError("give on_notification and ack to the default receiver, or a receiver of your own")
@@ -187,7 +189,8 @@ class Subscriber:
         self._launch_at_listening()
 
     async def close(self) -> None:
-        """Stop renewing, hand over received notifications, close the HTTP session."""
+        """Stop renewing, hand over received notifications, close the HTTP session and the store
+        it opened itself. start() may be called again afterwards."""
         for task in self.startup_tasks:
             task.cancel()
         if self.startup_tasks:
@@ -209,6 +212,8 @@ class Subscriber:
         if self._owns_session and self._session is not None:
             await self._session.close()
             self._session = None
+        if self._owns_store and isinstance(self.store, SqliteStore):
+            self.store.close()      # its file stays; start() again opens it again
 
     async def drain(self, timeout: float | None = None) -> None:
         """Wait until what was received so far has been handed over and the hooks fired so far ran."""

@@ -5,9 +5,12 @@ the defaults below. This file is the configuration reference. No I/O here.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from typing import Any
+
+from rsnotify.notification import FUTURE_SKEW
 
 from .errors import SettingsError
 
@@ -31,6 +34,9 @@ class SubscriberSettings:
     use_secret: bool = True
     # Largest delivery body accepted, in bytes (a Sitemap document is at most 50 MiB).
     max_body_bytes: int = 52_428_800
+    # Seconds a delivered notification's datetimes (a change's datetime, `until`) may lie ahead of
+    # this machine's clock (clocks drift); later ones are refused (400) and the hub delivers again.
+    future_skew: float = FUTURE_SKEW
     # Timeout of each request to a hub or a Source, in seconds.
     request_timeout: float = 30.0
     # How long subscribe()/unsubscribe() wait for the hub's verification GET, in seconds.
@@ -60,6 +66,8 @@ class SubscriberSettings:
                 "renew_after_min and renew_after_max must satisfy 0 < min <= max < 1, "
                 f"got {self.renew_after_min} and {self.renew_after_max}"
             )
+        if not 0 <= self.future_skew < math.inf:
+            problems.append(f"future_skew must be a number of seconds >= 0, got {self.future_skew}")
         for name in ("request_timeout", "verification_timeout", "renew_retry_seconds", "renew_check_seconds"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be positive, got {getattr(self, name)}")

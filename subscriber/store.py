@@ -213,32 +213,47 @@ class JsonFileStore:
 class SqliteStore:
     """Subscriptions in a SQLite table (WAL, synchronous=NORMAL; the file is made mode 0600:
     it holds secrets). Each operation is one short statement, run on the calling thread: it
-    takes well under a millisecond, less than handing it to a worker thread would."""
+    takes well under a millisecond, less than handing it to a worker thread would. close()
+    closes the connection; a later operation opens it again (a Subscriber started again)."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
         self._cache: dict[str, Subscription | None] = {}
         self._version: int | None = None
+        self._db: sqlite3.Connection | None = None
+        self._open()
+
+    def _open(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             fresh = not self.path.exists()
-            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
-            if fresh:
-                os.chmod(self.path, 0o600)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.execute("CREATE TABLE IF NOT EXISTS subscriptions (id TEXT PRIMARY KEY, data TEXT NOT NULL)")
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=30.0)
+            try:
+                if fresh:
+                    os.chmod(self.path, 0o600)
+                db.execute("PRAGMA journal_mode=WAL")
+                db.execute("PRAGMA synchronous=NORMAL")
+                db.execute("CREATE TABLE IF NOT EXISTS subscriptions (id TEXT PRIMARY KEY, data TEXT NOT NULL)")
+            except BaseException:
+                db.close()
+                raise
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open subscription state {self.path}: {exc}; expected a SQLite file "
                              "this tool writes (or a new path)") from exc
+        # PRAGMA data_version counts per connection: what get() cached is checked afresh
+        self._cache.clear()
+        self._version = None
+        self._db = db
+        return db
 
     def _run(self, sql: str, params: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-        try:
-            with self._lock:
-                return self._db.execute(sql, params).fetchall()
-        except sqlite3.Error as exc:
-            raise StoreError(f"subscription state {self.path}: {exc}") from exc
+        with self._lock:
+            db = self._db if self._db is not None else self._open()
+            try:
+                return db.execute(sql, params).fetchall()
+            except sqlite3.Error as exc:
+                raise StoreError(f"subscription state {self.path}: {exc}") from exc
 
     def _decode(self, text: str) -> Subscription:
         try:
@@ -286,7 +301,9 @@ class SqliteStore:
 
     def close(self) -> None:
         with self._lock:
-            self._db.close()
+            if self._db is not None:
+                self._db.close()
+                self._db = None
 
 
 def open_store(path: str | os.PathLike[str]) -> JsonFileStore | SqliteStore:

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from aiohttp import web
+from redis.asyncio import Redis
 
 from .. import redis_clients, store
 from ..errors import ReplicasBehindError, UnavailableError
@@ -40,16 +41,18 @@ async def replication_report(app: web.Application) -> dict[str, Any]:
     """The primary's address and role, the replicas it feeds (state, lag) and the last failover
     any process of this hub saw; UnavailableError when the server we write to is not a primary."""
     redis = app[REDIS]
+    # asked of the server itself: the pool's name for the primary can lag a failover (or two)
+    role, address = await redis_clients.server_role(redis)
+    if role != "master":
+        raise UnavailableError(f"the Redis server at {address} is a {role or 'non-primary'}, not the primary")
     info = await store.replication.replication_info(redis)
-    address = redis_clients.primary_address(redis)
-    if info.role != "master":
-        raise UnavailableError(f"the Redis server at {address} is a {info.role or 'non-primary'}, not the primary")
-    change = redis_clients.last_primary_change(redis)
-    seen_at = change.at if change is not None and change.new == address else time.time()
-    failover = await store.replication.note_primary(redis, address, seen_at)
+    if info.role != "master":       # another connection reached another server: a failover under way
+        raise UnavailableError(f"the Redis server {address} was the primary a moment ago, and another one "
+                               f"answered as a {info.role or 'non-primary'}: a failover is under way")
+    failover = await _note_primary(redis, address)
     report: dict[str, Any] = {
         "primary": address,
-        "role": info.role,
+        "role": role,
         "sentinel": app[SETTINGS].is_sentinel,
         "min_replicas": app[SETTINGS].replicas_to_wait_for,
         "replicas": [{"address": r.address, "state": r.state, "lag_seconds": r.lag, "behind_bytes": r.behind}
@@ -59,3 +62,21 @@ async def replication_report(app: web.Application) -> dict[str, Any]:
             "to": failover.new},
     }
     return report
+
+
+async def _note_primary(redis: Redis, address: str) -> store.replication.Failover | None:
+    """Record `address` as the primary and return the last failover. The record changes only when
+    a report is made, so a failover there and back between two reports (A -> B -> A: a second,
+    spurious one) would leave no trace; this process's pool saw it, though, and its change is
+    recorded when the record does not have it (older, or another one)."""
+    change = redis_clients.last_primary_change(redis)
+    seen_at = change.at if change is not None and change.new == address else time.time()
+    failover = await store.replication.note_primary(redis, address, seen_at)
+    if change is None or change.new != address:
+        return failover
+    if failover is None or (failover.at <= change.at and (failover.old, failover.new) != (change.old, change.new)):
+        # the record has one field per side, so the missed change is written as its two steps;
+        # the first stands for an instant, and nothing reads the primary from the record
+        await store.replication.note_primary(redis, change.old, change.at)
+        failover = await store.replication.note_primary(redis, address, change.at)
+    return failover

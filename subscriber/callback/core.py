@@ -16,11 +16,18 @@ import logging
 import random
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Protocol
 
-from rsnotify.errors import WireError
+from rsnotify.errors import (
+    DocumentParseError,
+    NotificationParseError,
+    ValidationError,
+    WireError,
+)
+from rsnotify.notification import ChangeNotification, future_problems
+from rsnotify.safexml import parse_soon
 from rsnotify.websub import (
     NOTIFICATION_ID_HEADER,
     SEQUENCE_HEADER,
@@ -31,6 +38,7 @@ from rsnotify.websub import (
     parse_sequence,
     verify_signature,
 )
+from rsnotify.xml import parse_notification
 
 from ..errors import SubscriptionDeniedError
 from ..settings import SubscriberSettings
@@ -45,6 +53,7 @@ from ..store import (
 
 log = logging.getLogger(__name__)
 
+XML_TYPES = ("application/xml", "text/xml")
 SUBSCRIPTION_ID = re.compile(r"[A-Za-z0-9_-]{16,128}")
 # A hub that verifies without hub.lease_seconds (it is mandatory) gets this lease assumed, so
 # the subscription is renewed early rather than lost.
@@ -99,6 +108,8 @@ class Delivery:
     body: bytes = field(repr=False)
     links: tuple[HeaderLink, ...] = ()          # the delivery's Link header (topic metadata)
     received_at: datetime | None = None
+    # the body parsed, when it is a valid change notification (the core checks its dates)
+    notification: ChangeNotification | None = field(default=None, repr=False)
 
 
 class Receiver(Protocol):
@@ -249,7 +260,38 @@ class CallbackCore:
             if not verify_signature(request.body, subscription.secret, signature):
                 log.warning("refused delivery to %s: bad %s", subscription.id, SIGNATURE_HEADER)
                 return CallbackResponse(403, f"{SIGNATURE_HEADER} does not match the body")
-        return await self.receiver.receive(self._delivery(subscription, request))
+        delivery = self._delivery(subscription, request)
+        delivery, refusal = await self._check_dates(delivery)
+        if refusal is not None:
+            return refusal
+        return await self.receiver.receive(delivery)
+
+    async def _check_dates(self, delivery: Delivery) -> tuple[Delivery, CallbackResponse | None]:
+        """The delivery with its body parsed, and a 400 when a datetime in it lies further ahead
+        than settings.future_skew (the rule the hub applies at intake, rsnotify.notification).
+
+        Such a date would become what this Destination remembers as the latest (the from/until
+        chain, sync's checkpoint), and every real change after it would look old. Refused before
+        the receiver sees it, so nothing is stored and the copy stays exact: the hub delivers it
+        again later (a clock of ours that lags catches up) while the notifications after it
+        wait, in order. A body that is not a valid change notification passes on as before:
+        the receiver reports its problems."""
+        if not is_xml(delivery.content_type):
+            return delivery, None
+        try:
+            # a small body right here, a large one in a parser thread: most deliveries are small
+            notification = await parse_soon(parse_notification, delivery.body, max_bytes=self.max_body_bytes,
+                                            error=NotificationParseError)
+        except (ValidationError, DocumentParseError):
+            return delivery, None
+        problems = future_problems(notification.changes, notification.until_time, self.now(), self.settings.future_skew)
+        if not problems:
+            return replace(delivery, notification=notification), None
+        sid = delivery.subscription.id
+        log.warning("refused delivery %s to %s: dated in the future: %s", delivery.notification_id, sid, problems[0])
+        heading = (f"the notification is dated in the future (this Destination's future_skew is "
+                   f"{self.settings.future_skew:g} s); nothing was stored, deliver it again later:")
+        return delivery, CallbackResponse(400, "\n".join([heading, *problems]))
 
     def _delivery(self, subscription: Subscription, request: CallbackRequest) -> Delivery:
         sequence_text = request.header(SEQUENCE_HEADER)
@@ -265,6 +307,12 @@ class CallbackCore:
             content_type=request.header("Content-Type") or "application/octet-stream", body=request.body,
             links=links, received_at=self.now(),
         )
+
+
+def is_xml(content_type: str) -> bool:
+    """Is `content_type` an XML media type (application/xml, text/xml, anything +xml)?"""
+    media_type = content_type.split(";")[0].strip().lower()
+    return media_type in XML_TYPES or media_type.endswith("+xml")
 
 
 def _wants(subscription: Subscription, mode: str, topic: str) -> bool:

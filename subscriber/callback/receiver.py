@@ -27,11 +27,10 @@ from ..errors import SettingsError
 from ..hooks import HandlerFailedError, Hook, Hooks, call_hook
 from ..settings import SubscriberSettings
 from ..store import Subscription, SubscriptionStore
-from .core import CallbackResponse, Delivery
+from .core import CallbackResponse, Delivery, is_xml
 
 log = logging.getLogger(__name__)
 
-XML_TYPES = ("application/xml", "text/xml")
 # When the hub gets its 2xx: right after the notification is checked and recorded (the handler
 # runs afterwards), or only once the handler returned (an exception answers 503 and the hub retries).
 ACK_AFTER_RESPONSE = "after_response"
@@ -244,15 +243,15 @@ def _received(delivery: Delivery, gaps: tuple[Gap, ...]) -> ReceivedNotification
     return ReceivedNotification(
         subscription_id=subscription.id, topic=subscription.topic, hub=subscription.hub,
         notification_id=delivery.notification_id, sequence=delivery.sequence, content_type=delivery.content_type,
-        body=delivery.body, notification=None, links=delivery.links, gaps=gaps, received_at=delivery.received_at,
+        body=delivery.body, notification=delivery.notification, links=delivery.links, gaps=gaps,
+        received_at=delivery.received_at,
     )
 
 
 async def _parse(received: ReceivedNotification, max_bytes: int) -> ReceivedNotification:
     """The body parsed as a change notification (in a parser thread, time-bounded), or its problems."""
-    media_type = received.content_type.split(";")[0].strip().lower()
-    if media_type not in XML_TYPES and not media_type.endswith("+xml"):
-        return received
+    if received.notification is not None or not is_xml(received.content_type):
+        return received         # parsed already by the core (which checked its dates)
     try:
         notification = await parse_in_thread(parse_notification, received.body, max_bytes=max_bytes,
                                              error=NotificationParseError)

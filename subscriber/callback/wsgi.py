@@ -60,9 +60,23 @@ class SubscriberThread:
         self.loop.run_forever()
 
     def start(self) -> Self:
-        """Start the thread and the subscriber on it (again a no-op once started)."""
+        """Start the thread and the subscriber on it; a no-op while it runs. After stop() it starts
+        again, on a new loop and thread (a Python thread runs once), with the same subscriber
+        and the same WSGI apps: an application that stops its subscriber (a reload, a test,
+        a pre-fork server's hooks) starts it again the way it started it the first time.
+        SubscriberError while a stop() that gave up on the thread has not seen it end."""
         if self._thread.is_alive():
+            if self._stopped:
+                raise SubscriberError("the subscriber's thread is still stopping (stop() timed out on it); "
+                                      "start it again once it has ended")
             return self
+        if self._thread.ident is not None:      # it ran and was stopped
+            if not self.loop.is_closed():
+                self.loop.close()
+            self.loop = asyncio.new_event_loop()
+            self._thread = threading.Thread(target=self._run, name="rsnotify-subscriber", daemon=True)
+            with self._calls_lock:
+                self._stopped = False
         self._thread.start()
         self.call(self.subscriber.start(renew=self.renew))
         return self

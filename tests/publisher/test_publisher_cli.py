@@ -211,3 +211,21 @@ def test_add_channel_refuses_an_invalid_capability_list_and_leaves_it_alone(run,
     result = run("capability-list", "add-channel", str(caplist), "--topic", CHANNEL_TOPIC, "--hub", HUB)
     assert result.exit_code == 2 and "not a Capability List" in result.stderr
     assert caplist.read_bytes() == b"<urlset/>"
+
+
+def test_publish_to_an_idn_topic_sends_its_idna_form(run, threaded_hub):
+    result = run("publish", "--hub", threaded_hub.url, "--topic", "https://bücher.example/dataset1/change/",
+                 "--updated", "https://bücher.example/a")
+    assert result.exit_code == 0, result.output
+    [got] = threaded_hub.received
+    assert "<https://xn--bcher-kva.example/dataset1/change/>; rel=\"self\"" in got.headers["Link"]
+
+
+def test_publish_refuses_a_malformed_idn_topic_in_one_line(run, threaded_hub):
+    result = run("publish", "--hub", threaded_hub.url, "--topic", "https://😀.example/change/",
+                 "--updated", "https://example.org/a")
+    assert result.exit_code == 2     # a bad parameter, as click reports every other one
+    [error] = [line for line in result.output.splitlines() if line.startswith("Error:")]
+    assert "topic URL has an invalid internationalized host name '😀.example'" in error
+    assert "Traceback" not in result.output
+    assert threaded_hub.received == []

@@ -6,7 +6,7 @@ from hypothesis import given, strategies as st
 
 from rsnotify.errors import WireError
 from rsnotify.websub import (
-    build_link_header, links_by_rel, normalize_url, parse_link_header,
+    build_link_header, check_url, links_by_rel, normalize_url, parse_link_header,
     parse_subscription_form, sign, verify_signature,
 )
 
@@ -77,3 +77,24 @@ def test_subscription_form_ignores_unknown_parameters():
 def test_normalize_url():
     assert normalize_url("HTTP://Hub.Example.ORG:80") == "http://hub.example.org/"
     assert normalize_url("https://h:8443/x?q") == "https://h:8443/x?q"
+
+
+@pytest.mark.parametrize(("given", "taken"), [
+    ("http://bücher.example/x?q=ü", "http://xn--bcher-kva.example/x?q=ü"),       # only the host changes
+    ("https://user:pw@BÜCHER.Example:8443/a", "https://user:pw@xn--bcher-kva.example:8443/a"),
+    ("http://例え。テスト/", "http://xn--r8jz45g.xn--zckzah/"),                     # the ideographic full stop
+    ("http://straße.de/", "http://xn--strae-oqa.de/"),                            # IDNA 2008: no ss mapping
+    ("http://xn--bcher-kva.example/", "http://xn--bcher-kva.example/"),
+])
+def test_check_url_takes_an_idn_host_in_its_idna_form(given, taken):
+    assert check_url("hub.topic", given) == taken
+    assert normalize_url(given) == normalize_url(taken)
+
+
+@pytest.mark.parametrize(("url", "reason"), [
+    ("http://😀.example/", r"U\+1F600"), ("http://bücher..example/", "Empty Label"),
+    ("http://bücher-.example/", "hyphen"), ("http://" + "ü" * 64 + ".example/", "too long"),
+])
+def test_check_url_refuses_a_malformed_idn_host_saying_why(url, reason):
+    with pytest.raises(WireError, match=f"hub.callback has an invalid internationalized host name .*{reason}"):
+        check_url("hub.callback", url)

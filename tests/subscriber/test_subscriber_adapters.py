@@ -220,3 +220,35 @@ def test_stop_past_its_timeout_answers_a_request_thread_still_waiting_on_the_run
         serving.join(5)
         httpd.server_close()
         hub_server.stop()
+
+
+def test_a_stopped_subscriber_thread_starts_again_and_serves_its_callback(tmp_path) -> None:
+    """stop() then start() on the same runner (a reload, a pre-fork server's hooks): the same
+    callback URL is answered again and the stored subscription (SQLite) is still there."""
+    received: list[bytes] = []
+    hubs = RecordingSubscriber()
+    hubs.on("/hub", 202)
+    hub_server = hubs.serve_in_thread()
+    subscriber = Subscriber(settings=SubscriberSettings(state_file=str(tmp_path / "subscriptions.db")),
+                            on_notification=lambda r: received.append(r.body))
+    runner = SubscriberThread(subscriber, renew=False).start()
+    httpd, serving = serve_wsgi(subscriber, runner)
+    try:
+        subscription = runner.subscribe(TOPIC, hubs.url("/hub"), secret=False)
+        first, second = make_notification(), make_notification(minutes=20)
+        assert http("POST", subscription.callback, first, {"Content-Type": "application/xml"})[0] == 200
+        runner.stop()
+        runner.start()
+        assert http("POST", subscription.callback, second, {"Content-Type": "application/xml"})[0] == 200
+        wait_until(lambda: received == [first, second], 10, "both notifications handed over, in order")
+        assert [s.id for s in runner.subscriptions()] == [subscription.id]
+        runner.stop()
+        runner.stop()                          # twice is fine
+        with pytest.raises(SubscriberError, match="stopped"):
+            runner.subscriptions()
+    finally:
+        httpd.shutdown()
+        serving.join(5)
+        httpd.server_close()
+        hub_server.stop()
+        runner.stop()

@@ -117,7 +117,13 @@ class App:
         return SubscriberSettings.from_env(self.env)
 
     def subscriptions(self) -> list:
-        return asyncio.run(Subscriber(settings=self.settings()).subscriptions())
+        async def read() -> list:
+            subscriber = Subscriber(settings=self.settings())
+            try:
+                return await subscriber.subscriptions()
+            finally:
+                await subscriber.close()        # its SQLite connection, closed here, not at some gc
+        return asyncio.run(read())
 
     def diagnostics(self, subscription) -> dict:
         async def read() -> dict:

@@ -112,6 +112,16 @@ class SentinelGroup:
             return next(n for n in self.nodes if n.port == int(port))
         raise AssertionError("no Sentinel answers")
 
+    def switches(self) -> list[tuple[str, str]]:
+        """Every change of primary so far, (old address, new address) in order, from the
+        Sentinels' +switch-master lines (the longest list: a Sentinel started late misses some)."""
+        seen: list[list[tuple[str, str]]] = [[]]
+        for sentinel in self.sentinels:
+            lines = sentinel.log.read_text(errors="replace").splitlines() if sentinel.log.exists() else []
+            words = [line.split("+switch-master ", 1)[1].split() for line in lines if "+switch-master " in line]
+            seen.append([(f"{w[1]}:{w[2]}", f"{w[3]}:{w[4]}") for w in words if len(w) >= 5])
+        return max(seen, key=len)
+
     def role(self, node: Node) -> str:
         client = self.client(node)
         try:
@@ -170,9 +180,10 @@ def _tls_lines(tls: TlsFiles | None, port: int) -> list[str]:
 def start_sentinel_group(workdir: Path, *, replicas: int = 2, sentinels: int = 3, down_after_ms: int = 1000,
                          failover_timeout_ms: int = 3000, tls: TlsFiles | None = None,
                          binary: str | None = None, password: str | None = None,
-                         sentinel_password: str | None = None) -> SentinelGroup:
+                         sentinel_password: str | None = None, primary_lines: tuple[str, ...] = ()) -> SentinelGroup:
     """Start 1 + `replicas` data nodes and `sentinels` Sentinels (quorum 2) on free loopback
-    ports, with their files in `workdir`; return once replication and the Sentinels are settled."""
+    ports, with their files in `workdir`; return once replication and the Sentinels are settled.
+    `primary_lines` go into the first primary's configuration only."""
     binary = binary or find_redis_server()
     workdir.mkdir(parents=True, exist_ok=True)
     nodes: list[Node] = []
@@ -187,6 +198,8 @@ def start_sentinel_group(workdir: Path, *, replicas: int = 2, sentinels: int = 3
                  "replica-read-only yes"]
         if index > 0:
             lines.append(f"replicaof 127.0.0.1 {primary_port}")
+        else:
+            lines += primary_lines
         if password:      # every node may become the primary, or a replica of another
             lines += [f"requirepass {password}", f"masterauth {password}"]
         config = data / "redis.conf"
