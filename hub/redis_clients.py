@@ -120,6 +120,19 @@ class _SyncPrimarySSLConnection(_SyncPrimaryConnection, redis_sync.SSLConnection
     pass
 
 
+class _SyncSentinelConnection(sentinel_sync.SentinelManagedConnection):
+    # redis-py's sync Sentinel connection keeps a connection whose read was interrupted (its
+    # read_response defaults to disconnect_on_error=False, unlike every other connection class):
+    # RQ's BLMOVE cut short by SIGTERM then left its reply pending, and the worker's last
+    # commands (register_death) waited for it for the rest of the BLMOVE's 405 s
+    def read_response(self, *args: Any, disconnect_on_error: bool | None = True, **kwargs: Any) -> Any:
+        return super().read_response(*args, disconnect_on_error=disconnect_on_error, **kwargs)
+
+
+class _SyncSentinelSSLConnection(_SyncSentinelConnection, redis_sync.SSLConnection):
+    pass
+
+
 # --- Sentinel pools that wait, and remember the primaries they saw ---------------------------------
 
 
@@ -289,6 +302,7 @@ def sync_client(target: Target, max_connections: int, *, command_timeout: bool =
         manager = sentinel_sync.Sentinel(sentinels, sentinel_kwargs=on_sentinels, **data, **common)
         client: redis_sync.Redis = manager.master_for(
             t.address.service, redis_class=redis_sync.Redis, connection_pool_class=SyncSentinelPool,
+            connection_class=_SyncSentinelSSLConnection if t.address.is_tls else _SyncSentinelConnection,
             max_connections=max_connections, timeout=POOL_WAIT)
         return client
     connection: type[redis_sync.Connection | redis_sync.UnixDomainSocketConnection]

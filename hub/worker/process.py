@@ -11,6 +11,7 @@ from typing import Any
 
 import redis as redis_sync
 from redis.exceptions import RedisError
+from redis.sentinel import MasterNotFoundError
 from rq import SimpleWorker
 
 from .. import redis_clients
@@ -25,6 +26,7 @@ log = logging.getLogger(__name__)
 
 KEY_WAIT = 30.0           # s a worker waits for the key file of a hub started at the same moment
 RQ_CONNECTIONS = 16       # RQ's own connections (job loop, heartbeats, maintenance steps)
+FAILOVER_WAIT = 30.0      # s a worker behind Sentinels waits for a primary at start (a failover takes ~5-15 s)
 
 
 def _url_of(connection: redis_sync.Redis) -> str:
@@ -120,6 +122,28 @@ def wait_for_key_file(settings: HubSettings, timeout: float = KEY_WAIT) -> None:
         time.sleep(0.1)
 
 
+def _first_ping(connection: redis_sync.Redis, target: redis_clients.RedisTarget) -> None:
+    """Reach Redis once before serving; SettingsError when it cannot be reached. Behind Sentinels
+    a worker started (or restarted) during a failover finds no primary for a few seconds: that is
+    waited out (bounded, said once), while a plain URL that does not answer is said at once."""
+    deadline = time.monotonic() + (FAILOVER_WAIT if target.address.is_sentinel else 0.0)
+    said = False
+    while True:
+        try:
+            connection.ping()
+            return
+        except MasterNotFoundError as exc:
+            if time.monotonic() >= deadline:
+                raise SettingsError(f"cannot reach Redis at {target.shown}: {exc}") from None
+            if not said:
+                log.warning("no Redis primary behind the Sentinels yet (%s); waiting up to %.0f s", exc,
+                            FAILOVER_WAIT)
+                said = True
+            time.sleep(0.5)
+        except RedisError as exc:
+            raise SettingsError(f"cannot reach Redis at {target.shown}: {exc}") from None
+
+
 def run_worker(settings: HubSettings, *, burst: bool = False, queues: Sequence[str] = (),
                concurrency: int | None = None, name: str | None = None, rq_log_level: str = "WARNING") -> None:
     """`rsnotify worker`: serve the hub's queue(s) until SIGINT/SIGTERM (or, with `burst`, until
@@ -135,10 +159,7 @@ def run_worker(settings: HubSettings, *, burst: bool = False, queues: Sequence[s
     # for a key file that a hub without its Redis will never write.
     target = redis_clients.RedisTarget.of(settings)
     connection = redis_clients.sync_client(target, RQ_CONNECTIONS, connect_timeout=settings.connect_timeout)
-    try:
-        connection.ping()
-    except RedisError as exc:
-        raise SettingsError(f"cannot reach Redis at {target.shown}: {exc}") from None
+    _first_ping(connection, target)
     wait_for_key_file(settings)
     names = list(queues) or [settings.queue_name]
     worker = HubWorker([make_queue(n, connection) for n in names], connection=connection,
