@@ -7,9 +7,11 @@ from hypothesis import strategies as st
 
 from rsnotify.notification import ChangeNotification, ChangeType, Link, ResourceChange
 
-# printable, no whitespace (loc is stripped), nothing XML 1.0 cannot carry
+# printable, no whitespace (loc is stripped), nothing XML 1.0 cannot carry, no format character
+# (a loc with a bidi control such as U+202A is refused, as spoofing: safexml._SPACES_AND_CONTROLS)
 SAFE_TEXT = st.text(
-    alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Cn", "Co", "Zs", "Zl", "Zp")), min_size=1, max_size=12
+    alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Cf", "Cn", "Co", "Zs", "Zl", "Zp")), min_size=1,
+    max_size=12,
 )
 URIS = st.builds(lambda path: f"http://example.com/{path}", SAFE_TEXT)
 ATTRIBUTE_TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs", "Cc", "Cn", "Co")), max_size=12)
