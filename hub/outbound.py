@@ -66,7 +66,7 @@ class _Origin:
 
 class OutboundClient:
     """A keep-alive HTTP/1.1 client: at most `limit` connections open (busy or idle), at most
-    `max_idle` of them idle, each idle one closed after IDLE_SECONDS.
+    `max_idle` of them idle, each idle one closed after `idle_seconds`.
 
     `allowed`: None for any address; else only public addresses and these networks, refused
     with rsnotify.netguard's message and `hint`. `ssl_context`: None for the system's trust
@@ -75,11 +75,13 @@ class OutboundClient:
     """
 
     def __init__(self, *, allowed: Iterable[Network] | None, hint: str, limit: int = 100, max_idle: int = 100,
-                 user_agent: str = "", ssl_context: ssl.SSLContext | None = None) -> None:
+                 idle_seconds: float = IDLE_SECONDS, user_agent: str = "",
+                 ssl_context: ssl.SSLContext | None = None) -> None:
         self._allowed = None if allowed is None else tuple(allowed)
         self._hint = hint
         self._limit = limit
         self._max_idle = max_idle
+        self._idle_seconds = idle_seconds
         self._fixed = (f"User-Agent: {user_agent}\r\n" if user_agent else "") + "Accept: */*\r\n"
         self._ssl = ssl_context
         self._origins: dict[tuple[str, str, int | None], _Origin] = {}
@@ -101,18 +103,20 @@ class OutboundClient:
         try:
             origin = self._origins.get((url.scheme, url.raw_host or "", url.port)) or self._origin(url)
             head = self._head(method, url, origin, headers, len(body))
-            conn = self._take_idle(origin, loop.time())
-            if conn is not None:
+            fresh = False
+            for _ in range(2):
+                conn = None if fresh else self._take_idle(origin, loop.time())
+                if conn is None:
+                    conn = await self._connection(loop, origin, limits, deadline, fresh=fresh)
                 answered = await self._exchange(loop, conn, head, body, limits, deadline)
                 if answered is not None:
                     return answered
-                # the idle connection was closed by the server before any byte of an answer (its
+                # a reused connection was closed by the server before any byte of an answer (its
                 # keep-alive timeout raced our request): send once more on a fresh connection. The
                 # subscriber may have got the request; deliveries are at least once, and the
                 # notification id in the headers lets a subscriber drop a repeat.
-            conn = await self._connect(loop, origin, limits, deadline)
-            answered = await self._exchange(loop, conn, head, body, limits, deadline)
-            return answered or Answer(None, b"", "connection closed before an answer")
+                fresh = True
+            return Answer(None, b"", "connection closed before an answer")
         except RequestFailedError as exc:
             return Answer(None, b"", str(exc))
 
@@ -196,7 +200,7 @@ class OutboundClient:
         while idle:
             conn = idle.pop()
             self._idle -= 1
-            if conn.is_open and now - conn.idle_since < IDLE_SECONDS:
+            if conn.is_open and now - conn.idle_since < self._idle_seconds:
                 return conn
             self._discard(conn)
         return None
@@ -208,8 +212,9 @@ class OutboundClient:
         conn.idle_since = now
         conn.origin.idle.append(conn)
         self._idle += 1
+        self._wake_one()
         if self._sweeper is None:
-            self._sweeper = asyncio.get_running_loop().call_later(IDLE_SECONDS, self._sweep)
+            self._sweeper = asyncio.get_running_loop().call_later(self._idle_seconds, self._sweep)
 
     def _discard(self, conn: Connection) -> None:
         conn.close()
@@ -217,6 +222,9 @@ class OutboundClient:
 
     def _release_slot(self) -> None:
         self._open -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> None:
         while self._slot_waiters:
             waiter = self._slot_waiters.pop(0)
             if not waiter.done():
@@ -224,24 +232,32 @@ class OutboundClient:
                 break
 
     def _sweep(self) -> None:
-        """Close the connections idle for IDLE_SECONDS or closed by their server meanwhile."""
+        """Close the connections idle for idle_seconds or closed by their server meanwhile."""
         self._sweeper = None
         loop = asyncio.get_running_loop()
         now = loop.time()
         for origin in self._origins.values():
             if origin.idle:
-                keep = [c for c in origin.idle if c.is_open and now - c.idle_since < IDLE_SECONDS]
+                keep = [c for c in origin.idle if c.is_open and now - c.idle_since < self._idle_seconds]
                 for conn in origin.idle:
                     if conn not in keep:
                         self._idle -= 1
                         self._discard(conn)
                 origin.idle[:] = keep
         if self._idle and not self._closed:
-            self._sweeper = loop.call_later(IDLE_SECONDS / 3, self._sweep)
+            self._sweeper = loop.call_later(self._idle_seconds / 3, self._sweep)
 
-    async def _take_slot(self, loop: asyncio.AbstractEventLoop) -> None:
-        """Count one more open connection, first closing an idle one or waiting when at `limit`."""
-        while self._open >= self._limit and not self._closed:
+    async def _take_slot(self, loop: asyncio.AbstractEventLoop, origin: _Origin | None) -> Connection | None:
+        """Count one more open connection (None), or, while waiting at `limit`, an idle connection
+        of `origin` that came back meanwhile. At `limit`, the oldest idle connection of another
+        origin is closed first; only when there is none, the request waits."""
+        while not self._closed:
+            conn = None if origin is None else self._take_idle(origin, loop.time())
+            if conn is not None:
+                return conn
+            if self._open < self._limit:
+                self._open += 1
+                return None
             oldest = min((o for o in self._origins.values() if o.idle), key=lambda o: o.idle[0].idle_since,
                          default=None)
             if oldest is not None:
@@ -255,21 +271,22 @@ class OutboundClient:
             finally:
                 if waiter in self._slot_waiters:
                     self._slot_waiters.remove(waiter)
-        if self._closed:
-            raise RequestFailedError("the hub's outbound client is closed (the worker is stopping)")
-        self._open += 1
+        raise RequestFailedError("the hub's outbound client is closed (the worker is stopping)")
 
     # -- connecting
 
-    async def _connect(self, loop: asyncio.AbstractEventLoop, origin: _Origin, limits: Limits,
-                       deadline: float) -> Connection:
-        """A new connection to `origin` through the guard, within the connect timeout."""
-        connect_by = min(deadline, loop.time() + limits.connect_timeout)
+    async def _connection(self, loop: asyncio.AbstractEventLoop, origin: _Origin, limits: Limits,
+                          deadline: float, *, fresh: bool) -> Connection:
+        """A new connection to `origin` through the guard, within the connect timeout; or, unless
+        `fresh`, an idle one that came back while this request waited for room in the pool."""
         try:
             async with asyncio.timeout_at(deadline):
-                await self._take_slot(loop)
+                idle = await self._take_slot(loop, None if fresh else origin)
         except TimeoutError:
             raise RequestFailedError(f"no answer within {limits.total_timeout:g} s") from None
+        if idle is not None:
+            return idle
+        connect_by = min(deadline, loop.time() + limits.connect_timeout)
         try:
             async with asyncio.timeout_at(connect_by):
                 conn = await self._connect_any(loop, origin, await self._addresses(loop, origin))
@@ -319,8 +336,10 @@ class OutboundClient:
                 continue
             try:
                 return await self._open_socket(loop, origin, family, type_, proto, sockaddr)
+            except ssl.SSLCertVerificationError as exc:
+                failure = f"TLS failed with {origin.host}: certificate verify failed ({exc.verify_message})"
             except ssl.SSLError as exc:
-                failure = f"TLS failed with {origin.host}: {getattr(exc, 'verify_message', None) or exc.reason or exc}"
+                failure = f"TLS failed with {origin.host}: {exc.reason or exc}"
             except ConnectionRefusedError:
                 failure = f"connection refused by {address} port {origin.port}"
             except OSError as exc:

@@ -41,6 +41,7 @@ class Connection(asyncio.Protocol):
         self._room = 0                  # body bytes still kept; below 0: the body went past the limit
         self.received = 0               # bytes of this exchange's answer so far
         self.is_complete = False        # llhttp saw the whole answer (on_message_complete)
+        self._is_past_end = False       # llhttp went on to bytes after the answer (not ours to read)
         self._keep_alive = False
         self.failure = ""               # why no status came (or why the answer was cut), for the caller
         self.timed_out = False
@@ -52,6 +53,7 @@ class Connection(asyncio.Protocol):
         self._waiter = waiter
         self.status, self._interim, self._parts, self._room = None, False, [], max_body
         self.received, self.is_complete, self._keep_alive, self.failure, self.timed_out = 0, False, False, "", False
+        self._is_past_end = False
         self.requests += 1
 
     @property
@@ -61,7 +63,8 @@ class Connection(asyncio.Protocol):
     @property
     def is_reusable(self) -> bool:
         """A fully framed answer on a connection both sides keep open, nothing left over."""
-        return self.is_complete and self._keep_alive and self.is_open and self._room >= 0
+        return (self.is_complete and self._keep_alive and self.is_open and self._room >= 0
+                and not self._is_past_end)
 
     def expire(self) -> None:
         """The exchange's deadline passed (a loop timer calls this)."""
@@ -100,8 +103,8 @@ class Connection(asyncio.Protocol):
         if self.status is None and self.received > MAX_HEAD_BYTES and not waiter.done():
             self.close()
             self._fail(f"answer's head is over {MAX_HEAD_BYTES // 1024} KiB")
-        elif self._room < 0:
-            self.close()                    # past the body limit: the rest is never read
+        elif self._room < 0 or self._is_past_end:
+            self.close()                    # past the body limit (the rest is never read) or past the answer
             self._end()
 
     def eof_received(self) -> bool:
@@ -120,7 +123,15 @@ class Connection(asyncio.Protocol):
 
     # -- llhttp callbacks (httptools calls them by name)
 
+    def on_message_begin(self) -> None:
+        if self.is_complete:
+            # a second answer in the same read as the first: a request we never sent would be
+            # answered by it (response smuggling); it must change nothing, and the connection goes
+            self._is_past_end = True
+
     def on_headers_complete(self) -> None:
+        if self._is_past_end:
+            return
         status = self._parser.get_status_code()
         # 1xx other than 101 are interim answers (100 Continue, 103 Early Hints): the final one follows
         self._interim = status < 200 and status != 101
@@ -128,12 +139,16 @@ class Connection(asyncio.Protocol):
             self.status = status
 
     def on_body(self, body: bytes) -> None:
+        if self._is_past_end:
+            return
         room = self._room
         if room > 0:
             self._parts.append(body if len(body) <= room else body[:room])
         self._room = room - len(body)
 
     def on_message_complete(self) -> None:
+        if self._is_past_end:
+            return
         if self._interim:
             self._interim = False
             return
