@@ -97,7 +97,10 @@ class OutboundClient:
     async def request(self, method: str, url: URL, headers: Mapping[str, str], body: bytes,
                       limits: Limits) -> Answer:
         """Send `method url` with `headers` (not Host, Content-Length, Transfer-Encoding or
-        Connection: the client writes those) and `body`; read the answer within `limits`."""
+        Connection: the client writes those) and `body`; read the answer within `limits`.
+        Not for HEAD (its answer's Content-Length frames no body, which llhttp is not told)."""
+        if method == "HEAD":
+            raise ValueError("OutboundClient.request does not do HEAD")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limits.total_timeout
         try:
@@ -154,8 +157,9 @@ class OutboundClient:
         if lines.count("\n") != len(headers) or lines.count("\r") != len(headers):
             raise RequestFailedError("cannot send: a header name or value holds a line break")
         target = url.raw_path_qs or "/"
+        framing = "" if length == 0 and method == "GET" else f"Content-Length: {length}\r\n"
         return (f"{method} {target} HTTP/1.1\r\nHost: {origin.host_header}\r\n{self._fixed}{lines}"
-                f"Content-Length: {length}\r\n\r\n").encode()
+                f"{framing}\r\n").encode()
 
     # -- one exchange on one connection
 

@@ -44,7 +44,7 @@ class LoopThread:
     """An event loop running forever in a daemon thread; the main thread hands it coroutines.
 
     RQ's job loop and signal handlers stay in the main thread; the deliveries of every job
-    share this one loop (and so one ClientSession and its connection pool).
+    share this one loop (and so its connection pools: the delivery client's and the ClientSession's).
     """
 
     def __init__(self) -> None:

@@ -478,3 +478,12 @@ async def test_a_fan_out_sends_every_notification_over_one_connection(fanout_hub
     assert report.delivered == 10 and [body for _, body in server.requests] == bodies
     assert server.connections == 1
     assert await fanout_hub.redis.zscore(keys.due_key(), sid) is None
+
+
+async def test_a_bounded_get_sends_no_body_framing_and_reads_at_most_n_bytes(serve, client) -> None:
+    server = await serve(answering(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n0123456789"))
+    answer = await client().request("GET", server.url("/topic"), {"Accept-Encoding": "identity"}, b"",
+                                    Limits(1.0, 2.0, 4))
+    assert answer == Answer(200, b"0123", "")
+    [(head, _)] = server.requests
+    assert head.startswith(b"GET /topic HTTP/1.1\r\n") and b"content-length" not in head.lower()
