@@ -25,8 +25,10 @@ from .outbound_wire import Connection
 DEFAULT_PORTS = {"http": 80, "https": 443}
 DNS_TTL = 60.0          # s a host name's addresses are kept (as aiohttp's ttl_dns_cache=60 did)
 IDLE_SECONDS = 15.0     # s an idle connection is kept (aiohttp's keepalive_timeout, what the worker had)
+MAX_ORIGINS = 10_000    # origins remembered; past it, those without idle connections are forgotten
 
 AddrInfo = tuple[Any, ...]
+OriginKey = tuple[str, str, "int | None"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +56,10 @@ class RequestFailedError(Exception):
 class _Origin:
     """One (scheme, host, port): its Host header, its idle connections, its resolved addresses."""
 
-    __slots__ = ("scheme", "host", "port", "host_header", "idle", "infos", "resolved_until", "resolving")
+    __slots__ = ("key", "scheme", "host", "port", "host_header", "idle", "infos", "resolved_until", "resolving")
 
-    def __init__(self, scheme: str, host: str, port: int, host_header: str) -> None:
-        self.scheme, self.host, self.port, self.host_header = scheme, host, port, host_header
+    def __init__(self, key: OriginKey, scheme: str, host: str, port: int, host_header: str) -> None:
+        self.key, self.scheme, self.host, self.port, self.host_header = key, scheme, host, port, host_header
         self.idle: list[Connection] = []            # a stack: the freshest is reused first
         self.infos: list[AddrInfo] = []
         self.resolved_until = 0.0
@@ -84,7 +86,7 @@ class OutboundClient:
         self._idle_seconds = idle_seconds
         self._fixed = (f"User-Agent: {user_agent}\r\n" if user_agent else "") + "Accept: */*\r\n"
         self._ssl = ssl_context
-        self._origins: dict[tuple[str, str, int | None], _Origin] = {}
+        self._origins: dict[OriginKey, _Origin] = {}
         self._open = 0                              # connections open or being opened
         self._idle = 0
         self._slot_waiters: list[asyncio.Future[None]] = []
@@ -148,7 +150,12 @@ class OutboundClient:
         port = url.port or DEFAULT_PORTS[scheme]
         name = f"[{host}]" if ":" in host else host
         host_header = name if url.explicit_port is None or url.port == DEFAULT_PORTS[scheme] else f"{name}:{port}"
-        origin = self._origins[(scheme, host, url.port)] = _Origin(scheme, host, port, host_header)
+        if len(self._origins) >= MAX_ORIGINS:
+            # a hub with many callback hosts: forget those with nothing pooled (their cached
+            # addresses go too); a busy connection of a forgotten origin is closed when it is done
+            self._origins = {k: o for k, o in self._origins.items() if o.idle or o.resolving is not None}
+        key = (scheme, host, url.port)
+        origin = self._origins[key] = _Origin(key, scheme, host, port, host_header)
         return origin
 
     def _head(self, method: str, url: URL, origin: _Origin, headers: Mapping[str, str], length: int) -> bytes:
@@ -210,11 +217,12 @@ class OutboundClient:
         return None
 
     def _put_idle(self, conn: Connection, now: float) -> None:
-        if self._idle >= self._max_idle:
+        origin: _Origin = conn.origin
+        if self._idle >= self._max_idle or self._origins.get(origin.key) is not origin:
             self._discard(conn)
             return
         conn.idle_since = now
-        conn.origin.idle.append(conn)
+        origin.idle.append(conn)
         self._idle += 1
         self._wake_one()
         if self._sweeper is None:

@@ -20,6 +20,7 @@ from cryptography.x509.oid import NameOID
 from yarl import URL
 
 from rsnotify.hub import keys
+from rsnotify.hub import outbound as outbound_module
 from rsnotify.hub.netguard import HINT
 from rsnotify.hub.outbound import Answer, Limits, OutboundClient
 from rsnotify.netguard import parse_networks, refusal_message
@@ -235,6 +236,23 @@ async def test_idle_connections_expire_and_close_with_the_client(serve, client) 
     await asyncio.sleep(0.05)
     assert server.closed_by_client == 2
     assert (await post(outbound, server.url())).error.startswith("the hub's outbound client is closed")
+
+
+async def test_a_forgotten_origins_busy_connection_is_closed_when_done(serve, client, monkeypatch) -> None:
+    async def slow(server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while await server.next_request(reader):
+            await asyncio.sleep(0.3)
+            writer.write(OK)
+    monkeypatch.setattr(outbound_module, "MAX_ORIGINS", 1)
+    first, second = await serve(slow), await serve(answering(OK))
+    outbound = client()
+    pending = asyncio.ensure_future(post(outbound, first.url()))
+    await asyncio.sleep(0.1)
+    assert (await post(outbound, second.url())).status == 200   # the first origin is forgotten meanwhile
+    assert (await pending).status == 200
+    await asyncio.sleep(0.05)
+    assert first.closed_by_client == 1                           # not pooled under a forgotten origin
+    assert (await post(outbound, first.url())).status == 200 and first.connections == 2
 
 
 # -- hostile and unusual answers
