@@ -92,6 +92,16 @@ class RawServer:
             self.server.close()
 
 
+@pytest.fixture(params=["asyncio", "uvloop"])
+def event_loop_policy(request) -> asyncio.AbstractEventLoopPolicy:
+    """Every test on asyncio's loop and on uvloop's, which the worker runs (rsnotify.eventloop):
+    their transports differ in how they report a peer's close and a write after it."""
+    if request.param == "uvloop":
+        import uvloop
+        return uvloop.EventLoopPolicy()
+    return asyncio.DefaultEventLoopPolicy()
+
+
 @pytest.fixture
 async def serve():
     servers: list[RawServer] = []
