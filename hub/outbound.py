@@ -56,7 +56,7 @@ class RequestFailedError(Exception):
 class _Origin:
     """One (scheme, host, port): its Host header, its idle connections, its resolved addresses."""
 
-    __slots__ = ("key", "scheme", "host", "port", "host_header", "idle", "infos", "resolved_until", "resolving")
+    __slots__ = ("host", "host_header", "idle", "infos", "key", "port", "resolved_until", "resolving", "scheme")
 
     def __init__(self, key: OriginKey, scheme: str, host: str, port: int, host_header: str) -> None:
         self.key, self.scheme, self.host, self.port, self.host_header = key, scheme, host, port, host_header
