@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 import ipaddress
+import socket
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -222,6 +223,19 @@ async def test_a_new_connection_closed_without_an_answer_is_not_retried(serve, c
     assert server.connections == 1
 
 
+async def test_an_idle_connection_the_server_closed_is_not_used_again(serve, client) -> None:
+    async def handler(server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.next_request(reader)
+        writer.write(OK)
+        await writer.drain()                # then the handler ends: the server closes the connection
+    server = await serve(handler)
+    outbound = client()
+    assert (await post(outbound, server.url())).status == 200
+    await asyncio.sleep(0.2)
+    assert (await post(outbound, server.url())).status == 200
+    assert server.connections == 2 and len(server.requests) == 2
+
+
 async def test_at_most_limit_connections_are_open(serve, client) -> None:
     async def handler(server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while await server.next_request(reader):
@@ -293,6 +307,16 @@ async def test_a_header_flood_ends_at_64_kib(serve, client) -> None:
     answer = await post(client(), server.url())
     assert answer == Answer(None, b"", "answer's head is over 64 KiB")
     assert time.monotonic() - started < 1.5
+
+
+async def test_endless_interim_answers_end_at_64_kib(serve, client) -> None:
+    async def handler(server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await server.next_request(reader)
+        while not writer.is_closing():
+            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n" * 100)
+            await writer.drain()
+    server = await serve(handler)
+    assert await post(client(), server.url()) == Answer(None, b"", "answer's head is over 64 KiB")
 
 
 async def test_an_endless_body_is_read_up_to_the_limit_then_dropped(serve, client) -> None:
@@ -403,6 +427,26 @@ async def test_a_host_name_is_judged_by_the_address_it_resolves_to(serve, client
     assert refused.status is None and "refused: not a public address" in refused.error
     assert (await post(client(), server.url(host="localhost"))).status == 200   # ::1 refused, 127.0.0.1 taken
     assert server.connections == 1
+
+
+async def test_a_connection_that_never_completes_ends_at_the_connect_timeout(client) -> None:
+    port = free_port()
+    with socket.create_server(("127.0.0.1", port), backlog=0) as listener:
+        # a listener that never accepts: once its queue is full, the kernel drops further SYNs
+        fillers = []
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+            fillers.append(filler)
+        await asyncio.sleep(0.1)
+        started = time.monotonic()
+        answer = await post(client(), URL(f"http://127.0.0.1:{port}/cb"), Limits(0.3, 2.0, 1024))
+        for filler in fillers:
+            filler.close()
+    assert answer == Answer(None, b"", "no connection within 0.3 s (connect timeout)")
+    assert time.monotonic() - started < 1.0
+    assert listener.fileno() == -1
 
 
 async def test_a_closed_port_is_connection_refused(client) -> None:
