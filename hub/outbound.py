@@ -10,6 +10,7 @@ wire side of one connection (llhttp) is hub/outbound_wire.py.
 from __future__ import annotations
 
 import asyncio
+import base64
 import socket
 import ssl
 from collections.abc import Iterable, Mapping
@@ -47,6 +48,15 @@ class Answer:
     status: int | None
     body: bytes = b""            # at most Limits.max_body bytes of it
     error: str = ""
+
+
+def _basic_credentials(url: URL) -> str:
+    pair = f"{url.user or ''}:{url.password or ''}"
+    try:
+        raw = pair.encode("latin-1")     # what aiohttp's BasicAuth encodes with
+    except UnicodeEncodeError:
+        raw = pair.encode()
+    return "Basic " + base64.b64encode(raw).decode("ascii")
 
 
 class RequestFailedError(Exception):
@@ -163,6 +173,9 @@ class OutboundClient:
         # a CR or LF inside a name or value would let it write headers (or a request) of its own
         if lines.count("\n") != len(headers) or lines.count("\r") != len(headers):
             raise RequestFailedError("cannot send: a header name or value holds a line break")
+        if url.raw_user is not None and "Authorization" not in headers:
+            # a callback's user:password@ becomes Basic credentials, as aiohttp made them before
+            lines += f"Authorization: {_basic_credentials(url)}\r\n"
         target = url.raw_path_qs or "/"
         framing = "" if length == 0 and method == "GET" else f"Content-Length: {length}\r\n"
         return (f"{method} {target} HTTP/1.1\r\nHost: {origin.host_header}\r\n{self._fixed}{lines}"

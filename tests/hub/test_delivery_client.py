@@ -4,6 +4,7 @@ test's own, and one fan-out through a real worker context."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import datetime
 import ipaddress
 import socket
@@ -164,6 +165,16 @@ async def test_the_request_carries_exact_body_headers_host_and_length(serve, cli
         assert f"{name}: {value}" in lines
     assert body == BODY
     assert not any(line.lower().startswith(("transfer-encoding", "connection")) for line in lines)
+
+
+async def test_credentials_in_the_callback_url_are_sent_as_basic_auth(serve, client) -> None:
+    server = await serve(answering(OK))
+    url = URL(f"http://sub%40x:p%C3%A4ss@127.0.0.1:{server.port}/cb", encoded=True)
+    assert (await post(client(), url)).status == 200
+    [(head, _)] = server.requests
+    lines = head.decode().split("\r\n")
+    assert lines[0] == "POST /cb HTTP/1.1" and f"Host: 127.0.0.1:{server.port}" in lines
+    assert "Authorization: Basic " + base64.b64encode("sub@x:päss".encode("latin-1")).decode() in lines
 
 
 async def test_a_header_with_a_line_break_is_not_sent(serve, client) -> None:
@@ -431,7 +442,7 @@ async def test_a_host_name_is_judged_by_the_address_it_resolves_to(serve, client
 
 async def test_a_connection_that_never_completes_ends_at_the_connect_timeout(client) -> None:
     port = free_port()
-    with socket.create_server(("127.0.0.1", port), backlog=0) as listener:
+    with socket.create_server(("127.0.0.1", port), backlog=0):
         # a listener that never accepts: once its queue is full, the kernel drops further SYNs
         fillers = []
         for _ in range(4):
