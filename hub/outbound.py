@@ -263,9 +263,11 @@ class OutboundClient:
         now = loop.time()
         for origin in self._origins.values():
             if origin.idle:
-                keep = [c for c in origin.idle if c.is_open and now - c.idle_since < self._idle_seconds]
+                keep = []
                 for conn in origin.idle:
-                    if conn not in keep:
+                    if conn.is_open and now - conn.idle_since < self._idle_seconds:
+                        keep.append(conn)
+                    else:
                         self._idle -= 1
                         self._discard(conn)
                 origin.idle[:] = keep
