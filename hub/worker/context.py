@@ -1,6 +1,7 @@
-"""The worker process's context: one event loop in a thread of its own, one
-aiohttp.ClientSession, one async Redis client, the settings — kept for the life of the
-process, so connections to subscribers are reused across jobs.
+"""The worker process's context: one event loop in a thread of its own, one outbound client for
+the deliveries (hub/outbound.py), one aiohttp.ClientSession for verifications and thin-ping
+fetches, one async Redis client, the settings — kept for the life of the process, so
+connections to subscribers are reused across jobs.
 
 This is the only process-wide state of the hub; job functions reach it through `context()`.
 """
@@ -26,6 +27,7 @@ from rsnotify import eventloop
 from .. import crypto, netguard, redis_clients, store
 from ..batch import RedisBatcher
 from ..errors import SettingsError
+from ..outbound import OutboundClient
 from ..settings import HubSettings
 from .deliveries import Deliveries
 from .heartbeat import Heartbeat
@@ -42,7 +44,7 @@ class LoopThread:
     """An event loop running forever in a daemon thread; the main thread hands it coroutines.
 
     RQ's job loop and signal handlers stay in the main thread; the deliveries of every job
-    share this one loop (and so one ClientSession and its connection pool).
+    share this one loop (and so its connection pools: the delivery client's and the ClientSession's).
     """
 
     def __init__(self) -> None:
@@ -70,12 +72,14 @@ class LoopThread:
 
 @dataclass
 class WorkerContext:
-    """What jobs and the async cores need: settings, Redis, the ClientSession, the Fernet, the
-    queue for follow-up jobs, the delivery machinery, the clock, and the loop they all live on."""
+    """What jobs and the async cores need: settings, Redis, the delivery client, the ClientSession,
+    the Fernet, the queue for follow-up jobs, the delivery machinery, the clock, and the loop
+    they all live on."""
 
     settings: HubSettings
     redis: Redis
-    session: aiohttp.ClientSession
+    outbound: OutboundClient      # the deliveries' POSTs
+    session: aiohttp.ClientSession  # verifications, denials and thin-ping fetches
     fernet: Fernet
     queue: Queue | None
     batch: RedisBatcher
@@ -129,7 +133,11 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
     # aiohttp's default session timeout, as before: each delivery and verification sets its own
     session = netguard.make_session(settings, limit=limit, timeout=aiohttp.client.DEFAULT_TIMEOUT,
                                     auto_decompress=False, headers={"User-Agent": USER_AGENT})
-    ctx = WorkerContext(settings, redis, session, fernet, queue, RedisBatcher(redis), clock)
+    # the deliveries' own pool, as large as the session's: every delivery in flight has a
+    # connection, and as many stay idle for the next POSTs to the same callbacks
+    outbound = OutboundClient(allowed=settings.allowed_networks, hint=netguard.HINT, limit=limit, max_idle=limit,
+                              user_agent=USER_AGENT)
+    ctx = WorkerContext(settings, redis, outbound, session, fernet, queue, RedisBatcher(redis), clock)
     ctx.deliveries = Deliveries(settings, ctx.batch, fernet, settings.delivery_concurrency,
                                 follow_seconds=follow_seconds)
     # the heartbeat makes this worker's claims valid: beat before the first claim
@@ -137,6 +145,7 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
     try:
         await asyncio.to_thread(ctx.heartbeat.start)
     except BaseException:
+        await outbound.close()
         await session.close()
         await redis.aclose()
         raise
@@ -148,7 +157,7 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
 async def close_context(ctx: WorkerContext, *, drain: bool = True) -> None:
     """Let in-flight deliveries end (all of their backlog with `drain`, else the current POST),
     release every claim, put taken verifications back in line, stop the heartbeat, and close the
-    session and the Redis client."""
+    delivery client, the session and the Redis client."""
     try:
         if ctx.verifying is not None and ctx.verifying.task is not None:
             ctx.verifying.task.cancel()
@@ -166,6 +175,7 @@ async def close_context(ctx: WorkerContext, *, drain: bool = True) -> None:
     finally:
         if ctx.heartbeat is not None:
             await asyncio.to_thread(ctx.heartbeat.stop)
+        await ctx.outbound.close()
         await ctx.session.close()
         await ctx.redis.aclose()
 

@@ -12,7 +12,6 @@ import uuid
 from collections import defaultdict
 from typing import Any
 
-import aiohttp
 from cryptography.fernet import Fernet
 from redis.exceptions import RedisError
 
@@ -20,6 +19,7 @@ from ..batch import RedisBatcher
 from ..callbacks import delivery_url
 from ..crypto import decrypt_secret
 from ..logs import DeliverySummary, redact_callback
+from ..outbound import Limits
 from ..records import (
     LATENCY_BUCKETS,
     RECENT_ATTEMPTS,
@@ -76,7 +76,7 @@ class Deliveries:
         self._reported = 0.0
         self._keeper: asyncio.Task[None] | None = None
         self.stranded: dict[str, SubRun] = {}     # runs Redis failed under: claims to hand back
-        self.timeout = aiohttp.ClientTimeout(total=settings.delivery_timeout, sock_connect=settings.connect_timeout)
+        self.limits = Limits(settings.connect_timeout, settings.delivery_timeout, settings.max_response_bytes)
 
     # -- lifecycle
 

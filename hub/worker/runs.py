@@ -6,7 +6,6 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from aiohttp import BytesPayload
 from yarl import URL
 
 from rsnotify.errors import WireError
@@ -24,9 +23,6 @@ class Item:
     key: tuple[int, int]          # the entry id, comparable
     is_resend: bool = False
     problem: str = ""             # why it cannot be sent at all ("" when it can): each attempt fails with it
-    # the body as aiohttp sends it, built once per notification rather than once per subscriber
-    # (a BytesPayload holds immutable bytes and no state of a request, so all of its sends share it)
-    payload: BytesPayload | None = field(default=None, repr=False)
 
 
 def make_item(entry: LogEntry, topic: str, hub_url: str, key: tuple[int, int] | None = None, *,
@@ -42,7 +38,7 @@ def make_item(entry: LogEntry, topic: str, hub_url: str, key: tuple[int, int] | 
     if any(ord(c) < 32 or ord(c) == 127 for value in headers.values() for c in value):
         return Item(entry, {}, key, is_resend, problem="cannot be sent: a header would carry a control character "
                                                        f"({headers['Content-Type']!r})")
-    return Item(entry, headers, key, is_resend, payload=BytesPayload(entry.body, content_type=entry.content_type))
+    return Item(entry, headers, key, is_resend)
 
 
 def notification_headers(entry: LogEntry, topic: str, hub_url: str) -> dict[str, str]:

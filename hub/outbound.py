@@ -1,0 +1,392 @@
+"""The hub's lean HTTP/1.1 client for outbound requests (today: the worker's deliveries): a
+keep-alive pool per (scheme, host, port), the outbound-address guard on the very address each
+socket connects to, TLS with verification, bounded in time and in the answer's size.
+
+It sends what the caller gives and reads at most `Limits.max_body` bytes of the answer; it
+never follows redirects, keeps no cookies, reads no proxy settings and decodes no content
+coding. Every failure comes back as an `Answer` with an `error`, never as an exception. The
+wire side of one connection (llhttp) is hub/outbound_wire.py.
+"""
+from __future__ import annotations
+
+import asyncio
+import base64
+import socket
+import ssl
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from yarl import URL
+
+from rsnotify.netguard import Network, is_allowed_address, refusal_message
+
+from .outbound_wire import Connection
+
+DEFAULT_PORTS = {"http": 80, "https": 443}
+DNS_TTL = 60.0          # s a host name's addresses are kept (as aiohttp's ttl_dns_cache=60 did)
+IDLE_SECONDS = 15.0     # s an idle connection is kept (aiohttp's keepalive_timeout, what the worker had)
+MAX_ORIGINS = 10_000    # origins remembered; past it, those without idle connections are forgotten
+
+AddrInfo = tuple[Any, ...]
+OriginKey = tuple[str, str, "int | None"]
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How long a request may take and how much of its answer is read."""
+
+    connect_timeout: float       # s to resolve, connect and finish the TLS handshake
+    total_timeout: float         # s for the whole request, from the call to the end of the answer
+    max_body: int                # bytes of the answer's body kept; past them the rest is not read
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """What a request came to. `status` None: no HTTP answer, and `error` says why."""
+
+    status: int | None
+    body: bytes = b""            # at most Limits.max_body bytes of it
+    error: str = ""
+
+
+def _basic_credentials(url: URL) -> str:
+    pair = f"{url.user or ''}:{url.password or ''}"
+    try:
+        raw = pair.encode("latin-1")     # what aiohttp's BasicAuth encodes with
+    except UnicodeEncodeError:
+        raw = pair.encode()
+    return "Basic " + base64.b64encode(raw).decode("ascii")
+
+
+class RequestFailedError(Exception):
+    """A request got no HTTP answer (the message is the Answer's error); never leaves this module."""
+
+
+class _Origin:
+    """One (scheme, host, port): its Host header, its idle connections, its resolved addresses."""
+
+    __slots__ = ("host", "host_header", "idle", "infos", "key", "port", "resolved_until", "resolving", "scheme")
+
+    def __init__(self, key: OriginKey, scheme: str, host: str, port: int, host_header: str) -> None:
+        self.key, self.scheme, self.host, self.port, self.host_header = key, scheme, host, port, host_header
+        self.idle: list[Connection] = []            # a stack: the freshest is reused first
+        self.infos: list[AddrInfo] = []
+        self.resolved_until = 0.0
+        self.resolving: asyncio.Future[list[AddrInfo]] | None = None
+
+
+class OutboundClient:
+    """A keep-alive HTTP/1.1 client: at most `limit` connections open (busy or idle), at most
+    `max_idle` of them idle, each idle one closed after `idle_seconds`.
+
+    `allowed`: None for any address; else only public addresses and these networks, refused
+    with rsnotify.netguard's message and `hint`. `ssl_context`: None for the system's trust
+    store (ssl.create_default_context(), so SSL_CERT_FILE works), built at the first https request.
+    Use it on one event loop; `close()` it when done.
+    """
+
+    def __init__(self, *, allowed: Iterable[Network] | None, hint: str, limit: int = 100, max_idle: int = 100,
+                 idle_seconds: float = IDLE_SECONDS, user_agent: str = "",
+                 ssl_context: ssl.SSLContext | None = None) -> None:
+        self._allowed = None if allowed is None else tuple(allowed)
+        self._hint = hint
+        self._limit = limit
+        self._max_idle = max_idle
+        self._idle_seconds = idle_seconds
+        self._fixed = (f"User-Agent: {user_agent}\r\n" if user_agent else "") + "Accept: */*\r\n"
+        self._ssl = ssl_context
+        self._origins: dict[OriginKey, _Origin] = {}
+        self._open = 0                              # connections open or being opened
+        self._idle = 0
+        self._slot_waiters: list[asyncio.Future[None]] = []
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._busy: set[Connection] = set()
+        self._closed = False
+
+    # -- the one public call
+
+    async def request(self, method: str, url: URL, headers: Mapping[str, str], body: bytes,
+                      limits: Limits) -> Answer:
+        """Send `method url` with `headers` (not Host, Content-Length, Transfer-Encoding or
+        Connection: the client writes those) and `body`; read the answer within `limits`.
+        Not for HEAD (its answer's Content-Length frames no body, which llhttp is not told)."""
+        if method == "HEAD":
+            raise ValueError("OutboundClient.request does not do HEAD")
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + limits.total_timeout
+        try:
+            origin = self._origins.get((url.scheme, url.raw_host or "", url.port)) or self._origin(url)
+            head = self._head(method, url, origin, headers, len(body))
+            fresh = False
+            for _ in range(2):
+                conn = None if fresh else self._take_idle(origin, loop.time())
+                if conn is None:
+                    conn = await self._connection(loop, origin, limits, deadline, fresh=fresh)
+                answered = await self._exchange(loop, conn, head, body, limits, deadline)
+                if answered is not None:
+                    return answered
+                # a reused connection was closed by the server before any byte of an answer (its
+                # keep-alive timeout raced our request): send once more on a fresh connection. The
+                # subscriber may have got the request; deliveries are at least once, and the
+                # notification id in the headers lets a subscriber drop a repeat.
+                fresh = True
+            return Answer(None, b"", "connection closed before an answer")
+        except RequestFailedError as exc:
+            return Answer(None, b"", str(exc))
+
+    async def close(self) -> None:
+        """Close every connection, idle and busy; requests after this fail."""
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+        for origin in self._origins.values():
+            for conn in origin.idle:
+                conn.close()
+            origin.idle.clear()
+        for conn in list(self._busy):
+            conn.close()
+        self._idle = 0
+        for waiter in self._slot_waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+
+    # -- building the request
+
+    def _origin(self, url: URL) -> _Origin:
+        scheme, host = url.scheme, url.raw_host or ""
+        if scheme not in DEFAULT_PORTS or not host:
+            raise RequestFailedError(f"cannot send to {url}: only http:// and https:// URLs with a host")
+        port = url.port or DEFAULT_PORTS[scheme]
+        name = f"[{host}]" if ":" in host else host
+        host_header = name if url.explicit_port is None or url.port == DEFAULT_PORTS[scheme] else f"{name}:{port}"
+        if len(self._origins) >= MAX_ORIGINS:
+            # a hub with many callback hosts: forget those with nothing pooled (their cached
+            # addresses go too); a busy connection of a forgotten origin is closed when it is done
+            self._origins = {k: o for k, o in self._origins.items() if o.idle or o.resolving is not None}
+        key = (scheme, host, url.port)
+        origin = self._origins[key] = _Origin(key, scheme, host, port, host_header)
+        return origin
+
+    def _head(self, method: str, url: URL, origin: _Origin, headers: Mapping[str, str], length: int) -> bytes:
+        lines = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+        # a CR or LF inside a name or value would let it write headers (or a request) of its own
+        if lines.count("\n") != len(headers) or lines.count("\r") != len(headers):
+            raise RequestFailedError("cannot send: a header name or value holds a line break")
+        if url.raw_user is not None and "Authorization" not in headers:
+            # a callback's user:password@ becomes Basic credentials, as aiohttp made them before
+            lines += f"Authorization: {_basic_credentials(url)}\r\n"
+        target = url.raw_path_qs or "/"
+        framing = "" if length == 0 and method == "GET" else f"Content-Length: {length}\r\n"
+        return (f"{method} {target} HTTP/1.1\r\nHost: {origin.host_header}\r\n{self._fixed}{lines}"
+                f"{framing}\r\n").encode()
+
+    # -- one exchange on one connection
+
+    async def _exchange(self, loop: asyncio.AbstractEventLoop, conn: Connection, head: bytes, body: bytes,
+                        limits: Limits, deadline: float) -> Answer | None:
+        """The answer on `conn`, or None when a reused connection closed before any byte of it."""
+        reused = conn.requests > 0
+        waiter: asyncio.Future[None] = loop.create_future()
+        conn.begin(waiter, limits.max_body)
+        self._busy.add(conn)
+        timer = loop.call_at(deadline, conn.expire)
+        try:
+            transport = conn.transport
+            if transport is None or transport.is_closing():
+                conn.connection_lost(None)
+            elif len(body) < 65536:
+                transport.write(head + body)         # one write, one segment for a small notification
+            else:
+                transport.writelines((head, body))
+            await waiter
+        finally:
+            timer.cancel()
+            self._busy.discard(conn)
+            if not waiter.done():                    # cancelled: the answer is half read
+                conn.close()
+            if conn.is_reusable and not self._closed:
+                self._put_idle(conn, loop.time())
+            else:
+                self._discard(conn)
+        if conn.status is not None:
+            return Answer(conn.status, conn.body)
+        if conn.timed_out:
+            raise RequestFailedError(f"no answer within {limits.total_timeout:g} s")
+        if reused and conn.received == 0:
+            return None
+        raise RequestFailedError(conn.failure or "connection closed before an answer")
+
+    # -- the pool
+
+    def _take_idle(self, origin: _Origin, now: float) -> Connection | None:
+        idle = origin.idle
+        while idle:
+            conn = idle.pop()
+            self._idle -= 1
+            if conn.is_open and now - conn.idle_since < self._idle_seconds:
+                return conn
+            self._discard(conn)
+        return None
+
+    def _put_idle(self, conn: Connection, now: float) -> None:
+        origin: _Origin = conn.origin
+        if self._idle >= self._max_idle or self._origins.get(origin.key) is not origin:
+            self._discard(conn)
+            return
+        conn.idle_since = now
+        origin.idle.append(conn)
+        self._idle += 1
+        self._wake_one()
+        if self._sweeper is None:
+            self._sweeper = asyncio.get_running_loop().call_later(self._idle_seconds, self._sweep)
+
+    def _discard(self, conn: Connection) -> None:
+        conn.close()
+        self._release_slot()
+
+    def _release_slot(self) -> None:
+        self._open -= 1
+        self._wake_one()
+
+    def _wake_one(self) -> None:
+        while self._slot_waiters:
+            waiter = self._slot_waiters.pop(0)
+            if not waiter.done():
+                waiter.set_result(None)
+                break
+
+    def _sweep(self) -> None:
+        """Close the connections idle for idle_seconds or closed by their server meanwhile."""
+        self._sweeper = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        for origin in self._origins.values():
+            if origin.idle:
+                keep = []
+                for conn in origin.idle:
+                    if conn.is_open and now - conn.idle_since < self._idle_seconds:
+                        keep.append(conn)
+                    else:
+                        self._idle -= 1
+                        self._discard(conn)
+                origin.idle[:] = keep
+        if self._idle and not self._closed:
+            self._sweeper = loop.call_later(self._idle_seconds / 3, self._sweep)
+
+    async def _take_slot(self, loop: asyncio.AbstractEventLoop, origin: _Origin | None) -> Connection | None:
+        """Count one more open connection (None), or, while waiting at `limit`, an idle connection
+        of `origin` that came back meanwhile. At `limit`, the oldest idle connection of another
+        origin is closed first; only when there is none, the request waits."""
+        while not self._closed:
+            conn = None if origin is None else self._take_idle(origin, loop.time())
+            if conn is not None:
+                return conn
+            if self._open < self._limit:
+                self._open += 1
+                return None
+            oldest = min((o for o in self._origins.values() if o.idle), key=lambda o: o.idle[0].idle_since,
+                         default=None)
+            if oldest is not None:
+                self._idle -= 1
+                self._discard(oldest.idle.pop(0))
+                continue
+            waiter: asyncio.Future[None] = loop.create_future()
+            self._slot_waiters.append(waiter)
+            try:
+                await waiter
+            finally:
+                if waiter in self._slot_waiters:
+                    self._slot_waiters.remove(waiter)
+        raise RequestFailedError("the hub's outbound client is closed (the worker is stopping)")
+
+    # -- connecting
+
+    async def _connection(self, loop: asyncio.AbstractEventLoop, origin: _Origin, limits: Limits,
+                          deadline: float, *, fresh: bool) -> Connection:
+        """A new connection to `origin` through the guard, within the connect timeout; or, unless
+        `fresh`, an idle one that came back while this request waited for room in the pool."""
+        try:
+            async with asyncio.timeout_at(deadline):
+                idle = await self._take_slot(loop, None if fresh else origin)
+        except TimeoutError:
+            raise RequestFailedError(f"no answer within {limits.total_timeout:g} s") from None
+        if idle is not None:
+            return idle
+        connect_by = min(deadline, loop.time() + limits.connect_timeout)
+        try:
+            async with asyncio.timeout_at(connect_by):
+                conn = await self._connect_any(loop, origin, await self._addresses(loop, origin))
+        except TimeoutError:
+            self._release_slot()
+            if connect_by >= deadline:
+                raise RequestFailedError(f"no answer within {limits.total_timeout:g} s") from None
+            raise RequestFailedError(f"no connection within {limits.connect_timeout:g} s (connect timeout)") from None
+        except BaseException:
+            self._release_slot()
+            raise
+        conn.origin = origin
+        return conn
+
+    async def _addresses(self, loop: asyncio.AbstractEventLoop, origin: _Origin) -> list[AddrInfo]:
+        """The host's addresses, from a cache kept DNS_TTL seconds; one lookup at a time per host."""
+        if origin.resolved_until > loop.time():
+            return origin.infos
+        if origin.resolving is None:
+            origin.resolving = resolving = loop.create_future()
+            try:
+                infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
+            except OSError as exc:
+                resolving.set_exception(RequestFailedError(
+                    f"host name not found: {origin.host} ({exc.strerror or exc})"))
+                resolving.exception()                # retrieved: the waiters, if any, raise it too
+            except BaseException:
+                resolving.cancel()                   # timed out or cancelled: the waiters see it
+                raise
+            else:
+                origin.infos, origin.resolved_until = list(infos), loop.time() + DNS_TTL
+                resolving.set_result(origin.infos)
+            finally:
+                origin.resolving = None
+            return resolving.result()
+        return await asyncio.shield(origin.resolving)
+
+    async def _connect_any(self, loop: asyncio.AbstractEventLoop, origin: _Origin,
+                           infos: list[AddrInfo]) -> Connection:
+        """Connect to the first address that is allowed and answers; a refusal outranks other errors."""
+        refusal = failure = ""
+        for family, type_, proto, _, sockaddr in infos:
+            address = str(sockaddr[0])
+            # judged on the very address the socket connects to: no second lookup can swap it
+            if self._allowed is not None and not is_allowed_address(address, self._allowed):
+                refusal = refusal or refusal_message(address, self._hint)
+                continue
+            try:
+                return await self._open_socket(loop, origin, family, type_, proto, sockaddr)
+            except ssl.SSLCertVerificationError as exc:
+                failure = f"TLS failed with {origin.host}: certificate verify failed ({exc.verify_message})"
+            except ssl.SSLError as exc:
+                failure = f"TLS failed with {origin.host}: {exc.reason or exc}"
+            except ConnectionRefusedError:
+                failure = f"connection refused by {address} port {origin.port}"
+            except OSError as exc:
+                failure = f"cannot connect to {address} port {origin.port}: {exc.strerror or exc}"
+        raise RequestFailedError(refusal or failure or f"host name not found: {origin.host} (no address)")
+
+    async def _open_socket(self, loop: asyncio.AbstractEventLoop, origin: _Origin, family: int, type_: int,
+                           proto: int, sockaddr: tuple[Any, ...]) -> Connection:
+        sock = socket.socket(family, type_, proto)
+        try:
+            sock.setblocking(False)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            await loop.sock_connect(sock, sockaddr)
+            tls: dict[str, Any] = {}
+            if origin.scheme == "https":
+                if self._ssl is None:
+                    self._ssl = ssl.create_default_context()
+                tls = {"ssl": self._ssl, "server_hostname": origin.host}
+            _, conn = await loop.create_connection(Connection, sock=sock, **tls)
+        except BaseException:
+            sock.close()
+            raise
+        return conn

@@ -1,0 +1,168 @@
+"""One keep-alive HTTP/1.1 connection of the hub's outbound client (hub/outbound.py): it writes
+a request and reads the answer with llhttp (httptools), keeping at most N body bytes.
+
+No pooling, no name resolution, no address checks here: outbound.py does those. The answer is
+parsed by llhttp rather than framing code of our own: a subscriber's answer is untrusted input
+(garbage status lines, duplicate or conflicting Content-Length, bad chunk sizes, smuggling
+tricks), and a parser that Node.js runs on every request has met far more of those than we will.
+"""
+from __future__ import annotations
+
+import asyncio
+from typing import Any, cast
+
+import httptools
+
+# Most bytes an answer may take before its head is complete (1xx heads included): a header
+# flood ends here with an error. llhttp keeps no header in memory and we collect none, so the
+# check runs per read (uvloop reads up to 256 KiB at once) without any memory at stake.
+MAX_HEAD_BYTES = 64 * 1024
+
+
+class Connection(asyncio.Protocol):
+    """A transport's protocol: one request at a time, one answer parsed per request.
+
+    The state of the current exchange (status, body, failure) is read by outbound.py once the
+    waiter is done; `is_reusable` says whether the connection may carry another request.
+    """
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.origin: Any = None         # what the pool files it under (outbound._Origin)
+        # one parser for the connection's life: llhttp starts the next message by itself
+        self._parser = httptools.HttpResponseParser(self)
+        self.is_open = False
+        self.requests = 0               # requests written on it (a reused connection has > 0 before)
+        self.idle_since = 0.0           # loop time it went back to the pool
+        self._waiter: asyncio.Future[None] | None = None
+        self.status: int | None = None  # the final status (1xx interim answers are skipped)
+        self._interim = False
+        self._parts: list[bytes] = []
+        self._room = 0                  # body bytes still kept; below 0: the body went past the limit
+        self.received = 0               # bytes of this exchange's answer so far
+        self.is_complete = False        # llhttp saw the whole answer (on_message_complete)
+        self._is_past_end = False       # llhttp went on to bytes after the answer (not ours to read)
+        self._keep_alive = False
+        self.failure = ""               # why no status came (or why the answer was cut), for the caller
+        self.timed_out = False
+
+    # -- what outbound.py calls
+
+    def begin(self, waiter: asyncio.Future[None], max_body: int) -> None:
+        """Start an exchange: the answer's state is reset and `waiter` is done when it ends."""
+        self._waiter = waiter
+        self.status, self._interim, self._parts, self._room = None, False, [], max_body
+        self.received, self.is_complete, self._keep_alive, self.failure, self.timed_out = 0, False, False, "", False
+        self._is_past_end = False
+        self.requests += 1
+
+    @property
+    def body(self) -> bytes:
+        return b"".join(self._parts)
+
+    @property
+    def is_reusable(self) -> bool:
+        """A fully framed answer on a connection both sides keep open, nothing left over."""
+        return (self.is_complete and self._keep_alive and self.is_open and self._room >= 0
+                and not self._is_past_end)
+
+    def expire(self) -> None:
+        """The exchange's deadline passed (a loop timer calls this)."""
+        self.timed_out = True
+        self.close()
+        self._end()
+
+    def close(self) -> None:
+        self.is_open = False
+        if self.transport is not None:
+            self.transport.close()
+
+    # -- asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)   # uvloop's transports are not its subclasses
+        self.is_open = True
+
+    def data_received(self, data: bytes) -> None:
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            # bytes nobody asked for (after a complete answer, or on an idle connection): the
+            # peer does not speak HTTP/1.1 the way we do; never read a next answer from it
+            self.close()
+            return
+        self.received += len(data)
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self.close()                    # 101: the answer is complete, the protocol would change
+        except httptools.HttpParserError as exc:
+            self.close()
+            if not self.is_complete:
+                self._fail(f"invalid HTTP answer: {exc}" if self.status is None else "")
+            # after a complete answer: bytes beyond it; the answer stands, the connection goes
+        if self.status is None and self.received > MAX_HEAD_BYTES and not waiter.done():
+            self.close()
+            self._fail(f"answer's head is over {MAX_HEAD_BYTES // 1024} KiB")
+        elif self._room < 0 or self._is_past_end:
+            self.close()                    # past the body limit (the rest is never read) or past the answer
+            self._end()
+
+    def eof_received(self) -> bool:
+        self.is_open = False
+        return False                        # close the transport; connection_lost follows
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.is_open = False
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            if self.status is None:
+                self._fail("connection closed before an answer" if self.received == 0
+                           else "connection closed before the answer's head was complete")
+            else:
+                self._end()                 # a body read until the close, or cut short: the status stands
+
+    # -- llhttp callbacks (httptools calls them by name)
+
+    def on_message_begin(self) -> None:
+        if self.is_complete:
+            # a second answer in the same read as the first: a request we never sent would be
+            # answered by it (response smuggling); it must change nothing, and the connection goes
+            self._is_past_end = True
+
+    def on_headers_complete(self) -> None:
+        if self._is_past_end:
+            return
+        status = self._parser.get_status_code()
+        # 1xx other than 101 are interim answers (100 Continue, 103 Early Hints): the final one follows
+        self._interim = status < 200 and status != 101
+        if not self._interim:
+            self.status = status
+
+    def on_body(self, body: bytes) -> None:
+        if self._is_past_end:
+            return
+        room = self._room
+        if room > 0:
+            self._parts.append(body if len(body) <= room else body[:room])
+        self._room = room - len(body)
+
+    def on_message_complete(self) -> None:
+        if self._is_past_end:
+            return
+        if self._interim:
+            self._interim = False
+            return
+        self.is_complete = True
+        self._keep_alive = self._parser.should_keep_alive() and self.status != 101
+        self._end()
+
+    # -- ending an exchange
+
+    def _fail(self, reason: str) -> None:
+        self.failure = reason
+        self._end()
+
+    def _end(self) -> None:
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
