@@ -125,7 +125,11 @@ class Fetcher:
         # says whether the disk is slow. A mean was pulled over the line by the odd write that
         # waited for the CPU on a busy machine, and then stayed there (a thread-side write
         # also waits for its hand-off): a tmpfs baseline handed every file to the thread.
-        self._write_times: deque[float] = deque(maxlen=WRITE_SAMPLES)
+        # Each sample is whether that write took longer than SLOW_WRITE: the median is above the
+        # line exactly when more than half of them are, which a running count tells without a
+        # sort per write.
+        self._write_times: deque[bool] = deque(maxlen=WRITE_SAMPLES)
+        self._slow_writes = 0      # samples in _write_times above SLOW_WRITE
         self._slow_disk = False
         self._small_writes = 0
         self.requests = 0          # GETs sent (each try and redirect counts)
@@ -356,9 +360,13 @@ class Fetcher:
 
     def _timed_write(self, seconds: float) -> None:
         times = self._write_times
-        times.append(seconds)
+        slow = seconds > SLOW_WRITE
         if len(times) == WRITE_SAMPLES:
-            self._slow_disk = sorted(times)[WRITE_SAMPLES // 2] > SLOW_WRITE
+            self._slow_writes -= times[0]      # the sample append() pushes out
+        times.append(slow)
+        self._slow_writes += slow
+        if len(times) == WRITE_SAMPLES:
+            self._slow_disk = self._slow_writes > WRITE_SAMPLES // 2
 
 
 # "http(s)://host[:port]" followed by "/": nothing in the host part urlsplit would read
