@@ -324,7 +324,7 @@ def iterparse_batches(
 
     For readers of many small elements (a list's entries): one step per chunk instead of one
     generator hop per element, and with `events=("end",)` half the events, which made reading
-    a Resource List a third cheaper. Every element is counted and its attributes checked at
+    a Resource List a quarter cheaper. Every element is counted and its attributes checked at
     the event it has: its start when "start" is asked for, else its end (libxml2 bounds the
     elements open at once to MAX_DEPTH, so a cap is at most that many elements late).
     """
