@@ -16,8 +16,9 @@ on most) becomes `%%<encoded prefix>%%<32 hex of its sha-256>`: unique, and reve
 the state database, which keeps the loc of every path.
 
 Trust. Only hosts that are DNS names or IP literals get a folder (so never DIR/.rsnotify);
-every folder on the way is opened with O_NOFOLLOW from DIR down, so a symlink inside DIR is
-refused (SymlinkRefusedError), never followed; bodies go to a `.partial-*` temp file in the
+every folder on the way is opened with O_NOFOLLOW from DIR down (or at once by openat2 with
+RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, see beneath.py), so a symlink inside DIR is refused
+(SymlinkRefusedError), never followed; bodies go to a `.partial-*` temp file in the
 target's folder and are renamed into place only when complete and checked.
 """
 from __future__ import annotations
