@@ -30,7 +30,7 @@ from .safexml import (
     describe_element,
     extra_attributes,
     hash_text,
-    iterparse,
+    iterparse_batches,
     link_attributes,
     optional_datetime,
     optional_int,
@@ -133,13 +133,14 @@ class ListStream:
     """
 
     def __init__(self, stream: BinaryIO, *, max_bytes: int | None = None) -> None:
-        # safexml's iterparse screens the bytes (UTF-8 only, no DTD, size, element and
-        # attribute caps) as it reads them, and translates lxml's errors.
-        self._events = iterparse(stream, events=("start", "end"), max_bytes=max_bytes)
+        # safexml's iterparse_batches screens the bytes (UTF-8 only, no DTD, size, element and
+        # attribute caps) as it reads them, and translates lxml's errors. Only end events: an
+        # element is complete then, and where it sits (a root child or deeper) is its parent's
+        # business, so one event per element is enough.
+        self._elements = self._walk(iterparse_batches(stream, ("end",), max_bytes=max_bytes))
         self._root: etree._Element | None = None
-        self._depth = 0
         self._count = 0
-        self._pending_entry: str | None = None  # the entry tag seen before info was complete
+        self._first: etree._Element | None = None  # the entry that ended the head, read next
         self._done = False
         self.info = self._read_head()
 
@@ -147,61 +148,57 @@ class ListStream:
         return self
 
     def __next__(self) -> Entry:
-        while not self._done:
-            event, element = self._next_event()
-            if event is None:
-                break
-            if event == "start":
-                self._depth += 1
-                continue
-            self._depth -= 1
-            if self._depth == 1 and element.tag in (URL, SITEMAP):
-                entry = self._read_entry(element)
-                self._discard(element)
-                return entry
-            if self._depth == 1:
+        if self._first is not None:
+            element, self._first = self._first, None
+            return self._take_entry(element)
+        root = self._root
+        if not self._done:
+            for element in self._elements:
+                if element.getparent() is not root:
+                    continue            # inside an entry (read with it), or the root itself
+                if element.tag in (URL, SITEMAP):
+                    return self._take_entry(element)
                 self._discard(element)  # stray root children after the head: ignored
+            self._done = True
         raise StopIteration
 
     # -- internals --
 
-    def _next_event(self) -> tuple[str | None, etree._Element]:
+    def _walk(self, batches: Iterator[list[tuple[str, etree._Element]]]) -> Iterator[etree._Element]:
+        """Each element as it ends; the root is checked once the first one is seen."""
         try:
-            event, element = next(self._events)
-        except StopIteration:
-            self._done = True
-            return None, None  # type: ignore[return-value]
+            for batch in batches:
+                if self._root is None:
+                    self._root = batch[0][1].getroottree().getroot()
+                    self._check_root(self._root)
+                for _, element in batch:
+                    yield element
         except DocumentParseError:
             self._done = True
             raise
-        return event, element
+
+    def _take_entry(self, element: etree._Element) -> Entry:
+        entry = self._read_entry(element)
+        self._discard(element)
+        return entry
 
     def _read_head(self) -> ListInfo:
-        """Read up to the first entry's start: the root, its `<rs:md>` and `<rs:ln>`s."""
+        """Read up to the end of the first entry: the root, its `<rs:md>` and `<rs:ln>`s."""
         md: etree._Element | None = None
         link_elements: list[etree._Element] = []
-        first_entry: str | None = None
-        while first_entry is None:
-            event, element = self._next_event()
-            if event is None:
-                break
-            if event == "start":
-                self._depth += 1
-                if self._depth == 1:
-                    self._check_root(element)
-                    self._root = element
-                elif self._depth == 2 and element.tag in (URL, SITEMAP):
-                    first_entry = element.tag
+        for element in self._elements:
+            if element.getparent() is not self._root:
                 continue
-            self._depth -= 1
-            if self._depth == 1:
-                if element.tag == RS_MD and md is None:
-                    md = element
-                elif element.tag == RS_LN:
-                    link_elements.append(element)
+            if element.tag in (URL, SITEMAP):
+                self._first = element
+                break
+            if element.tag == RS_MD and md is None:
+                md = element
+            elif element.tag == RS_LN:
+                link_elements.append(element)
         if self._root is None:
             raise DocumentParseError("not an XML document: it is empty; expected a <urlset> or <sitemapindex>")
-        return self._head_info(md, link_elements, first_entry)
+        return self._head_info(md, link_elements, None if self._first is None else self._first.tag)
 
     def _check_root(self, root: etree._Element) -> None:
         if root.tag not in (URLSET, SITEMAPINDEX):
@@ -271,6 +268,9 @@ def open_list(stream: BinaryIO, *, max_bytes: int | None = None) -> ListStream:
 
 
 def _read_resource(url: etree._Element, index: int, problems: list[str]) -> Resource | None:
+    plain = _read_plain_resource(url)
+    if plain is not None:
+        return plain
     before = len(problems)
     _where, owner, loc, md, lastmod, links = read_url(url, index, problems)
     attrs: dict[str, str] = {} if md is None else dict(md.items())
@@ -280,6 +280,37 @@ def _read_resource(url: etree._Element, index: int, problems: list[str]) -> Reso
         return None
     extra = () if md is None else extra_attributes(md, _RESOURCE_ATTRIBUTES)
     return Resource(loc, lastmod, hashes, length, attrs.get("type"), tuple(links), extra)
+
+
+def _read_plain_resource(url: etree._Element) -> Resource | None:
+    """The usual `<url>` (one `<loc>`, at most one `<lastmod>` and one `<rs:md>` with modelled
+    attributes only, nothing else) read in one go by the same readers; None when anything
+    about it is unusual or wrong, and _read_resource then reads it step by step, which words
+    every problem. Whatever this returns, that reading returns too: it only skips the steps
+    such an entry does not need (links, extras, the names messages would use)."""
+    loc = lastmod = md = None
+    for child in url:
+        tag = child.tag
+        if tag == LOC and loc is None:
+            loc = (child.text or "").strip()
+        elif tag == LASTMOD and lastmod is None:
+            lastmod = child
+        elif tag == RS_MD and md is None:
+            md = child
+        else:
+            return None
+    if not loc:
+        return None
+    attrs: dict[str, str] = {} if md is None else dict(md.items())
+    if not attrs.keys() <= _RESOURCE_ATTRIBUTES:
+        return None
+    wrong: list[str] = []        # any problem at all: the step-by-step reading words it
+    when = None if lastmod is None else read_datetime((lastmod.text or "").strip(), "", wrong)
+    hashes = read_hashes(attrs.get("hash"), "", wrong)
+    length = read_length(attrs.get("length"), "", wrong)
+    if wrong:
+        return None
+    return Resource(loc, when, hashes, length, attrs.get("type"))
 
 
 def _read_list_ref(sitemap: etree._Element, index: int, problems: list[str]) -> ListRef | None:

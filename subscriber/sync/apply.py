@@ -350,7 +350,7 @@ class Applier:
             result = FetchResult(loc, FetchOutcome.CONFLICT, detail=detail)
         else:
             # The claim outlives the fetch: the record that shows the path taken may still wait
-            # for its batch's commit (every 500 records or 200 ms), so a bound far above that
+            # for its batch's commit (every 1,000 records or 200 ms), so a bound far above that
             # keeps memory flat. Dropped on failure and on delete.
             if len(self._claims) > 20_000:
                 self._claims.clear()

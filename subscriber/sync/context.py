@@ -19,7 +19,10 @@ class SyncOptions:
     keep_deleted: bool = False     # keep files whose resource left the Resource List
     dry_run: bool = False
     settle: float = 2.0            # seconds to wait for out-of-order deliveries before catching up
-    commit_every: int = 500        # resource records per state transaction during a baseline
+    # Resource records per state transaction during a baseline (and at most 200 ms apart):
+    # a transaction rewrites every B-tree page its records touch, so 1,000 a time cost
+    # ~6.8 us of SQLite per record against ~8.0 at 500 (10,000 records, tmpfs)
+    commit_every: int = 1000
     max_resource_size: int = DEFAULT_MAX_BYTES   # bytes: a longer body is cut and refused
     exclude: tuple[str, ...] = ()  # --exclude GLOBs (exclude.py): resources neither fetched, deleted nor audited
 

@@ -125,7 +125,11 @@ class Fetcher:
         # says whether the disk is slow. A mean was pulled over the line by the odd write that
         # waited for the CPU on a busy machine, and then stayed there (a thread-side write
         # also waits for its hand-off): a tmpfs baseline handed every file to the thread.
-        self._write_times: deque[float] = deque(maxlen=WRITE_SAMPLES)
+        # Each sample is whether that write took longer than SLOW_WRITE: the median is above the
+        # line exactly when more than half of them are, which a running count tells without a
+        # sort per write.
+        self._write_times: deque[bool] = deque(maxlen=WRITE_SAMPLES)
+        self._slow_writes = 0      # samples in _write_times above SLOW_WRITE
         self._slow_disk = False
         self._small_writes = 0
         self.requests = 0          # GETs sent (each try and redirect counts)
@@ -279,8 +283,7 @@ class Fetcher:
     async def _receive(self, loc: str, response: aiohttp.ClientResponse, path: Path | str, length: int | None,
                        hashes: tuple[tuple[str, str], ...]) -> FetchResult:
         md5, sha256 = hashlib.md5(), hashlib.sha256()
-        others = {alg.lower(): hashlib.new(HASHLIB_NAMES[alg.lower()]) for alg, _ in hashes
-                  if alg.lower() in HASHLIB_NAMES and HASHLIB_NAMES[alg.lower()] not in ("md5", "sha256")}
+        others = _other_hashers(hashes)
         # Never more than announced (the list's length) nor than --max-resource-size: a body
         # that runs past either is cut there and its partial file removed.
         cap = self.max_bytes if length is None else min(length, self.max_bytes)
@@ -357,9 +360,13 @@ class Fetcher:
 
     def _timed_write(self, seconds: float) -> None:
         times = self._write_times
-        times.append(seconds)
+        slow = seconds > SLOW_WRITE
         if len(times) == WRITE_SAMPLES:
-            self._slow_disk = sorted(times)[WRITE_SAMPLES // 2] > SLOW_WRITE
+            self._slow_writes -= times[0]      # the sample append() pushes out
+        times.append(slow)
+        self._slow_writes += slow
+        if len(times) == WRITE_SAMPLES:
+            self._slow_disk = self._slow_writes > WRITE_SAMPLES // 2
 
 
 # "http(s)://host[:port]" followed by "/": nothing in the host part urlsplit would read
@@ -370,6 +377,17 @@ INLINE_WRITE = 64 * 1024  # up to this size on the event loop itself; larger one
 SLOW_WRITE = 0.0003       # s: small files go to worker threads while the median write takes longer
 WRITE_SAMPLES = 15        # the writes that median is taken of (the first ones are all made inline)
 PROBE_EVERY = 32          # with a slow disk, one small write in this many is still timed on the loop
+
+
+def _other_hashers(hashes: tuple[tuple[str, str], ...]) -> dict[str, Any]:
+    """A hasher for each announced algorithm other than md5 and sha-256 (always computed)."""
+    if all(algorithm in _ALWAYS_COMPUTED for algorithm, _ in hashes):
+        return {}     # the usual case (an md5, a sha-256 or none), without the lookups below
+    return {alg.lower(): hashlib.new(HASHLIB_NAMES[alg.lower()]) for alg, _ in hashes
+            if alg.lower() in HASHLIB_NAMES and HASHLIB_NAMES[alg.lower()] not in ("md5", "sha256")}
+
+
+_ALWAYS_COMPUTED = frozenset({"md5", "sha-256", "sha256"})
 
 
 def _digests(md5: Any, sha256: Any, others: dict[str, Any]) -> dict[str, str]:

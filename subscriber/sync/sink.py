@@ -16,8 +16,9 @@ on most) becomes `%%<encoded prefix>%%<32 hex of its sha-256>`: unique, and reve
 the state database, which keeps the loc of every path.
 
 Trust. Only hosts that are DNS names or IP literals get a folder (so never DIR/.rsnotify);
-every folder on the way is opened with O_NOFOLLOW from DIR down, so a symlink inside DIR is
-refused (SymlinkRefusedError), never followed; bodies go to a `.partial-*` temp file in the
+every folder on the way is opened with O_NOFOLLOW from DIR down (or at once by openat2 with
+RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS, see beneath.py), so a symlink inside DIR is refused
+(SymlinkRefusedError), never followed; bodies go to a `.partial-*` temp file in the
 target's folder and are renamed into place only when complete and checked.
 """
 from __future__ import annotations
@@ -36,6 +37,7 @@ from pathlib import Path
 from typing import BinaryIO, Self
 from urllib.parse import quote_from_bytes, unquote_to_bytes, urlsplit
 
+from . import beneath
 from .outcomes import Refusal
 
 ESCAPE = "%%"              # the prefix of every escaped name
@@ -324,18 +326,22 @@ class FolderSink:
     def write_small(self, path: Path | str, body: bytes) -> None:
         """Write a whole (small) body beside `path`, then rename it into place."""
         parts = self._parts(path)
-        fds = self._open_chain(parts[:-1], create=True)
+        # One openat2 and one renameat2 where they do (see beneath.py), else step by step.
+        folder = beneath.open_folder(self._root_text, parts[:-1])
+        if folder is None:
+            folder = self._open_chain(parts[:-1], create=True)[-1]
         try:
-            fd, tmp = self._create_partial(fds[-1])
+            fd, tmp = self._create_partial(folder)
             try:
                 view = memoryview(body)
                 while view:
                     view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
-            self._install_at(fds[-1], tmp, parts[-1])
+            if not beneath.rename_new(folder, tmp, parts[-1]):
+                self._install_at(folder, tmp, parts[-1])
         finally:
-            _close(fds)
+            os.close(folder)
 
     def open_partial(self, path: Path) -> tuple[BinaryIO, Path]:
         """A new temp file beside `path`. PathConflictError when the folder cannot exist,

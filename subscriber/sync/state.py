@@ -85,7 +85,12 @@ def to_text(value: datetime | None) -> str | None:
     """A fixed-width UTC form, so text order is time order inside SQLite."""
     if value is None:
         return None
-    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    utc = value if value.tzinfo is UTC else value.astimezone(UTC)
+    if utc.year >= 1000:
+        # isoformat writes the same text here at two thirds of strftime's cost (one per
+        # record written); strftime stays for the years it writes without zero padding
+        return f"{utc.isoformat(timespec='microseconds')[:26]}Z"
+    return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def from_text(value: str | None) -> datetime | None:

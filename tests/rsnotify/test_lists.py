@@ -3,6 +3,7 @@ read, round-trip, validate with `rsnotify validate`'s checks and parse with resy
 from __future__ import annotations
 
 import io
+import re
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,6 +15,7 @@ from rsnotify.documents import parse_document
 from rsnotify.errors import DocumentParseError, NotificationError
 from rsnotify.lists import ListInfo, ListRef, ListWriter, Resource, open_list
 from rsnotify.notification import ChangeType, Link, ResourceChange
+from rsnotify.safexml import MAX_ATTRIBUTES, MAX_ELEMENTS
 
 CORE = Path(__file__).resolve().parents[1] / "fixtures" / "core-1.1"
 
@@ -186,3 +188,54 @@ def test_writer_refuses_wrong_entries_and_bad_text() -> None:
         _write(ListInfo("resourcelist", at=T), [ListRef("http://example.com/l.xml")])
     with pytest.raises(NotificationError, match="cannot be written as XML"):
         _write(ListInfo("resourcelist", at=T), [Resource("http://example.com/\x00")])
+
+
+RL_OPEN = ('<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'
+           '<rs:md capability="resourcelist" at="2026-11-21T10:00:00Z"/>')
+
+
+def test_a_list_keeps_the_parsers_element_and_attribute_caps() -> None:
+    # The list reader counts each element once it is complete: the caps and their words stay.
+    entry = '<url><loc>http://e.org/{n}</loc></url>'
+    crowded = RL_OPEN + entry.format(n=1) + "<x/>" * MAX_ELEMENTS + "</urlset>"
+    stream = open_list(io.BytesIO(crowded.encode()))
+    with pytest.raises(DocumentParseError, match=f"more than {MAX_ELEMENTS} elements; expected at most {MAX_ELEMENTS}"):
+        list(stream)
+    attributes = " ".join(f'a{i}="1"' for i in range(MAX_ATTRIBUTES + 1))
+    data = RL_OPEN + entry.format(n=1) + f'<url><loc>http://e.org/2</loc><rs:md {attributes}/></url></urlset>'
+    stream = open_list(io.BytesIO(data.encode()))
+    # the entry before the refused element is still read, as with one event at a time
+    assert next(stream) == Resource("http://e.org/1")
+    with pytest.raises(DocumentParseError, match=f"<rs:md> has {MAX_ATTRIBUTES + 1} attributes; expected at most"):
+        next(stream)
+
+
+def test_unusual_entries_read_as_written() -> None:
+    # links, attributes the model has no field for, another child order, stray root children
+    # between entries: each entry as written, in order
+    link = Link("duplicate", "http://mirror.org/a", hashes=(("md5", "aa"),))
+    resources = [Resource("http://e.org/a", T, (("md5", "11"), ("sha-256", "22")), 5, "text/plain", (link,)),
+                 Resource("http://e.org/b", None, (), 7, extra=(("{http://other.org/}x", "y"),)),
+                 Resource("http://e.org/c", T)]
+    data = _write(ListInfo("resourcelist", at=T), resources)
+    data = data.replace(b"<url><loc>http://e.org/b</loc>", b"<stray><url><loc>inside</loc></url></stray>"
+                        b"<url><loc>http://e.org/b</loc>")
+    data = data.replace(b"<url><loc>http://e.org/c</loc><lastmod>2026-11-21T10:00:00Z</lastmod>",
+                        b"<url><lastmod>2026-11-21T10:00:00Z</lastmod><loc> http://e.org/c </loc>")
+    assert b"<stray>" in data and b"<loc> http://e.org/c </loc>" in data
+    assert _read(data)[1] == resources
+
+
+@pytest.mark.parametrize(
+    ("entry", "message"),
+    [
+        ("<url><loc>http://e.org/a</loc><lastmod>today</lastmod></url>", "<lastmod> for http://e.org/a is='today'"),
+        ('<url><loc>http://e.org/a</loc><rs:md length="-1"/></url>', "<rs:md> for http://e.org/a has length='-1'"),
+        ('<url><loc>http://e.org/a</loc><rs:md hash="md5"/></url>', "<rs:md> for http://e.org/a has hash='md5'"),
+        ("<url><loc>http://e.org/a</loc><loc>http://e.org/b</loc></url>", "<url> for http://e.org/a has more than one <loc>"),
+        ("<url><loc> </loc></url>", "<url> #1 has an empty <loc>"),
+    ],
+)
+def test_a_bad_resource_entry_is_worded_by_the_step_by_step_reading(entry: str, message: str) -> None:
+    with pytest.raises(DocumentParseError, match=re.escape(message)):
+        _read((RL_OPEN + entry + "</urlset>").encode())

@@ -114,3 +114,19 @@ def test_a_reused_folder_part_places_every_loc_as_a_fresh_sink_would(tmp_path: P
             loc = rng.choice(heads) + "/a" * 128 + rng.choice(["", "/x"])
         assert placed(sink, loc) == placed(FolderSink(tmp_path / "copy"), loc), loc
     assert sink._folders       # the reuse was exercised
+
+
+def test_stored_datetimes_are_the_fixed_width_utc_text_for_every_offset_and_year() -> None:
+    # to_text's isoformat path writes what strftime wrote (text order is time order in SQLite)
+    import random
+    from datetime import UTC, datetime, timedelta, timezone
+
+    pick = random.Random(25)
+    for _ in range(2000):
+        moment = datetime(pick.randint(1001, 9998), pick.randint(1, 12), pick.randint(1, 28), pick.randint(0, 23),
+                          pick.randint(0, 59), pick.randint(0, 59), pick.choice((0, pick.randint(0, 999_999))),
+                          tzinfo=pick.choice((UTC, timezone(timedelta(minutes=pick.randint(-1439, 1439))))))
+        text = to_text(moment)
+        assert text == moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") and len(text) == 27
+        assert from_text(text) == moment
+    assert to_text(datetime(999, 12, 31, 23, 30, tzinfo=UTC)) == "999-12-31T23:30:00.000000Z"   # as before

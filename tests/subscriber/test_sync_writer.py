@@ -64,3 +64,35 @@ def test_relative_paths_are_the_same_as_pathlibs(tmp_path: Path) -> None:
         path = sink.path_for(loc)
         assert sink.relative(path) == path.relative_to(sink.root).as_posix()
     assert sink.relative(sink.root) == "."
+
+
+def test_the_slow_disk_verdict_is_the_median_of_the_last_writes(tmp_path: Path) -> None:
+    # The running count of slow writes says what the median of the last WRITE_SAMPLES said.
+    import random
+    import statistics
+
+    from rsnotify.subscriber.sync.fetcher import SLOW_WRITE, WRITE_SAMPLES, Fetcher
+
+    pick = random.Random(7)
+
+    async def run() -> None:
+        fetcher = Fetcher(FolderSink(tmp_path / "copy"))
+        try:
+            seen: list[float] = []
+            verdicts = set()
+            for _ in range(3000):
+                # long runs of quick and of slow writes, and stretches mixed around the line
+                sample = pick.choice((SLOW_WRITE / 3, SLOW_WRITE * 3, pick.uniform(0, SLOW_WRITE * 2)))
+                seen.append(sample)
+                fetcher._timed_write(sample)
+                if len(seen) >= WRITE_SAMPLES:
+                    expected = statistics.median(seen[-WRITE_SAMPLES:]) > SLOW_WRITE
+                    assert fetcher._slow_disk is expected
+                    verdicts.add(expected)
+                else:
+                    assert fetcher._slow_disk is False
+            assert verdicts == {True, False}
+        finally:
+            await fetcher.close()
+
+    asyncio.run(run())
