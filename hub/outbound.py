@@ -1,4 +1,5 @@
-"""The hub's lean HTTP/1.1 client for outbound requests (today: the worker's deliveries): a
+"""The hub's lean HTTP/1.1 client for outbound requests (the worker's deliveries, verifications
+and denials; thin-ping fetches, which need the answer's headers, keep aiohttp's session): a
 keep-alive pool per (scheme, host, port), the outbound-address guard on the very address each
 socket connects to, TLS with verification, bounded in time and in the answer's size.
 
@@ -48,6 +49,10 @@ class Answer:
     status: int | None
     body: bytes = b""            # at most Limits.max_body bytes of it
     error: str = ""
+    # the guard refused an address of the host and no other one answered (`error` is then
+    # rsnotify.netguard's message alone): a caller that words other failures its own way
+    # passes this one on as it is
+    is_refused: bool = False
 
 
 def _basic_credentials(url: URL) -> str:
@@ -61,6 +66,10 @@ def _basic_credentials(url: URL) -> str:
 
 class RequestFailedError(Exception):
     """A request got no HTTP answer (the message is the Answer's error); never leaves this module."""
+
+    def __init__(self, message: str, *, is_refused: bool = False) -> None:
+        super().__init__(message)
+        self.is_refused = is_refused
 
 
 class _Origin:
@@ -133,7 +142,7 @@ class OutboundClient:
                 fresh = True
             return Answer(None, b"", "connection closed before an answer")
         except RequestFailedError as exc:
-            return Answer(None, b"", str(exc))
+            return Answer(None, b"", str(exc), exc.is_refused)
 
     async def close(self) -> None:
         """Close every connection, idle and busy; requests after this fail."""
@@ -371,7 +380,9 @@ class OutboundClient:
                 failure = f"connection refused by {address} port {origin.port}"
             except OSError as exc:
                 failure = f"cannot connect to {address} port {origin.port}: {exc.strerror or exc}"
-        raise RequestFailedError(refusal or failure or f"host name not found: {origin.host} (no address)")
+        if refusal:
+            raise RequestFailedError(refusal, is_refused=True)
+        raise RequestFailedError(failure or f"host name not found: {origin.host} (no address)")
 
     async def _open_socket(self, loop: asyncio.AbstractEventLoop, origin: _Origin, family: int, type_: int,
                            proto: int, sockaddr: tuple[Any, ...]) -> Connection:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import gzip
 import datetime
 import ipaddress
 import socket
@@ -425,7 +426,7 @@ async def test_bytes_after_the_answer_end_the_connection(serve, client) -> None:
 async def test_a_loopback_callback_is_refused_with_the_guards_message(serve, client) -> None:
     server = await serve(answering(OK))
     answer = await post(client(allowed=()), server.url())
-    assert answer == Answer(None, b"", refusal_message("127.0.0.1", HINT))
+    assert answer == Answer(None, b"", refusal_message("127.0.0.1", HINT), is_refused=True)
     assert answer.error == ("outbound connection to 127.0.0.1 refused: not a public address "
                             "(allow its network with --allow-network CIDR)")
     await asyncio.sleep(0.05)
@@ -435,7 +436,7 @@ async def test_a_loopback_callback_is_refused_with_the_guards_message(serve, cli
 async def test_a_host_name_is_judged_by_the_address_it_resolves_to(serve, client) -> None:
     server = await serve(answering(OK))
     refused = await post(client(allowed=parse_networks(["10.0.0.0/8"])), server.url(host="localhost"))
-    assert refused.status is None and "refused: not a public address" in refused.error
+    assert refused.status is None and "refused: not a public address" in refused.error and refused.is_refused
     assert (await post(client(), server.url(host="localhost"))).status == 200   # ::1 refused, 127.0.0.1 taken
     assert server.connections == 1
 
@@ -569,3 +570,25 @@ async def test_a_bounded_get_sends_no_body_framing_and_reads_at_most_n_bytes(ser
     assert answer == Answer(200, b"0123", "")
     [(head, _)] = server.requests
     assert head.startswith(b"GET /topic HTTP/1.1\r\n") and b"content-length" not in head.lower()
+
+
+async def test_a_callers_accept_encoding_is_sent_and_no_content_coding_is_decoded(serve, client) -> None:
+    # what verification relies on: it asks for identity, and an answer coded anyway comes back as sent
+    coded = gzip.compress(b"challenge")
+    server = await serve(answering(b"HTTP/1.1 200 OK\r\nContent-Encoding: gzip\r\nContent-Length: %d\r\n\r\n%s"
+                                   % (len(coded), coded)))
+    answer = await client().request("GET", server.url("/cb?hub.challenge=x"), {"Accept-Encoding": "identity"}, b"",
+                                    Limits(1.0, 2.0, 1024))
+    assert answer == Answer(200, coded, "")
+    [(head, _)] = server.requests
+    assert head.lower().count(b"accept-encoding") == 1 and b"\r\nAccept-Encoding: identity\r\n" in head
+
+
+async def test_only_the_guards_refusal_is_marked_as_one(serve, client) -> None:
+    server = await serve(answering(OK))
+    refused = await post(client(allowed=()), server.url())
+    closed = await post(client(), URL(f"http://127.0.0.1:{free_port()}/cb"))
+    answered = await post(client(), server.url())
+    assert refused.is_refused and refused.error == refusal_message("127.0.0.1", HINT)
+    assert not closed.is_refused and closed.error.startswith("connection refused by 127.0.0.1")
+    assert not answered.is_refused and answered.status == 200
