@@ -1,7 +1,7 @@
 """The worker process's context: one event loop in a thread of its own, one outbound client for
-the deliveries (hub/outbound.py), one aiohttp.ClientSession for verifications and thin-ping
-fetches, one async Redis client, the settings — kept for the life of the process, so
-connections to subscribers are reused across jobs.
+the deliveries, verifications and denials (hub/outbound.py), one aiohttp.ClientSession for
+thin-ping fetches (they need the answer's headers), one async Redis client, the settings — kept
+for the life of the process, so connections to subscribers are reused across jobs.
 
 This is the only process-wide state of the hub; job functions reach it through `context()`.
 """
@@ -44,7 +44,7 @@ class LoopThread:
     """An event loop running forever in a daemon thread; the main thread hands it coroutines.
 
     RQ's job loop and signal handlers stay in the main thread; the deliveries of every job
-    share this one loop (and so its connection pools: the delivery client's and the ClientSession's).
+    share this one loop (and so its connection pools: the outbound client's and the ClientSession's).
     """
 
     def __init__(self) -> None:
@@ -72,14 +72,14 @@ class LoopThread:
 
 @dataclass
 class WorkerContext:
-    """What jobs and the async cores need: settings, Redis, the delivery client, the ClientSession,
+    """What jobs and the async cores need: settings, Redis, the outbound client, the ClientSession,
     the Fernet, the queue for follow-up jobs, the delivery machinery, the clock, and the loop
     they all live on."""
 
     settings: HubSettings
     redis: Redis
-    outbound: OutboundClient      # the deliveries' POSTs
-    session: aiohttp.ClientSession  # verifications, denials and thin-ping fetches
+    outbound: OutboundClient      # the deliveries' POSTs, the verification and denial GETs
+    session: aiohttp.ClientSession  # thin-ping fetches
     fernet: Fernet
     queue: Queue | None
     batch: RedisBatcher
@@ -130,11 +130,11 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
         raise
     # every lane's requests at once, so no lane waits for another's connections
     limit = settings.delivery_concurrency + settings.retry_concurrency + settings.verify_concurrency + 50
-    # aiohttp's default session timeout, as before: each delivery and verification sets its own
+    # aiohttp's default session timeout, as before: each fetch sets its own
     session = netguard.make_session(settings, limit=limit, timeout=aiohttp.client.DEFAULT_TIMEOUT,
                                     auto_decompress=False, headers={"User-Agent": USER_AGENT})
-    # the deliveries' own pool, as large as the session's: every delivery in flight has a
-    # connection, and as many stay idle for the next POSTs to the same callbacks
+    # the deliveries' and verifications' pool, room for every lane's requests at once: each one
+    # in flight has a connection, and as many stay idle for the next requests to the same callbacks
     outbound = OutboundClient(allowed=settings.allowed_networks, hint=netguard.HINT, limit=limit, max_idle=limit,
                               user_agent=USER_AGENT)
     ctx = WorkerContext(settings, redis, outbound, session, fernet, queue, RedisBatcher(redis), clock)
@@ -157,7 +157,7 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
 async def close_context(ctx: WorkerContext, *, drain: bool = True) -> None:
     """Let in-flight deliveries end (all of their backlog with `drain`, else the current POST),
     release every claim, put taken verifications back in line, stop the heartbeat, and close the
-    delivery client, the session and the Redis client."""
+    outbound client, the session and the Redis client."""
     try:
         if ctx.verifying is not None and ctx.verifying.task is not None:
             ctx.verifying.task.cancel()

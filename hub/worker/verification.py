@@ -1,8 +1,8 @@
 """Async core of intent verification, denials and the lease sweep (run by worker jobs).
 
 `verify_intent(ctx, challenge)` GETs the callback with the challenge; only a 2xx whose body
-is exactly the challenge changes state. `ctx` has settings, redis (asyncio), session (the
-guarded ClientSession), fernet and now() (epoch seconds). No RQ here.
+is exactly the challenge changes state. `ctx` has settings, redis (asyncio), outbound (the
+guarded keep-alive client, hub/outbound.py), fernet and now() (epoch seconds). No RQ here.
 """
 from __future__ import annotations
 
@@ -13,7 +13,6 @@ import time
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import aiohttp
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis
 from yarl import URL
@@ -22,13 +21,16 @@ from .. import keys, store
 from ..batch import RedisBatcher
 from ..callbacks import callback_url
 from ..logs import delivery_fields, escape, redact_callback, redact_in
-from ..netguard import describe_refusal, read_limited
+from ..outbound import Answer, Limits, OutboundClient
 from ..records import Intent
 from ..settings import HubSettings
 
 log = logging.getLogger(__name__)
 
-IDENTITY = {"Accept-Encoding": "identity"}  # the echo is compared byte for byte: no compression
+# The echo is compared byte for byte, so it must come uncompressed: without this header any
+# coding is acceptable (RFC 9110, 12.5.3), and the client decodes none.
+IDENTITY = {"Accept-Encoding": "identity"}
+DENIAL_MAX_BODY = 1024      # bytes of a denial's answer read: only its status is logged
 VERIFY_BATCH = 500          # challenges taken from the line at a time
 VERIFY_CONCURRENCY = 100    # verification GETs in flight at once in one job
 VERIFY_MAX_BATCHES = 100    # a job verifies at most 50,000 requests; the next job goes on
@@ -41,7 +43,7 @@ class OutboundContext(Protocol):
 
     settings: HubSettings
     redis: Redis
-    session: aiohttp.ClientSession
+    outbound: OutboundClient
     fernet: Fernet
 
     def now(self) -> float: ...
@@ -137,12 +139,11 @@ async def bounded_replay(ctx: OutboundContext, intent: Intent,
 async def _get_echo(ctx: OutboundContext, intent: Intent, url: URL, challenge: str) -> tuple[int | None, str]:
     """(status, refusal reason or "") of the verification GET; redirects are never followed."""
     expected = challenge.encode("ascii")
-    try:
-        async with ctx.session.get(url, allow_redirects=False, timeout=_timeout(ctx), headers=IDENTITY) as response:
-            body = await read_limited(response, len(expected) + 1)
-            status = response.status
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        return None, describe_refusal(exc) or f"callback unreachable: {type(exc).__name__} {exc}".strip()
+    # one byte past the challenge is enough to tell a longer body from the echo
+    answer = await ctx.outbound.request("GET", url, IDENTITY, b"", _limits(ctx, len(expected) + 1))
+    status, body = answer.status, answer.body
+    if status is None:
+        return None, _unreachable(answer)
     if not 200 <= status < 300:
         return status, f"callback answered {status}; expected 2xx with the challenge"
     if body != expected:
@@ -205,12 +206,10 @@ async def send_denial(ctx: OutboundContext, intent: Intent) -> VerificationOutco
     The callback's answer does not matter; a callback the guard refuses is not contacted.
     """
     url = callback_url(intent.callback, {"hub.mode": "denied", "hub.topic": intent.topic, "hub.reason": intent.reason})
-    try:
-        async with ctx.session.get(url, allow_redirects=False, timeout=_timeout(ctx), headers=IDENTITY) as response:
-            await read_limited(response, 1024)
-            status = response.status
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        why = describe_refusal(exc) or f"callback unreachable: {type(exc).__name__} {exc}".strip()
+    answer = await ctx.outbound.request("GET", url, IDENTITY, b"", _limits(ctx, DENIAL_MAX_BODY))
+    status = answer.status
+    if status is None:
+        why = _unreachable(answer)
         log.warning("denial of %s for %s not delivered: %s", redact_callback(intent.callback),
                     escape(intent.topic), redact_in(why, intent.callback),
                     extra=delivery_fields(keys.subscription_id(intent.topic, intent.callback)))
@@ -238,11 +237,16 @@ async def sweep_expired(ctx: Any) -> int:
     return removed
 
 
-def _timeout(ctx: OutboundContext) -> aiohttp.ClientTimeout:
-    return _client_timeout(ctx.settings.fetch_timeout, ctx.settings.connect_timeout)
+def _unreachable(answer: Answer) -> str:
+    """Why a GET got no answer: the guard's message as it is, anything else as unreachable."""
+    return answer.error if answer.is_refused else f"callback unreachable: {answer.error}"
 
 
-@functools.lru_cache(maxsize=8)
-def _client_timeout(total: float, connect: float) -> aiohttp.ClientTimeout:
-    # one (frozen) object per setting for the process, not one per verification
-    return aiohttp.ClientTimeout(total=total, sock_connect=connect)
+def _limits(ctx: OutboundContext, max_body: int) -> Limits:
+    return _bounds(ctx.settings.connect_timeout, ctx.settings.fetch_timeout, max_body)
+
+
+@functools.lru_cache(maxsize=32)
+def _bounds(connect: float, total: float, max_body: int) -> Limits:
+    # one (frozen) object per setting and body size for the process, not one per verification
+    return Limits(connect_timeout=connect, total_timeout=total, max_body=max_body)

@@ -17,11 +17,12 @@ from rq import Queue
 
 from rsnotify.hub import enqueue, keys, records, store
 from rsnotify.hub.crypto import encrypt_secret, load_fernet
-from rsnotify.hub.netguard import make_session
+from rsnotify.hub.netguard import HINT, make_session
+from rsnotify.hub.outbound import OutboundClient
 from rsnotify.hub.settings import HubSettings
 from rsnotify.hub.web.app import build_app
 from rsnotify.hub.worker import fanout, runs
-from rsnotify.hub.worker.context import close_context, open_context
+from rsnotify.hub.worker.context import USER_AGENT, close_context, open_context
 from rsnotify.hub.enqueue import make_queue
 from tests.support.clock import Clock
 from tests.support.jobs import JobRunner, deliver_subscription
@@ -48,11 +49,13 @@ async def hub_client(aiohttp_client, hub_settings: HubSettings, clock: Clock):
 
 @dataclass
 class IntakeContext:
-    """What a worker gives the async cores (settings, redis, session, fernet, queue, now)."""
+    """What a worker gives the async cores (settings, redis, outbound client, session, fernet,
+    queue, now), each client guarded as the worker's are for `settings`."""
 
     settings: HubSettings
     redis: redis_async.Redis
-    session: Any
+    outbound: OutboundClient      # verifications and denials
+    session: Any                  # thin-ping fetches
     fernet: Any
     queue: Queue
     clock: Clock
@@ -60,16 +63,30 @@ class IntakeContext:
     def now(self) -> float:
         return self.clock()
 
+    async def use_settings(self, settings: HubSettings) -> None:
+        """Take `settings`, with new clients guarded by its allowed networks."""
+        await self.close_clients()
+        self.settings = settings
+        self.outbound, self.session = outbound_client(settings), make_session(settings)
+
+    async def close_clients(self) -> None:
+        await self.outbound.close()
+        await self.session.close()
+
+
+def outbound_client(settings: HubSettings) -> OutboundClient:
+    """The outbound client a worker with `settings` has (hub/worker/context.py)."""
+    return OutboundClient(allowed=settings.allowed_networks, hint=HINT, user_agent=USER_AGENT)
+
 
 @pytest.fixture
 async def intake_ctx(hub_settings: HubSettings, clock: Clock) -> AsyncIterator[IntakeContext]:
     client = redis_async.Redis.from_url(hub_settings.redis_url)
     connection = redis_lib.Redis.from_url(hub_settings.redis_url)
-    session = make_session(hub_settings)
-    ctx = IntakeContext(hub_settings, client, session, load_fernet(hub_settings),
-                        make_queue(hub_settings.queue_name, connection), clock)
+    ctx = IntakeContext(hub_settings, client, outbound_client(hub_settings), make_session(hub_settings),
+                        load_fernet(hub_settings), make_queue(hub_settings.queue_name, connection), clock)
     yield ctx
-    await session.close()
+    await ctx.close_clients()
     await client.aclose()
     connection.close()
 

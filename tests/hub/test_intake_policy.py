@@ -7,7 +7,7 @@ import ipaddress
 import pytest
 
 from rsnotify.hub import keys, store
-from rsnotify.hub.netguard import is_allowed_address, make_session
+from rsnotify.hub.netguard import is_allowed_address
 from rsnotify.hub.settings import HubSettings
 from rsnotify.hub.web.app import build_app
 from rsnotify.hub.worker.verification import sweep_expired
@@ -145,9 +145,7 @@ async def test_callback_on_a_refused_network_is_never_contacted(aiohttp_client, 
                                                                 callback_server, run_jobs, clock):
     public = hub_settings.with_values(host="0.0.0.0")  # not loopback-only: loopback callbacks are refused
     client = await aiohttp_client(build_app(public, now=clock))
-    await intake_ctx.session.close()
-    intake_ctx.settings = public
-    intake_ctx.session = make_session(public)
+    await intake_ctx.use_settings(public)
     # an address literal is refused at intake: nothing is stored, so no verification (or denial) is sent
     response = await subscribe(client, callback_server.url())
     assert response.status == 400
@@ -160,9 +158,7 @@ async def test_callback_on_a_refused_network_is_never_contacted(aiohttp_client, 
 async def test_allow_network_opens_a_refused_network(aiohttp_client, hub_settings, intake_ctx, callback_server,
                                                      run_jobs, clock):
     allowed = hub_settings.with_values(host="0.0.0.0", allow_networks=("127.0.0.0/8",))
-    await intake_ctx.session.close()
-    intake_ctx.settings = allowed
-    intake_ctx.session = make_session(allowed)
+    await intake_ctx.use_settings(allowed)
     client = await aiohttp_client(build_app(allowed, now=clock))
     await subscribe(client, callback_server.url().replace("127.0.0.1", "localhost"))
     [outcome] = await run_jobs(intake_ctx)
