@@ -20,26 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import aiohttp
 import click
-from aiohttp import web
 
 from rsnotify import eventloop
 from rsnotify.clitypes import FiniteFloatRange
 from rsnotify.errors import WireError
-from rsnotify.neterrors import quiet_malformed_requests
 from rsnotify.websub import check_url
 
-from .callback.aiohttp_adapter import add_callback_routes
-from .callback.receiver import ACK_AFTER_HANDLER, ReceivedNotification
-from .client import Subscriber
-from .diagnostics import print_status
-from .discovery import (
-    DiscoveredTopic,
-    discover_capability_list,
-    discover_source,
-    discover_topic,
-)
 from .errors import SubscriberError
 from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
 from .store import (
@@ -51,7 +38,16 @@ from .store import (
     open_store,
 )
 
+# aiohttp (web and client), the callback core, the client, discovery and the sync engine are
+# imported inside the commands that run them: `rsnotify sync --help` and the option checks that
+# end in a usage error load none of them.
 if TYPE_CHECKING:
+    import aiohttp
+    from aiohttp import web
+
+    from .callback.receiver import ReceivedNotification
+    from .client import Subscriber
+    from .discovery import DiscoveredTopic
     from .sync.runner import SyncCommand
 
 log = logging.getLogger(__name__)
@@ -110,6 +106,7 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
     For a copy that stays equal to the Source, use `rsnotify sync`.
     """
     if status:
+        from .diagnostics import print_status
         sys.exit(asyncio.run(print_status(state_file, _open_state(state_file), click.echo)))
     starts = [name for name, value in (("--topic", topic), ("--capability-list", capability_list),
                                        ("--source", source)) if value]
@@ -135,6 +132,7 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
         raise click.BadParameter(str(exc)) from None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from rsnotify.neterrors import quiet_malformed_requests
     quiet_malformed_requests()
     if mirror:
         sys.exit(_mirror(Path(mirror), settings, unsubscribe_on_exit, verbose, topic=topic, source=source,
@@ -184,6 +182,12 @@ def _stdout_gone() -> bool:
 
 
 async def _run(settings: SubscriberSettings, unsubscribe_on_exit: bool, **start: str | None) -> int:
+    from aiohttp import web
+
+    from .callback.aiohttp_adapter import add_callback_routes
+    from .callback.receiver import ACK_AFTER_HANDLER
+    from .client import Subscriber
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -285,6 +289,12 @@ async def _subscribe_all(subscriber: Subscriber, settings: SubscriberSettings, s
 
 async def _discover(session: aiohttp.ClientSession, hub: str | None, topic: str | None,
                     capability_list: str | None, source: str | None) -> list[DiscoveredTopic]:
+    from .discovery import (
+        DiscoveredTopic,
+        discover_capability_list,
+        discover_source,
+        discover_topic,
+    )
     if topic and hub:
         return [DiscoveredTopic(topic=topic, hubs=(hub,), found_in="command line", url=topic)]
     if topic:
@@ -500,6 +510,7 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
                                      param_hint="--exclude")
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from rsnotify.neterrors import quiet_malformed_requests
     quiet_malformed_requests()
     from .sync.context import SyncOptions
     options = SyncOptions(concurrency=concurrency, keep_deleted=extra.get("keep_deleted", False),
