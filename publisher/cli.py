@@ -142,7 +142,6 @@ def publish(
     rsnotify publish --hub http://localhost:8080/ --topic https://example.org/changes/ \\
         --updated https://example.org/a --deleted https://example.org/b@2024-05-01T10:00:00Z
     """
-    from .client import Publisher, utc_now
     logging.basicConfig(level=logging.INFO if verbose else logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
     hubs = tuple(url for value in hub_urls for url in value.split())
     try:
@@ -150,6 +149,10 @@ def publish(
             hub_urls=hubs, topic_url=topic_url, capability_list_url=capability_list_url, token=token,
             timeout=timeout, max_attempts=max_attempts, retry_delay=retry_delay, max_entries=max_entries,
             future_skew=future_skew, state_path=None if no_state else (state_path or _default_state_path()),
+        )
+        from .client import (  # here: a usage error above loads no HTTP client
+            Publisher,
+            utc_now,
         )
         publisher = Publisher.from_settings(settings)
     except SettingsError as exc:

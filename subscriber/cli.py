@@ -482,15 +482,20 @@ def _parse_size(value: str) -> int:
     return size
 
 
+def _parse_duration(text: str) -> float:
+    from .sync.runner import (
+        parse_duration,  # the sync engine, only when --audit-every is given
+    )
+    return parse_duration(text)
+
+
 def _sync_command(directory: Path, source: str | None, capability_list: str | None, allow_network: tuple[str, ...],
                   allow_host: tuple[str, ...], concurrency: int, json_events: bool, verbose: bool,
                   headers: tuple[tuple[str, str], ...] = (), timeout: float = 30.0, tries: int = 5,
                   rate: float | None = None, max_resource_size: str = "1GiB", exclude: tuple[str, ...] = (),
                   **extra: Any) -> SyncCommand:
-    from rsnotify.netguard import parse_networks
     if directory is None:
         raise click.UsageError("--dir DIR is required")
-    from .sync.runner import SyncCommand as _SyncCommand
     if source and capability_list:
         raise click.UsageError("give --source or --capability-list, not both")
     if not source and not capability_list and not (directory / ".rsnotify" / "state.db").exists():
@@ -500,6 +505,9 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
             raise click.BadParameter(f"must be an http(s) URL, got {url!r}", param_hint=name)
     if headers and not (source or capability_list):
         raise click.UsageError("--header needs --source or --capability-list: the origin its headers go to")
+    from rsnotify.netguard import (
+        parse_networks,  # here on: the checks above load no HTTP stack
+    )
     try:
         networks = parse_networks(allow_network)
     except ValueError as exc:
@@ -513,6 +521,7 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
     from rsnotify.neterrors import quiet_malformed_requests
     quiet_malformed_requests()
     from .sync.context import SyncOptions
+    from .sync.runner import SyncCommand as _SyncCommand
     options = SyncOptions(concurrency=concurrency, keep_deleted=extra.get("keep_deleted", False),
                           dry_run=extra.get("dry_run", False), max_resource_size=_parse_size(max_resource_size),
                           exclude=tuple(exclude))
@@ -557,20 +566,15 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
         return
     if dry_run and not once:
         raise click.UsageError("--dry-run needs --once")
-    from .sync.runner import (
-        parse_duration,
-        quiet_exit_on_signals,
-        run_sync,
-        saved_listen,
-    )
     if audit_every is not None and once:
         raise click.UsageError("--audit-every runs audits while live; with --once run `rsnotify audit`")
     try:
-        audit_seconds = parse_duration(audit_every) if audit_every is not None else None
+        audit_seconds = _parse_duration(audit_every) if audit_every is not None else None
     except ValueError:
         raise click.BadParameter(f"expected a duration such as 90s, 15m, 6h or 1d, got {audit_every!r}",
                                  param_hint="--audit-every") from None
     command = _sync_command(keep_deleted=keep_deleted, dry_run=dry_run, **common)
+    from .sync.runner import quiet_exit_on_signals, run_sync, saved_listen
     command.unsubscribe_on_exit = unsubscribe_on_exit
     command.poll_interval = poll_interval
     command.audit_every = audit_seconds
