@@ -69,6 +69,16 @@ def test_importing_the_subscriber_package_loads_none_of_its_modules() -> None:
     assert done.stdout.strip() == "[]"
 
 
+def test_a_sync_without_push_loads_no_callback_server() -> None:
+    """`rsnotify sync --once` and `rsnotify audit` run the engine without a callback server: what
+    they import leaves out aiohttp.web, the callback core and the subscriber client."""
+    code = ("import sys, rsnotify.subscriber.cli, rsnotify.subscriber.sync.runner; print(sorted(m for m in "
+            "('aiohttp.web', 'rsnotify.subscriber.callback.core', 'rsnotify.subscriber.client', "
+            "'rsnotify.subscriber.sync.push') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert done.stdout.strip() == "[]"
+
+
 def test_the_subscriber_package_still_offers_every_public_name() -> None:
     import rsnotify.subscriber as package
     from rsnotify.subscriber import Subscriber, SubscriberSettings
