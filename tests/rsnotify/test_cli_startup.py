@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -30,9 +31,15 @@ LIGHT_STARTS = [
     (["capability-list", "set", "--help"], 0),
     (["hub", "--help"], 0),
     (["worker", "--help"], 0),
+    (["source", "--help"], 0),
+    (["validate", "--help"], 0),
+    (["inspect", "--help"], 0),
+    (["admin", "--help"], 0),
+    (["admin", "topics", "--help"], 0),
     (["sync"], 2),                                  # usage error: --dir is missing
     (["subscribe", "--hub", "http://hub.example/"], 2),
     (["publish", "--hub", "not a url"], 2),
+    (["inspect", "ftp://example.org/"], 2),
     (["no-such-command"], 2),
 ]
 
@@ -67,6 +74,13 @@ def test_importing_the_subscriber_package_loads_none_of_its_modules() -> None:
             "m.startswith(('rsnotify.subscriber.', 'rsnotify.publisher.', 'aiohttp', 'lxml'))))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
     assert done.stdout.strip() == "[]"
+
+
+def test_validating_a_local_file_loads_no_http_client() -> None:
+    example = Path(__file__).resolve().parents[1] / "fixtures" / "change-notification-1.0.1" / "notification_ex_1.xml"
+    result = loaded_by("validate", str(example))
+    assert result["code"] == 0
+    assert "lxml.etree" in result["loaded"] and "aiohttp" not in result["loaded"]
 
 
 def test_a_sync_without_push_loads_no_callback_server() -> None:
