@@ -14,8 +14,6 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
-from rsnotify.neterrors import quiet_malformed_requests
-
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 LOG_FORMATS = ("text", "json")
 
@@ -156,6 +154,9 @@ def configure_logging(level: str, log_format: str = "text") -> None:
     root.addHandler(handler)
     root.setLevel(level.upper())
     logging.getLogger("aiohttp.access").setLevel(logging.WARNING)
+    # imported here: neterrors brings aiohttp, which `rsnotify hub --help` (hub/cli.py imports
+    # this module) has no use for
+    from rsnotify.neterrors import quiet_malformed_requests
     quiet_malformed_requests()
 
 

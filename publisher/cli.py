@@ -13,7 +13,7 @@ import tempfile
 from collections.abc import Awaitable, Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import click
 
@@ -26,15 +26,7 @@ from rsnotify.notification import (
     ResourceChange,
 )
 
-from .advertise import (
-    add_channel_to_document,
-    empty_capability_list,
-    new_capability_list,
-    set_capabilities,
-    set_capabilities_in_document,
-)
 from .changes import parse_change_option, parse_json_lines
-from .client import Publisher, Receipt, utc_now, validate_document
 from .errors import (
     CapabilityListError,
     ChangeInputError,
@@ -43,6 +35,12 @@ from .errors import (
     StateError,
 )
 from .settings import PublisherSettings
+
+# The client (aiohttp) and the Capability List editing (lxml) are imported inside the commands
+# that use them, so `rsnotify publish --help` and a usage error load neither.
+if TYPE_CHECKING:
+    from .client import Publisher
+    from .receipt import Receipt
 
 _CHANGE_OPTIONS = {f"--{change.value}": change for change in ChangeType}
 DEFAULT_STATE_FILE = "publisher-memory.db"
@@ -152,6 +150,10 @@ def publish(
             timeout=timeout, max_attempts=max_attempts, retry_delay=retry_delay, max_entries=max_entries,
             future_skew=future_skew, state_path=None if no_state else (state_path or _default_state_path()),
         )
+        from .client import (  # here: a usage error above loads no HTTP client
+            Publisher,
+            utc_now,
+        )
         publisher = Publisher.from_settings(settings)
     except SettingsError as exc:
         raise click.UsageError(str(exc), ctx) from None
@@ -229,6 +231,7 @@ def _read_document(ctx: click.Context, file: BinaryIO, now: datetime) -> bytes |
     name = getattr(file, "name", "-")
     data = file.read()
     if data.lstrip().startswith(b"<"):
+        from .client import validate_document
         try:
             validate_document(data)  # the same validation `submit` applies
         except ChangeInputError as exc:
@@ -272,6 +275,7 @@ def add_channel(ctx: click.Context, caplist: str, topic_url: str, hub_urls: tupl
     rsnotify capability-list add-channel capabilitylist.xml \\
         --topic https://example.org/dataset1/change/ --hub https://hub.example.org/
     """
+    from .advertise import add_channel_to_document, new_capability_list
     hubs = tuple(url for value in hub_urls for url in value.split())
     path = _edit_capability_list(ctx, caplist, up, to_stdout,
                                  lambda up_url: new_capability_list(up_url, topic_url, hubs),
@@ -310,6 +314,11 @@ def set_entries(ctx: click.Context, caplist: str, resourcelist: str | None, chan
         raise click.UsageError("--topic needs at least one --hub", ctx)
     if resourcelist is None and changelist is None and topic_url is None:
         raise click.UsageError("nothing to set: give --resourcelist, --changelist or --topic with --hub", ctx)
+    from .advertise import (
+        empty_capability_list,
+        set_capabilities,
+        set_capabilities_in_document,
+    )
     wanted: dict[str, Any] = {"resourcelist": resourcelist, "changelist": changelist, "topic_url": topic_url, "hub_urls": hubs}
     path = _edit_capability_list(ctx, caplist, up, to_stdout,
                                  lambda up_url: set_capabilities(empty_capability_list(up_url), **wanted),

@@ -12,12 +12,14 @@ import json
 import re
 from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .admin_client import AdminClient, AdminError
 from .clitypes import FiniteFloatRange
+
+if TYPE_CHECKING:  # Admin.run imports the client (aiohttp) when a subcommand talks to the hub
+    from .admin_client import AdminClient
 
 DEFAULT_HUB = "http://127.0.0.1:8080/"   # where `rsnotify hub` listens by default
 CELL_WIDTH = 60                          # long URLs are shortened in tables (--json keeps them whole)
@@ -56,6 +58,8 @@ class Admin:
 
     def run(self, call: Callable[[AdminClient], Awaitable[Any]]) -> Any:
         """Run one conversation with the hub; its refusals become a one-line error (exit 1)."""
+        from .admin_client import AdminClient, AdminError
+
         async def converse() -> Any:
             async with AdminClient(self.hub_url, token=self.token, timeout=self.timeout) as client:
                 return await call(client)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+from gettext import gettext as _
 
 import click
 
@@ -26,6 +27,30 @@ LAZY_COMMANDS = {
     "audit": "rsnotify.subscriber.cli:audit",
     "inspect": "rsnotify.subscriber.inspect_cli:inspect",
     "source": "rsnotify.publisher.source.cli:source",
+}
+
+# command name -> the first paragraph of its help, for the command list of `rsnotify --help`:
+# listing from here imports no role (the listing would otherwise load every command module, and
+# with them aiohttp, lxml and the hub's settings). tests/rsnotify/test_cli_startup.py checks each
+# against the command's own help, so the list cannot drift from the commands.
+SUMMARIES = {
+    "validate": "Check ResourceSync documents (change notifications, Capability Lists, Source Descriptions, "
+                "Resource/Change Lists, Dumps, indexes); `-` reads standard input, an http(s) URL is fetched.",
+    "admin": "Inspect and repair a running hub through its admin API.",
+    "hub": "Run a WebSub hub for ResourceSync change notifications.",
+    "worker": "Run a hub worker: verifications, thin-ping fetches, lease sweeps and fan-out deliveries.",
+    "publish": "Publish resource changes to a hub as change notifications.",
+    "capability-list": "Produce or edit a Capability List that advertises a change-notification channel.",
+    "subscribe": "Subscribe to a change-notification channel and print each notification as a JSON line.",
+    "sync": "Keep DIR equal to a Source: baseline, live notifications, catch-up after any gap.",
+    "audit": "Compare DIR with the Source's current Resource List: exit 0 in sync, 1 differences, 2 usage, "
+             "3 Source unreachable, 130 interrupted (Ctrl-C; 143 for SIGTERM). Works beside a running "
+             "`rsnotify sync` (read-only); with --repair the running sync does the repair and this waits for "
+             "its answer.",
+    "inspect": "Show what the Source at URL offers: its Capability Lists, each capability's document (kind, "
+               "at/completed or from/until, entries; indexes followed), the change-notification channel "
+               "(topic, hubs), and every problem found on the way.",
+    "source": "Serve the files of SRC under URL as a ResourceSync Source, and publish every change.",
 }
 
 # commands that need an optional extra -> the extra; and the modules each extra must bring (the
@@ -79,6 +104,25 @@ class LazyGroup(click.Group):
                 return None
             raise
         return getattr(module, attribute, None)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's own command list, with SUMMARIES standing in for the commands not imported yet."""
+        commands = [(name, command) for name in self.list_commands(ctx)
+                    if (command := self._listed_command(ctx, name)) is not None and not command.hidden]
+        if not commands:
+            return
+        limit = formatter.width - 6 - max(len(name) for name, _command in commands)
+        with formatter.section(_("Commands")):
+            formatter.write_dl([(name, command.get_short_help_str(limit)) for name, command in commands])
+
+    def _listed_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        """The command if it is loaded or has no summary; else a stand-in carrying its summary."""
+        if name in self.commands or name not in SUMMARIES:
+            return self.get_command(ctx, name)
+        extra = NEEDS_EXTRA.get(name)
+        if extra is not None and is_extra_missing(extra):
+            return missing_extra_command(name, extra)
+        return click.Command(name, help=SUMMARIES[name])
 
     def _available(self) -> list[str]:
         return [name for name in LAZY_COMMANDS if importlib.util.find_spec(LAZY_COMMANDS[name].split(":")[0]) is not None]

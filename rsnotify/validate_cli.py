@@ -7,15 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import click
 
-from .bodies import bounded_chunks
-from .documents import ParsedDocument, parse_document
 from .errors import RsnotifyError
-from .neterrors import describe_client_error
+
+# The XML side (lxml) is imported when a document is checked, the HTTP client (aiohttp) when a
+# URL is fetched: `rsnotify validate --help` needs neither, a local file no HTTP client.
+if TYPE_CHECKING:
+    from .documents import ParsedDocument
 
 MAX_DOCUMENT_BYTES = 52_428_800   # a Sitemap document is at most 50 MiB
 FETCH_SECONDS = 60.0
@@ -70,6 +71,11 @@ def _read(path: str) -> bytes:
 
 async def _fetch(url: str) -> bytes:
     """The document at `url` (redirects followed, at most MAX_DOCUMENT_BYTES); UsageError otherwise."""
+    import aiohttp
+
+    from .bodies import bounded_chunks
+    from .neterrors import describe_client_error
+
     timeout = aiohttp.ClientTimeout(total=FETCH_SECONDS)
     try:
         async with aiohttp.ClientSession(timeout=timeout) as session, session.get(url) as response:
@@ -83,6 +89,7 @@ async def _fetch(url: str) -> bytes:
 
 def report(name: str, data: bytes) -> tuple[list[str], bool]:
     """The lines to print for one document and whether it is valid."""
+    from .documents import parse_document
     try:
         document = parse_document(data)
     except RsnotifyError as exc:  # DocumentParseError, or any other complaint about the input

@@ -20,26 +20,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
-import aiohttp
 import click
-from aiohttp import web
 
 from rsnotify import eventloop
 from rsnotify.clitypes import FiniteFloatRange
 from rsnotify.errors import WireError
-from rsnotify.neterrors import quiet_malformed_requests
 from rsnotify.websub import check_url
 
-from .callback.aiohttp_adapter import add_callback_routes
-from .callback.receiver import ACK_AFTER_HANDLER, ReceivedNotification
-from .client import Subscriber
-from .diagnostics import print_status
-from .discovery import (
-    DiscoveredTopic,
-    discover_capability_list,
-    discover_source,
-    discover_topic,
-)
 from .errors import SubscriberError
 from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
 from .store import (
@@ -51,7 +38,16 @@ from .store import (
     open_store,
 )
 
+# aiohttp (web and client), the callback core, the client, discovery and the sync engine are
+# imported inside the commands that run them: `rsnotify sync --help` and the option checks that
+# end in a usage error load none of them.
 if TYPE_CHECKING:
+    import aiohttp
+    from aiohttp import web
+
+    from .callback.receiver import ReceivedNotification
+    from .client import Subscriber
+    from .discovery import DiscoveredTopic
     from .sync.runner import SyncCommand
 
 log = logging.getLogger(__name__)
@@ -110,6 +106,7 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
     For a copy that stays equal to the Source, use `rsnotify sync`.
     """
     if status:
+        from .diagnostics import print_status
         sys.exit(asyncio.run(print_status(state_file, _open_state(state_file), click.echo)))
     starts = [name for name, value in (("--topic", topic), ("--capability-list", capability_list),
                                        ("--source", source)) if value]
@@ -135,6 +132,7 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
         raise click.BadParameter(str(exc)) from None
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from rsnotify.neterrors import quiet_malformed_requests
     quiet_malformed_requests()
     if mirror:
         sys.exit(_mirror(Path(mirror), settings, unsubscribe_on_exit, verbose, topic=topic, source=source,
@@ -184,6 +182,12 @@ def _stdout_gone() -> bool:
 
 
 async def _run(settings: SubscriberSettings, unsubscribe_on_exit: bool, **start: str | None) -> int:
+    from aiohttp import web
+
+    from .callback.aiohttp_adapter import add_callback_routes
+    from .callback.receiver import ACK_AFTER_HANDLER
+    from .client import Subscriber
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     main = asyncio.current_task()
@@ -285,6 +289,12 @@ async def _subscribe_all(subscriber: Subscriber, settings: SubscriberSettings, s
 
 async def _discover(session: aiohttp.ClientSession, hub: str | None, topic: str | None,
                     capability_list: str | None, source: str | None) -> list[DiscoveredTopic]:
+    from .discovery import (
+        DiscoveredTopic,
+        discover_capability_list,
+        discover_source,
+        discover_topic,
+    )
     if topic and hub:
         return [DiscoveredTopic(topic=topic, hubs=(hub,), found_in="command line", url=topic)]
     if topic:
@@ -472,15 +482,20 @@ def _parse_size(value: str) -> int:
     return size
 
 
+def _parse_duration(text: str) -> float:
+    from .sync.runner import (
+        parse_duration,  # the sync engine, only when --audit-every is given
+    )
+    return parse_duration(text)
+
+
 def _sync_command(directory: Path, source: str | None, capability_list: str | None, allow_network: tuple[str, ...],
                   allow_host: tuple[str, ...], concurrency: int, json_events: bool, verbose: bool,
                   headers: tuple[tuple[str, str], ...] = (), timeout: float = 30.0, tries: int = 5,
                   rate: float | None = None, max_resource_size: str = "1GiB", exclude: tuple[str, ...] = (),
                   **extra: Any) -> SyncCommand:
-    from rsnotify.netguard import parse_networks
     if directory is None:
         raise click.UsageError("--dir DIR is required")
-    from .sync.runner import SyncCommand as _SyncCommand
     if source and capability_list:
         raise click.UsageError("give --source or --capability-list, not both")
     if not source and not capability_list and not (directory / ".rsnotify" / "state.db").exists():
@@ -490,6 +505,9 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
             raise click.BadParameter(f"must be an http(s) URL, got {url!r}", param_hint=name)
     if headers and not (source or capability_list):
         raise click.UsageError("--header needs --source or --capability-list: the origin its headers go to")
+    from rsnotify.netguard import (
+        parse_networks,  # here on: the checks above load no HTTP stack
+    )
     try:
         networks = parse_networks(allow_network)
     except ValueError as exc:
@@ -500,8 +518,10 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
                                      param_hint="--exclude")
     logging.basicConfig(stream=sys.stderr, level=logging.INFO if verbose else logging.WARNING,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from rsnotify.neterrors import quiet_malformed_requests
     quiet_malformed_requests()
     from .sync.context import SyncOptions
+    from .sync.runner import SyncCommand as _SyncCommand
     options = SyncOptions(concurrency=concurrency, keep_deleted=extra.get("keep_deleted", False),
                           dry_run=extra.get("dry_run", False), max_resource_size=_parse_size(max_resource_size),
                           exclude=tuple(exclude))
@@ -546,20 +566,15 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
         return
     if dry_run and not once:
         raise click.UsageError("--dry-run needs --once")
-    from .sync.runner import (
-        parse_duration,
-        quiet_exit_on_signals,
-        run_sync,
-        saved_listen,
-    )
     if audit_every is not None and once:
         raise click.UsageError("--audit-every runs audits while live; with --once run `rsnotify audit`")
     try:
-        audit_seconds = parse_duration(audit_every) if audit_every is not None else None
+        audit_seconds = _parse_duration(audit_every) if audit_every is not None else None
     except ValueError:
         raise click.BadParameter(f"expected a duration such as 90s, 15m, 6h or 1d, got {audit_every!r}",
                                  param_hint="--audit-every") from None
     command = _sync_command(keep_deleted=keep_deleted, dry_run=dry_run, **common)
+    from .sync.runner import quiet_exit_on_signals, run_sync, saved_listen
     command.unsubscribe_on_exit = unsubscribe_on_exit
     command.poll_interval = poll_interval
     command.audit_every = audit_seconds

@@ -12,14 +12,13 @@ SubscriberError
 
 OutboundRefusedError (an aiohttp.ClientConnectionError, so fetch code handles it like any
 other connection failure): a fetch made on a Source's word reached for an address the
-outbound guard (rsnotify.netguard) does not allow.
+outbound guard (rsnotify.netguard) does not allow. It lives in sync/session.py, beside the one
+session that raises it, so this module needs no aiohttp and every command's start stays light.
 
 Problems with an incoming callback request are not exceptions: the callback core answers
 them with a typed `CallbackResponse` (4xx, text/plain reason).
 """
 from __future__ import annotations
-
-import aiohttp
 
 
 class SubscriberError(Exception):
@@ -57,7 +56,3 @@ class StoreError(SubscriberError):
 
 class SettingsError(SubscriberError, ValueError):
     """A subscriber setting has a value that cannot be used."""
-
-
-class OutboundRefusedError(aiohttp.ClientConnectionError):
-    """A connection to an address the outbound guard does not allow."""

@@ -7,13 +7,15 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import click
 
 from rsnotify.errors import WireError
 from rsnotify.websub import check_url
 
-from .inspect import DocumentReport, Inspection, inspect_source
+if TYPE_CHECKING:  # imported by the command: aiohttp and lxml are for a real inspection, not --help
+    from .inspect import DocumentReport, Inspection
 
 
 @click.command("inspect")
@@ -31,6 +33,7 @@ def inspect(url: str, as_json: bool) -> None:
         url = check_url("URL", url)
     except WireError as exc:
         raise click.UsageError(str(exc)) from None
+    from .inspect import inspect_source
     report = asyncio.run(inspect_source(url))
     if as_json:
         click.echo(json.dumps(report.to_json(), indent=2))

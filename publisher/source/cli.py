@@ -10,23 +10,20 @@ import hashlib
 import logging
 import socket
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-import aiohttp
 import click
-from aiohttp import web
 
 from rsnotify import eventloop
 from rsnotify.clitypes import FiniteFloatRange
-from rsnotify.neterrors import describe_client_error, quiet_malformed_requests
 
-from ..client import Publisher
 from ..errors import SettingsError, StateError
-from ..memory.store import ChangeMemory, ListPolicy
-from ..outbox import Outbox
-from . import static_cli
-from .folder import Exclusions, Folder
-from .server import RESERVED_NAMES, Source, SourceUrls
+
+# The Source's machinery (aiohttp, the change memory, the folder watcher, lxml) is imported when
+# the command runs, so `rsnotify source --help` loads none of it.
+if TYPE_CHECKING:
+    from .server import Source
 
 log = logging.getLogger(__name__)
 _HUB_CHECK_SECONDS = 10.0
@@ -86,6 +83,15 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
     SRC under URL (see the README for nginx and Apache); with --once as well, the command
     exits after one scan: 0 published, 1 a notification still waits in the outbox.
     """
+    from rsnotify.neterrors import quiet_malformed_requests
+
+    from ..client import Publisher
+    from ..memory.store import ChangeMemory, ListPolicy
+    from ..outbox import Outbox
+    from . import static_cli
+    from .folder import Exclusions, Folder
+    from .server import RESERVED_NAMES, Source, SourceUrls
+
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     quiet_malformed_requests()
     logging.getLogger("watchfiles").setLevel(logging.DEBUG if verbose else logging.WARNING)  # one line per event otherwise
@@ -189,6 +195,10 @@ def _is_inside(path: Path, folder: Path) -> bool:
 
 async def _hub_problem(hubs: tuple[str, ...]) -> str | None:
     """Why a hub cannot be reached, or None. Any HTTP answer counts as reachable."""
+    import aiohttp
+
+    from rsnotify.neterrors import describe_client_error
+
     timeout = aiohttp.ClientTimeout(total=_HUB_CHECK_SECONDS)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         for hub in hubs:
@@ -207,6 +217,8 @@ def _family(host: str) -> socket.AddressFamily:
 
 
 async def _serve(runner: Source, sock: socket.socket, header_timeout: float) -> None:
+    from aiohttp import web
+
     stop = eventloop.stop_on_signals()
     # aiohttp closes a connection that has not sent a whole request within keepalive_timeout of
     # connecting (or of its last answer): the header deadline against trickling clients, as the hub's

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, TYPE_CHECKING
 
 import aiohttp
 
@@ -43,11 +43,13 @@ from .events import Events
 from .exclude import Exclusions
 from .fetcher import USER_AGENT, Fetcher
 from .live import GAP, WAIT, drain
-from .push import Push
 from .remote import SourceDocumentError, SourceUnreachableError
 from .session import make_session, source_networks
 from .sink import FolderSink
 from .state import RETRIED_STATES, STATE_DIR, SyncState
+
+if TYPE_CHECKING:  # start_push imports it: `sync --once` and `audit` serve no callbacks
+    from .push import Push
 
 log = logging.getLogger(__name__)
 
@@ -361,6 +363,8 @@ class SyncEngine:
         published meanwhile is missed."""
         if self.push_settings is None:
             return
+        # imported here: aiohttp.web, the callback core and the client serve live syncs only
+        from .push import Push
         self.push = Push(self.state, self.push_settings, self.wake, self.status)
         base = await self.push.start()
         host = self.push_settings.listen_host

@@ -11,9 +11,12 @@ from rsnotify import netguard
 from rsnotify.netguard import Network
 from rsnotify.netguard import private_networks_of as source_networks
 
-from ..errors import OutboundRefusedError
+__all__ = ["OutboundRefusedError", "make_session", "source_networks"]
 
-__all__ = ["make_session", "source_networks"]
+
+class OutboundRefusedError(aiohttp.ClientConnectionError):
+    """A connection to an address the outbound guard does not allow (an aiohttp connection error,
+    so fetch code handles it like any other connection failure)."""
 
 
 def make_session(allowed: Iterable[Network] | None, *, limit: int, limit_per_host: int, timeout: float,
