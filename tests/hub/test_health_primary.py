@@ -108,23 +108,8 @@ def plain_group(tmp_path: Path) -> Iterator[SentinelGroup]:
 
 
 def fail_over_by_sentinel(group: SentinelGroup) -> None:
-    """SENTINEL FAILOVER; back once it is done and the old primary is a replica in sync again."""
-    old = group.primary()
-    sentinel = group.client(group.sentinels[0])
-    try:
-        sentinel.execute_command("SENTINEL", "FAILOVER", SERVICE)
-    finally:
-        sentinel.close()
-    deadline = time.monotonic() + 30
-    while not (group.primary() is not old and switched(group)):
-        assert time.monotonic() < deadline, "the failover never completed"
-        time.sleep(0.1)
-    # what the Sentinel does on its next look at the old primary (up to 10 s away), done now
-    demoted = group.client(old)
-    try:
-        demoted.replicaof("127.0.0.1", group.primary().port)
-    finally:
-        demoted.close()
+    """The failover above; back once the old primary is a replica in sync again."""
+    fail_over(group)
     group.wait_for_replicas(1)
 
 
