@@ -65,12 +65,17 @@ def switched(group: SentinelGroup) -> bool:
     return int(state["port"]) == group.primary().port and state["flags"] == "master"
 
 
-async def test_health_names_the_server_that_answers_as_primary_after_a_failover(
-        aiohttp_client, group: SentinelGroup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def hub_on(aiohttp_client, group: SentinelGroup, tmp_path: Path):  # type: ignore[no-untyped-def]
+    """A hub's web app (no workers) on the Sentinel group, served for the test."""
     settings = HubSettings(redis_url=group.url(), data_dir=str(tmp_path / "data"), workers=0,
                            secret_key=Fernet.generate_key().decode())
-    app = build_app(settings)
-    client = await aiohttp_client(app)
+    return await aiohttp_client(build_app(settings))
+
+
+async def test_health_names_the_server_that_answers_as_primary_after_a_failover(
+        aiohttp_client, group: SentinelGroup, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    client = await hub_on(aiohttp_client, group, tmp_path)
+    app = client.app
     first = group.primary()
     health = await (await client.get("/health")).json()
     assert health["replication"]["primary"] == first.address, health
@@ -116,10 +121,8 @@ def fail_over_by_sentinel(group: SentinelGroup) -> None:
 async def test_health_shows_a_failover_there_and_back_between_two_reports(
         aiohttp_client, plain_group: SentinelGroup, tmp_path: Path) -> None:
     group = plain_group
-    settings = HubSettings(redis_url=group.url(), data_dir=str(tmp_path / "data"), workers=0,
-                           secret_key=Fernet.generate_key().decode())
-    app = build_app(settings)
-    client = await aiohttp_client(app)
+    client = await hub_on(aiohttp_client, group, tmp_path)
+    app = client.app
     first = group.primary()
     health = await (await client.get("/health")).json()
     assert health["replication"]["primary"] == first.address and health["replication"]["last_failover"] is None
