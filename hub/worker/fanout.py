@@ -117,12 +117,18 @@ async def follow(ctx: WorkerContext, tid: str, topic_log: TopicLog | None = None
     d.following.add(tid)
     try:
         quiet_until = time.monotonic() + d.follow_seconds
+        renew_at = 0.0
         while not d.stopping:
-            topic_log.followers = max(1, int(await claims.follow(ctx.batch, tid, token, lease_ms)))
+            now = time.monotonic()
+            if now >= renew_at:
+                # renewed a third of a lease ahead, not at every read: a busy topic's reads come
+                # back at once, and a script per read was a third of the follower's Redis calls
+                topic_log.followers = max(1, int(await claims.follow(ctx.batch, tid, token, lease_ms)))
+                renew_at = now + FOLLOW_LEASE / 3
             wait = quiet_until - time.monotonic()
             if wait <= 0:
                 break
-            block_ms = max(1, int(min(wait, FOLLOW_LEASE / 3) * 1000))
+            block_ms = max(1, int(min(wait, renew_at - time.monotonic()) * 1000))
             entries = await store.wait_for_entries(ctx.redis, tid, last_id, WINDOW, block_ms)
             if entries:
                 topic_log.feed(last_id, entries)
