@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,6 +106,10 @@ class SubRun:
     gone: int = 0
     # written at the next checkpoint
     fields: dict[str, Any] = field(default_factory=dict)
+    # the latest attempt (status, error, at, latency ms, outcome) and success: their last_* fields
+    # are built at the checkpoint (a few a second), not at every delivery (thousands)
+    last_attempt: tuple[int | None, str, float, float, str] | None = None
+    last_delivered_at: float = 0.0
     records: list[str] = field(default_factory=list)
     delivered: int = 0
     gaps: int = 0
@@ -117,7 +122,25 @@ class SubRun:
 
     @property
     def is_dirty(self) -> bool:
-        return bool(self.fields or self.records)
+        return bool(self.fields or self.records or self.last_attempt)
+
+    def take_fields(self) -> dict[str, Any]:
+        """The subscription fields to write at a checkpoint (cursor included); none are pending after."""
+        fields, self.fields = self.fields, {}
+        if self.last_delivered_at:
+            fields["last_delivered_at"] = int(self.last_delivered_at)   # the status page tells a dormant callback by it
+            self.last_delivered_at = 0.0
+        if self.last_attempt is not None:
+            status, error, at, ms, outcome = self.last_attempt
+            fields.update(attempts=self.attempts, next_attempt=math.ceil(self.next_attempt),
+                          retry_at=repr(self.next_attempt), last_status="" if status is None else status,
+                          last_error=error, last_attempt_at=int(at), last_latency_ms=round(ms, 2),
+                          last_outcome=outcome)
+            self.last_attempt = None
+        fields["cursor"] = self.cursor
+        if self.cursor_seq is not None:
+            fields["cursor_seq"] = self.cursor_seq
+        return fields
 
     def lags(self, last_key: tuple[int, int]) -> bool:
         return self.cursor_key < last_key or self.resend > 0

@@ -78,9 +78,8 @@ class TopicLog:
         if cursor_key >= self.end_key:
             if self._refresh is not None:
                 await asyncio.shield(self._refresh)
-            elif must_reach is not None and self.end_key < must_reach:
-                await self._read_more()
-            elif time.monotonic() - self._refreshed_at > FRESH and not self._is_fed():
+            elif ((must_reach is not None and self.end_key < must_reach)
+                  or (time.monotonic() - self._refreshed_at > FRESH and not self._is_fed())):
                 await self._read_more()
             if cursor_key >= self.end_key:
                 return []
