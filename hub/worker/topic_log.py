@@ -119,14 +119,17 @@ class TopicLog:
 
     def _append(self, entries: list[LogEntry]) -> None:
         # a read and a feed can overlap: keep each entry once, in log order
+        grown = False
         for entry in entries:
             key = parse_entry_id(entry.notification_id)
             if key > self.end_key:
                 self.items.append(self.item(entry, key))
                 self.keys.append(key)
                 self.end_id, self.end_key = entry.notification_id, key
-                self._grown.set()
-                self._grown = asyncio.Event()
+                grown = True
+        if grown:           # once per read, not per entry: the waiters look at end_key anyway
+            self._grown.set()
+            self._grown = asyncio.Event()
         if len(self.items) > 2 * WINDOW:
             drop = len(self.items) - WINDOW
             self.start_key = self.keys[drop - 1]
