@@ -181,13 +181,10 @@ class Deliveries:
         """Write the run's pending state; with `release` also give up the claim. The answer tells
         what the subscription looks like now: {1, state, expires, last log id, resend, next_attempt},
         {0} when the claim was lost, {-1} when the subscription is gone."""
-        fields = run.fields
-        fields["cursor"] = run.cursor
-        if run.cursor_seq is not None:
-            fields["cursor_seq"] = run.cursor_seq
+        fields = run.take_fields()
         records = run.records[-RECENT_ATTEMPTS:]   # oldest first: LPUSH leaves the newest on top
         delivered, gaps = run.delivered, run.gaps
-        run.fields, run.records, run.delivered, run.gaps = {}, [], 0, 0
+        run.records, run.delivered, run.gaps = [], 0, 0
         answer = await claims.checkpoint(self.batch, run.sid, run.tid, run.token, release=release, fields=fields,
                                          records=records, delivered=delivered, gaps=gaps, due_at=due_at)
         if answer[0] != 1:

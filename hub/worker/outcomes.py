@@ -3,7 +3,6 @@ the cursor moves, the subscription ends, a retry is scheduled, or a dead letter 
 from __future__ import annotations
 
 import logging
-import math
 
 from rsnotify.backoff import backoff_delay
 
@@ -41,7 +40,7 @@ async def apply_outcome(ctx: WorkerContext, run: SubRun, item: Item, response: R
     match status:
         case int() if 200 <= status < 300:
             outcome, verdict = "delivered", "next"
-            run.fields["last_delivered_at"] = int(now)   # the status page tells a dormant callback by it
+            run.last_delivered_at = now
             run.attempts, run.next_attempt = 0, 0.0
             run.delivered += 1
             run.delivered_total += 1
@@ -85,10 +84,8 @@ async def apply_outcome(ctx: WorkerContext, run: SubRun, item: Item, response: R
                                                   attempt))
     d.count(outcome, status, response.seconds, entry)
     if outcome != "gone":
-        run.fields.update(attempts=run.attempts, next_attempt=math.ceil(run.next_attempt),
-                          retry_at=repr(run.next_attempt),
-                          last_status="" if status is None else status, last_error=response.error,
-                          last_attempt_at=int(now), last_latency_ms=round(ms, 2), last_outcome=outcome)
+        # attempts, next_attempt and the last_* fields: built from this at the next checkpoint
+        run.last_attempt = (status, response.error, now, ms, outcome)
         if outcome != "delivered":      # successes show in the last_* fields; a list of them costs ~6 kB each
             run.records.append(Attempt(now, entry.notification_id, entry.sequence, status, response.error,
                                              ms, outcome, attempt).to_json())

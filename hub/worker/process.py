@@ -10,7 +10,10 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis as redis_sync
+from redis.client import Pipeline
+from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.sentinel import MasterNotFoundError
 from rq import SimpleWorker
 
@@ -62,6 +65,28 @@ class HubWorker(SimpleWorker):
     def work(self, burst: bool = False, *args: Any, **kwargs: Any) -> bool:
         self._burst = burst
         return super().work(burst, *args, **kwargs)
+
+    # RQ's job loop quits at a Redis error outside its dequeue (which waits a failure out): its
+    # heartbeat after a job or a dequeue, its suspension check. A fan-out job that ends while a
+    # failover is under way (its runs stopped on the Redis error) then ended the whole worker.
+    # Those steps keep only RQ's own records (its workers list); this worker's liveness is its own
+    # heartbeat (heartbeat.py), so a failure there is waited out too, and the next one writes it.
+    def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
+        if pipeline is not None:            # only queued on the pipeline: its execute reports
+            super().heartbeat(timeout, pipeline)
+            return
+        try:
+            super().heartbeat(timeout)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            log.warning("worker %s: RQ's heartbeat failed (%s); it goes on and writes the next", self.name, exc)
+
+    def check_for_suspension(self, burst: bool) -> None:
+        try:
+            super().check_for_suspension(burst)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            log.warning("worker %s: cannot ask Redis whether workers are suspended (%s); asking again in 1 s",
+                        self.name, exc)
+            time.sleep(1.0)
 
     def bootstrap(self, *args: Any, **kwargs: Any) -> None:
         super().bootstrap(*args, **kwargs)

@@ -3,6 +3,9 @@ it sends, the headers every subscriber gets, and what a fan-out reports."""
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +38,7 @@ def make_item(entry: LogEntry, topic: str, hub_url: str, key: tuple[int, int] | 
         headers = notification_headers(entry, topic, hub_url)
     except (WireError, ValueError) as exc:
         return Item(entry, {}, key, is_resend, problem=f"cannot be sent: {exc}")
-    if any(ord(c) < 32 or ord(c) == 127 for value in headers.values() for c in value):
+    if any(_CONTROL.search(value) for value in headers.values()):
         return Item(entry, {}, key, is_resend, problem="cannot be sent: a header would carry a control character "
                                                        f"({headers['Content-Type']!r})")
     return Item(entry, headers, key, is_resend)
@@ -43,11 +46,23 @@ def make_item(entry: LogEntry, topic: str, hub_url: str, key: tuple[int, int] | 
 
 def notification_headers(entry: LogEntry, topic: str, hub_url: str) -> dict[str, str]:
     """The headers every subscriber gets with `entry` (the signature is added per subscriber)."""
-    links = [(topic, "self"), (hub_url, "hub")]
-    if entry.resourcesync:
-        links.append((entry.resourcesync, "resourcesync"))
-    return {"Content-Type": entry.content_type, "Link": build_link_header(links),
+    return {"Content-Type": entry.content_type, "Link": _link_header(topic, hub_url, entry.resourcesync),
             NOTIFICATION_ID_HEADER: entry.notification_id, SEQUENCE_HEADER: str(entry.sequence)}
+
+
+# A character no header value may carry (a C0 control or DEL): one regex scan per value, where a
+# loop over the characters in Python cost a fifth of a worker's time with one busy subscriber.
+_CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+@functools.lru_cache(maxsize=1024)
+def _link_header(topic: str, hub_url: str, resourcesync: str) -> str:
+    # The same few values for every notification of a topic: built (and checked) once, not per
+    # entry. A refused one raises each time (lru_cache keeps no exceptions).
+    links = [(topic, "self"), (hub_url, "hub")]
+    if resourcesync:
+        links.append((resourcesync, "resourcesync"))
+    return build_link_header(links)
 
 
 @dataclass(slots=True)
@@ -91,6 +106,10 @@ class SubRun:
     gone: int = 0
     # written at the next checkpoint
     fields: dict[str, Any] = field(default_factory=dict)
+    # the latest attempt (status, error, at, latency ms, outcome) and success: their last_* fields
+    # are built at the checkpoint (a few a second), not at every delivery (thousands)
+    last_attempt: tuple[int | None, str, float, float, str] | None = None
+    last_delivered_at: float = 0.0
     records: list[str] = field(default_factory=list)
     delivered: int = 0
     gaps: int = 0
@@ -103,7 +122,25 @@ class SubRun:
 
     @property
     def is_dirty(self) -> bool:
-        return bool(self.fields or self.records)
+        return bool(self.fields or self.records or self.last_attempt)
+
+    def take_fields(self) -> dict[str, Any]:
+        """The subscription fields to write at a checkpoint (cursor included); none are pending after."""
+        fields, self.fields = self.fields, {}
+        if self.last_delivered_at:
+            fields["last_delivered_at"] = int(self.last_delivered_at)   # the status page tells a dormant callback by it
+            self.last_delivered_at = 0.0
+        if self.last_attempt is not None:
+            status, error, at, ms, outcome = self.last_attempt
+            fields.update(attempts=self.attempts, next_attempt=math.ceil(self.next_attempt),
+                          retry_at=repr(self.next_attempt), last_status="" if status is None else status,
+                          last_error=error, last_attempt_at=int(at), last_latency_ms=round(ms, 2),
+                          last_outcome=outcome)
+            self.last_attempt = None
+        fields["cursor"] = self.cursor
+        if self.cursor_seq is not None:
+            fields["cursor_seq"] = self.cursor_seq
+        return fields
 
     def lags(self, last_key: tuple[int, int]) -> bool:
         return self.cursor_key < last_key or self.resend > 0

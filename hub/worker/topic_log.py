@@ -30,6 +30,10 @@ class TopicLog:
         self._refresh: asyncio.Future[None] | None = None
         self._grown = asyncio.Event()                     # set (and replaced) when the window grows
         self._refreshed_at = 0.0
+        # the log as far as this worker's follower of the topic has read it (None: nobody feeds
+        # the window); a window that reaches it needs no read of its own, the follower's next
+        # read brings what comes
+        self.fed_key: tuple[int, int] | None = None
         # for sharing a followed topic among workers (fanout._linger): the live followers, the
         # topic's subscriptions as this worker's first fan-out found them (0: unknown), and the
         # subscriptions this worker holds on it now
@@ -54,6 +58,8 @@ class TopicLog:
     def feed(self, after: str, entries: list[LogEntry]) -> None:
         """Extend the window with entries just read after `after` (XREAD), when no entry can lie
         between the window's end and them; otherwise the next `after` call reads them itself."""
+        if entries:
+            self.fed_key = parse_entry_id(entries[-1].notification_id)
         if not self.is_primed or parse_entry_id(after) > self.end_key:
             return
         self._append(entries)
@@ -72,13 +78,23 @@ class TopicLog:
         if cursor_key >= self.end_key:
             if self._refresh is not None:
                 await asyncio.shield(self._refresh)
-            elif (time.monotonic() - self._refreshed_at > FRESH
-                  or (must_reach is not None and self.end_key < must_reach)):
+            elif ((must_reach is not None and self.end_key < must_reach)
+                  or (time.monotonic() - self._refreshed_at > FRESH and not self._is_fed())):
                 await self._read_more()
             if cursor_key >= self.end_key:
                 return []
         index = bisect.bisect_right(self.keys, cursor_key)
         return self.items[index:index + READ_BATCH]
+
+    def _is_fed(self) -> bool:
+        """The window holds all this worker's follower has read of the log, and the follower is
+        still reading: a read now would only find what its next read feeds in a moment (a
+        lingering run waits for that), so a run that caught up costs no read of its own. Not
+        while the slots are all taken: runs do not linger then (fanout._linger), and a read may
+        spare one a release and a new claim."""
+        d = self.ctx.deliveries
+        return (self.fed_key is not None and self.end_key >= self.fed_key and self.tid in d.following
+                and not d.slots.locked())
 
     async def wait_beyond(self, key: tuple[int, int], timeout: float) -> bool:
         """Wait up to `timeout` for the window to hold an entry after `key`; True when it does."""
@@ -103,14 +119,17 @@ class TopicLog:
 
     def _append(self, entries: list[LogEntry]) -> None:
         # a read and a feed can overlap: keep each entry once, in log order
+        grown = False
         for entry in entries:
             key = parse_entry_id(entry.notification_id)
             if key > self.end_key:
                 self.items.append(self.item(entry, key))
                 self.keys.append(key)
                 self.end_id, self.end_key = entry.notification_id, key
-                self._grown.set()
-                self._grown = asyncio.Event()
+                grown = True
+        if grown:           # once per read, not per entry: the waiters look at end_key anyway
+            self._grown.set()
+            self._grown = asyncio.Event()
         if len(self.items) > 2 * WINDOW:
             drop = len(self.items) - WINDOW
             self.start_key = self.keys[drop - 1]
