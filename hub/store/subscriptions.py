@@ -165,22 +165,23 @@ async def replay_state(redis: Redis, sid: str) -> tuple[int, int | None]:
     return to_int(replayed), to_int(cursor_seq)
 
 
-async def replay_start(redis: Redis, topic: str, first: int) -> tuple[str, str]:
+async def replay_start(redis: Redis, topic: str, first: int) -> tuple[str, str] | None:
     """(cursor, cursor_seq) from which sequence `first` of the topic's log is delivered next: just
     before it while the log holds it; the log's oldest entry when it was trimmed (the subscriber
-    sees the jump); the log's end when `first` is past it. Sequence numbers have no holes, so the
-    entry before `first` is found by a binary search over the entry ids (a replay is rare)."""
+    sees the jump); None when `first` is past the log's end (nothing to re-send). Sequence numbers
+    have no holes, so the entry before `first` is found by a binary search over the entry ids (a
+    replay is rare)."""
     log = topic_log_key(topic_id(topic))
     async with redis.pipeline(transaction=True) as pipe:
         pipe.xrange(log, "-", "+", count=1)
         pipe.xrevrange(log, "+", "-", count=1)
         oldest, newest = await pipe.execute()
     if not oldest:
-        return await log_end(redis, topic)
+        return None
     low_id, low_seq = _entry(oldest[0])
     high_id, high_seq = _entry(newest[0])
     if first > high_seq:
-        return high_id, str(high_seq)
+        return None
     if first <= low_seq:
         return "0-0", str(low_seq - 1)
     # the last entry with a sequence below `first`: its millisecond first, then its place in it

@@ -118,7 +118,10 @@ async def bounded_replay(ctx: OutboundContext, intent: Intent,
     Any client may ask, so what a replay re-sends (entries before where the subscription would
     start anyway: the log's end for a new one, its cursor for a renewal) is held within
     --replay-max over the subscription's life: past it the replay starts later, or not at all.
-    Asking for a sequence past that point only moves the start forward, which re-sends nothing.
+    Asking for a sequence past that point only moves the start forward, which re-sends nothing;
+    one past the log's end is no replay at all: the subscription goes on from where it would
+    anyway (the end, read before the activation lands, could be behind a delivery made meanwhile,
+    which would then be sent twice, and ahead of what a renewal has not had yet).
     """
     limit = ctx.settings.replay_max
     if limit == 0:  # the extension is off
@@ -133,6 +136,8 @@ async def bounded_replay(ctx: OutboundContext, intent: Intent,
                      escape(intent.topic), redact_callback(intent.callback), limit, replayed)
             return start, False, 0
     moved = await store.replay_start(ctx.redis, intent.topic, first)
+    if moved is None:                     # past the log's end: nothing to re-send
+        return start, False, 0
     return moved, True, max(0, baseline - int(moved[1]))
 
 

@@ -27,3 +27,19 @@ def test_resubscribing_with_replay_from_delivers_again_from_that_sequence(hub_pr
     publish(hub.url, TOPIC, notification(6))
     wait_until(lambda: callbacks.received("/returning")[-1:] == [6], 30, "the next notification")
     assert callbacks.received("/returning") == [1, 2, 3, 4, 5, 3, 4, 5, 6]
+
+
+def test_a_renewal_asking_for_a_replay_past_the_end_skips_nothing_it_has_not_had(hub_process, callbacks) -> None:
+    hub = hub_process("--workers", "1", "--log-level", "WARNING")
+    callback = callbacks.url("/behind")
+    callbacks.answers["/behind"] = 503          # the subscriber is down: its cursor stays behind
+    subscribe(hub.url, TOPIC, callback)
+    wait_until(lambda: active_subscriptions(hub.url) == 1, 30, "the subscription")
+    for i in range(1, 4):
+        publish(hub.url, TOPIC, notification(i))
+    wait_until(lambda: callbacks.posts.get("/behind", 0) >= 1, 30, "a first, refused delivery")
+
+    subscribe(hub.url, TOPIC, callback, **{REPLAY: "99"})     # past the end: no replay, no jump either
+    wait_until(lambda: len(callbacks.verified) == 2, 30, "the renewal's verification")
+    callbacks.answers["/behind"] = 200
+    wait_until(lambda: callbacks.received("/behind") == [1, 2, 3], 30, "the three it had not had")
