@@ -66,11 +66,13 @@ class HubWorker(SimpleWorker):
         self._burst = burst
         return super().work(burst, *args, **kwargs)
 
-    # RQ's job loop quits at a Redis error outside its dequeue (which waits a failure out): its
-    # heartbeat after a job or a dequeue, its suspension check. A fan-out job that ends while a
-    # failover is under way (its runs stopped on the Redis error) then ended the whole worker.
-    # Those steps keep only RQ's own records (its workers list); this worker's liveness is its own
-    # heartbeat (heartbeat.py), so a failure there is waited out too, and the next one writes it.
+    # RQ's job loop quits, with exit 0 (which a service manager does not restart), at a Redis error
+    # anywhere but the wait inside its dequeue: its heartbeat, its suspension check, its state and
+    # maintenance writes, its records around a job. During a failover each of them fails in turn,
+    # so each is waited out here. They keep only RQ's own records (its workers list, registries);
+    # this worker's liveness is its own heartbeat (heartbeat.py), and a job's work is never lost
+    # with them: fan-outs are found again by the reconciler (lagging subscriptions), and
+    # verifications wait in their line for the lanes.
     def heartbeat(self, timeout: int | None = None, pipeline: Pipeline | None = None) -> None:
         if pipeline is not None:            # only queued on the pipeline: its execute reports
             super().heartbeat(timeout, pipeline)
@@ -79,6 +81,28 @@ class HubWorker(SimpleWorker):
             super().heartbeat(timeout)
         except (RedisConnectionError, RedisTimeoutError) as exc:
             log.warning("worker %s: RQ's heartbeat failed (%s); it goes on and writes the next", self.name, exc)
+
+    def execute_job(self, job: Any, queue: Any) -> None:
+        try:
+            super().execute_job(job, queue)
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            log.warning("worker %s: Redis failed around job %s (%s); its work is picked up again once Redis "
+                        "answers; going on in 1 s", self.name, job.id, exc)
+            time.sleep(1.0)
+
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        while True:
+            try:
+                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            except (RedisConnectionError, RedisTimeoutError) as exc:
+                log.warning("worker %s: cannot take a job (%s); trying again in 1 s", self.name, exc)
+                time.sleep(1.0)
+
+    def run_maintenance_tasks(self) -> None:
+        try:
+            super().run_maintenance_tasks()
+        except (RedisConnectionError, RedisTimeoutError) as exc:
+            log.warning("worker %s: RQ's maintenance failed (%s); it runs again at its next turn", self.name, exc)
 
     def check_for_suspension(self, burst: bool) -> None:
         try:
