@@ -239,8 +239,8 @@ def normalize_url(url: str) -> str:
     host = (parts.hostname or "").lower()
     if not host.isascii():       # the same host however it is spelt: as check_url stores it
         try:
-            host = idna.encode(host, uts46=True).decode("ascii")
-        except (idna.IDNAError, UnicodeError):
+            host = idna_host("host", host, url)
+        except WireError:
             pass                # no valid IDN: compared as written (check_url refuses it anyway)
     if ":" in host:
         host = f"[{host}]"
