@@ -233,10 +233,14 @@ class OutboundClient:
         while idle:
             conn = idle.pop()
             self._idle -= 1
-            if conn.is_open and now - conn.idle_since < self._idle_seconds:
+            if self._is_usable(conn, now):
                 return conn
             self._discard(conn)
         return None
+
+    def _is_usable(self, conn: Connection, now: float) -> bool:
+        """An idle connection still open at both ends and idle for less than idle_seconds."""
+        return conn.is_open and now - conn.idle_since < self._idle_seconds
 
     def _put_idle(self, conn: Connection, now: float) -> None:
         origin: _Origin = conn.origin
@@ -274,7 +278,7 @@ class OutboundClient:
             if origin.idle:
                 keep = []
                 for conn in origin.idle:
-                    if conn.is_open and now - conn.idle_since < self._idle_seconds:
+                    if self._is_usable(conn, now):
                         keep.append(conn)
                     else:
                         self._idle -= 1
