@@ -75,3 +75,11 @@ async def note_primary(redis: Redis, address: str, seen_at: float) -> Failover |
     if "failover_at" not in stored:
         return None
     return Failover(float(stored["failover_at"]), stored["failover_from"], stored["failover_to"])
+
+
+async def record_failover(redis: Redis, old: str, new: str, at: float) -> Failover:
+    """Record a failover from `old` to `new` seen at `at` (one this process's pool saw between two
+    reports, which note_primary cannot tell from the record), `new` being the primary now."""
+    fields: dict[Any, Any] = {"address": new, "failover_at": str(at), "failover_from": old, "failover_to": new}
+    await redis.hset(primary_key(), mapping=fields)
+    return Failover(at, old, new)

@@ -75,8 +75,5 @@ async def _note_primary(redis: Redis, address: str) -> store.replication.Failove
     if change is None or change.new != address:
         return failover
     if failover is None or (failover.at <= change.at and (failover.old, failover.new) != (change.old, change.new)):
-        # the record has one field per side, so the missed change is written as its two steps;
-        # the first stands for an instant, and nothing reads the primary from the record
-        await store.replication.note_primary(redis, change.old, change.at)
-        failover = await store.replication.note_primary(redis, address, change.at)
+        failover = await store.replication.record_failover(redis, change.old, address, change.at)
     return failover
