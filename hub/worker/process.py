@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 KEY_WAIT = 30.0           # s a worker waits for the key file of a hub started at the same moment
 RQ_CONNECTIONS = 16       # RQ's own connections (job loop, heartbeats, maintenance steps)
+# what a Redis failover raises (no primary yet, a connection refused or cut, an answer late)
+FAILOVER_ERRORS = (RedisConnectionError, RedisTimeoutError)
 FAILOVER_WAIT = 30.0      # s a worker behind Sentinels waits for a primary at start (a failover takes ~5-15 s)
 
 
@@ -79,13 +81,13 @@ class HubWorker(SimpleWorker):
             return
         try:
             super().heartbeat(timeout)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except FAILOVER_ERRORS as exc:
             log.warning("worker %s: RQ's heartbeat failed (%s); it goes on and writes the next", self.name, exc)
 
     def execute_job(self, job: Any, queue: Any) -> None:
         try:
             super().execute_job(job, queue)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except FAILOVER_ERRORS as exc:
             log.warning("worker %s: Redis failed around job %s (%s); its work is picked up again once Redis "
                         "answers; going on in 1 s", self.name, job.id, exc)
             time.sleep(1.0)
@@ -94,20 +96,20 @@ class HubWorker(SimpleWorker):
         while True:
             try:
                 return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-            except (RedisConnectionError, RedisTimeoutError) as exc:
+            except FAILOVER_ERRORS as exc:
                 log.warning("worker %s: cannot take a job (%s); trying again in 1 s", self.name, exc)
                 time.sleep(1.0)
 
     def run_maintenance_tasks(self) -> None:
         try:
             super().run_maintenance_tasks()
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except FAILOVER_ERRORS as exc:
             log.warning("worker %s: RQ's maintenance failed (%s); it runs again at its next turn", self.name, exc)
 
     def check_for_suspension(self, burst: bool) -> None:
         try:
             super().check_for_suspension(burst)
-        except (RedisConnectionError, RedisTimeoutError) as exc:
+        except FAILOVER_ERRORS as exc:
             log.warning("worker %s: cannot ask Redis whether workers are suspended (%s); asking again in 1 s",
                         self.name, exc)
             time.sleep(1.0)
