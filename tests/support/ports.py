@@ -7,12 +7,17 @@ processes a test starts), below the kernel's ephemeral range (Linux: 32768-60999
 cannot be taken meanwhile by another worker's free_port, nor by some connection's local end."""
 from __future__ import annotations
 
+import collections
 import os
 import random
 import socket
 
 FIRST, LAST = 20000, 32767      # the ports every worker's block comes from
 TRIES = 200
+# Ports handed out lately in this process, skipped by the next picks: a test often takes several
+# ports before it starts any server (a Sentinel group takes six), and a port nothing binds yet
+# would pass the probe again, so two of its servers could be given the same one.
+RECENT = collections.deque[int](maxlen=256)
 
 
 def worker_block(worker: str | None = None, count: str | None = None) -> range:
@@ -30,12 +35,15 @@ def free_port() -> int:
     """A port of this worker's block that nothing is bound to on 127.0.0.1 right now."""
     block = worker_block()
     for port in random.sample(block, min(TRIES, len(block))):
+        if port in RECENT:
+            continue
         with socket.socket() as probe:
             try:
                 probe.bind(("127.0.0.1", port))
             except OSError:
                 continue
-            return port
+        RECENT.append(port)
+        return port
     raise RuntimeError(f"no free loopback port among {TRIES} tried in {block.start}-{block.stop - 1}")
 
 
