@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import gzip
 import datetime
+import gzip
 import ipaddress
 import socket
 import ssl
@@ -22,11 +22,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 from yarl import URL
 
+from rsnotify import outbound as outbound_module
 from rsnotify.hub import keys
-from rsnotify.hub import outbound as outbound_module
 from rsnotify.hub.netguard import HINT
-from rsnotify.hub.outbound import Answer, Limits, OutboundClient
 from rsnotify.netguard import parse_networks, refusal_message
+from rsnotify.outbound import Answer, Limits, OutboundClient
 from tests.support.ports import free_port
 
 LOOPBACK = parse_networks(["127.0.0.0/8"])
@@ -271,7 +271,7 @@ async def test_idle_connections_expire_and_close_with_the_client(serve, client) 
     await outbound.close()
     await asyncio.sleep(0.05)
     assert server.closed_by_client == 2
-    assert (await post(outbound, server.url())).error.startswith("the hub's outbound client is closed")
+    assert (await post(outbound, server.url())).error.startswith("the outbound client is closed")
 
 
 async def test_a_forgotten_origins_busy_connection_is_closed_when_done(serve, client, monkeypatch) -> None:

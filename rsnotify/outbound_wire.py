@@ -1,10 +1,10 @@
-"""One keep-alive HTTP/1.1 connection of the hub's outbound client (hub/outbound.py): it writes
+"""One keep-alive HTTP/1.1 connection of rsnotify's outbound client (outbound.py): it writes
 a request and reads the answer with llhttp (httptools), keeping at most N body bytes.
 
 No pooling, no name resolution, no address checks here: outbound.py does those. The answer is
-parsed by llhttp rather than framing code of our own: a subscriber's answer is untrusted input
-(garbage status lines, duplicate or conflicting Content-Length, bad chunk sizes, smuggling
-tricks), and a parser that Node.js runs on every request has met far more of those than we will.
+parsed by llhttp rather than framing code of our own: a subscriber's or a Source's answer is
+untrusted input (garbage status lines, duplicate or conflicting Content-Length, bad chunk sizes,
+smuggling tricks), and a parser that Node.js runs on every request has met far more of those than we will.
 """
 from __future__ import annotations
 

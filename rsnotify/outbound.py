@@ -1,12 +1,13 @@
-"""The hub's lean HTTP/1.1 client for outbound requests (the worker's deliveries, verifications
-and denials; thin-ping fetches, which need the answer's headers, keep aiohttp's session): a
-keep-alive pool per (scheme, host, port), the outbound-address guard on the very address each
-socket connects to, TLS with verification, bounded in time and in the answer's size.
+"""rsnotify's lean HTTP/1.1 client: a keep-alive pool per (scheme, host, port), the
+outbound-address guard on the very address each socket connects to, TLS with verification,
+bounded in time and in the answer's size. The hub's worker sends its deliveries, verifications
+and denials with `request()` (thin-ping fetches keep aiohttp's session); a Destination's sync
+GETs a Source's resources with `open()`, which hands back the answer's head and streams its body.
 
-It sends what the caller gives and reads at most `Limits.max_body` bytes of the answer; it
-never follows redirects, keeps no cookies, reads no proxy settings and decodes no content
-coding. Every failure comes back as an `Answer` with an `error`, never as an exception. The
-wire side of one connection (llhttp) is hub/outbound_wire.py.
+It sends what the caller gives; it never follows redirects, keeps no cookies and reads no
+proxy settings. `request()` reads at most `Limits.max_body` bytes of the answer, decodes no
+content coding, and returns every failure as an `Answer` with an `error`, never as an exception.
+The wire side of one connection (llhttp) is outbound_wire.py.
 """
 from __future__ import annotations
 
@@ -311,7 +312,7 @@ class OutboundClient:
             finally:
                 if waiter in self._slot_waiters:
                     self._slot_waiters.remove(waiter)
-        raise RequestFailedError("the hub's outbound client is closed (the worker is stopping)")
+        raise RequestFailedError("the outbound client is closed (its owner is stopping)")
 
     # -- connecting
 
