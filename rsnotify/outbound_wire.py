@@ -9,6 +9,7 @@ smuggling tricks), and a parser that Node.js runs on every request has met far m
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any, cast
 
 import httptools
@@ -17,6 +18,10 @@ import httptools
 # flood ends here with an error. llhttp keeps no header in memory and we collect none, so the
 # check runs per read (uvloop reads up to 256 KiB at once) without any memory at stake.
 MAX_HEAD_BYTES = 64 * 1024
+MAX_HEADERS = 100       # header fields a HeadedConnection keeps; more end the exchange with an error
+# Body bytes a streamed answer keeps while nobody reads them yet (its reader is still opening a
+# file, say); past them the socket is not read until the reader comes (TCP flow control).
+PAUSE_AT = 1024 * 1024
 
 
 class Connection(asyncio.Protocol):
@@ -45,6 +50,16 @@ class Connection(asyncio.Protocol):
         self._keep_alive = False
         self.failure = ""               # why no status came (or why the answer was cut), for the caller
         self.timed_out = False
+        # open() (streamed answers) only: a future done at the final head, the body's reader, the
+        # loop's clock for an inactivity timeout, and the loop time of the last read
+        self.head_waiter: asyncio.Future[None] | None = None
+        self._sink: Callable[[bytes], bool] | None = None
+        self._max_body = 0
+        self.is_paused = False
+        self.clock: Callable[[], float] | None = None
+        self.last_read = 0.0
+        self.read_timed_out = False
+        self._timer: asyncio.TimerHandle | None = None
 
     # -- what outbound.py calls
 
@@ -55,10 +70,85 @@ class Connection(asyncio.Protocol):
         self.received, self.is_complete, self._keep_alive, self.failure, self.timed_out = 0, False, False, "", False
         self._is_past_end = False
         self.requests += 1
+        self.head_waiter = self._sink = None
+        self.clock, self.read_timed_out = None, False
+
+    def begin_streamed(self, waiter: asyncio.Future[None], head_waiter: asyncio.Future[None], max_body: int,
+                       clock: Callable[[], float] | None) -> None:
+        """Start an exchange whose body is read after its head: `head_waiter` is done at the final
+        head (or at the end, if none comes), `waiter` when the exchange ends. With `clock` (the
+        loop's), reads are timed for `watch`."""
+        self.begin(waiter, max_body)
+        self.head_waiter, self._max_body, self.clock = head_waiter, max_body, clock
+        if clock is not None:
+            self.last_read = clock()
+
+    def attach(self, sink: Callable[[bytes], bool]) -> None:
+        """Hand the body to `sink` from now on (the bytes kept so far first); `sink` returns False
+        to stop reading (the exchange then ends and the connection is closed)."""
+        parts, self._parts = self._parts, []
+        self._sink = sink
+        for part in parts:
+            if not sink(part):
+                self._stop()
+                return
+        if self.is_paused and self.transport is not None:
+            self.is_paused = False
+            self.transport.resume_reading()
+
+    def watch(self, loop: asyncio.AbstractEventLoop, read_timeout: float | None, deadline: float | None) -> None:
+        """End the exchange when no byte came for `read_timeout` s (while the body is not
+        paused for its reader), or at `deadline` (loop time); None: no such bound."""
+        if read_timeout is None:
+            if deadline is not None:
+                self._timer = loop.call_at(deadline, self.expire)
+            return
+        self._timer = loop.call_at(self._next_check(read_timeout, deadline), self._check, loop, read_timeout,
+                                   deadline)
+
+    def unwatch(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _next_check(self, read_timeout: float, deadline: float | None) -> float:
+        when = self.last_read + read_timeout
+        return when if deadline is None else min(when, deadline)
+
+    def _check(self, loop: asyncio.AbstractEventLoop, read_timeout: float, deadline: float | None) -> None:
+        # One timer per exchange, moved on only when it fires: a read costs a clock call, not a
+        # timer's cancel and re-arm.
+        now = loop.time()
+        if deadline is not None and now >= deadline:
+            self.expire()
+            return
+        if self.is_paused:
+            self.last_read = now         # waiting for our reader is not the server's silence
+        if now - self.last_read >= read_timeout:
+            self.read_timed_out = True
+            self.expire()
+            return
+        self._timer = loop.call_at(self._next_check(read_timeout, deadline), self._check, loop, read_timeout,
+                                   deadline)
 
     @property
     def body(self) -> bytes:
         return b"".join(self._parts)
+
+    @property
+    def waiter(self) -> asyncio.Future[None] | None:
+        """Done when the current exchange ends."""
+        return self._waiter
+
+    @property
+    def is_stopped(self) -> bool:
+        """The body went past the limit, or its reader stopped it: the rest was not read."""
+        return self._room < 0
+
+    @property
+    def body_received(self) -> int:
+        """Body bytes of a streamed exchange so far (counted up to where reading stopped)."""
+        return self._max_body - self._room
 
     @property
     def is_reusable(self) -> bool:
@@ -91,6 +181,8 @@ class Connection(asyncio.Protocol):
             self.close()
             return
         self.received += len(data)
+        if self.clock is not None:
+            self.last_read = self.clock()
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -137,14 +229,27 @@ class Connection(asyncio.Protocol):
         self._interim = status < 200 and status != 101
         if not self._interim:
             self.status = status
+            head_waiter = self.head_waiter
+            if head_waiter is not None and not head_waiter.done():
+                head_waiter.set_result(None)
 
     def on_body(self, body: bytes) -> None:
         if self._is_past_end:
             return
         room = self._room
+        sink = self._sink
+        if sink is not None:
+            self._room = room - len(body)
+            if room < len(body) or not sink(body):
+                self._room = -1             # past the limit, or the reader stopped: read no more
+            return
         if room > 0:
             self._parts.append(body if len(body) <= room else body[:room])
         self._room = room - len(body)
+        if self.head_waiter is not None and self._max_body - self._room > PAUSE_AT and not self.is_paused:
+            self.is_paused = True           # nobody reads it yet: let TCP hold the rest
+            if self.transport is not None:
+                self.transport.pause_reading()
 
     def on_message_complete(self) -> None:
         if self._is_past_end:
@@ -162,7 +267,48 @@ class Connection(asyncio.Protocol):
         self.failure = reason
         self._end()
 
+    def _stop(self) -> None:
+        self._room = -1
+        self.close()
+        self._end()
+
     def _end(self) -> None:
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+        head_waiter = self.head_waiter
+        if head_waiter is not None and not head_waiter.done():
+            head_waiter.set_result(None)
+
+
+class HeadedConnection(Connection):
+    """A Connection that keeps the answer's header fields (at most MAX_HEADERS, names in lower
+    case; a repeated field's values joined with ", "): for clients that read them (the sync's
+    GETs). A class of its own, since llhttp calls `on_header` for every field of every answer
+    when the protocol has one, which the hub's deliveries would pay for nothing."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.headers: dict[str, str] = {}
+
+    def begin(self, waiter: asyncio.Future[None], max_body: int) -> None:
+        super().begin(waiter, max_body)
+        self.headers = {}
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if self._is_past_end or self.status is not None:
+            return                          # trailers of a chunked body, or a next answer's: not kept
+        headers = self.headers
+        if len(headers) >= MAX_HEADERS:
+            self.close()
+            self._fail(f"answer has more than {MAX_HEADERS} header fields")
+            self._is_past_end = True        # the rest of this answer changes nothing
+            return
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers[key] = f"{headers[key]}, {text}" if key in headers else text
+
+    def on_headers_complete(self) -> None:
+        super().on_headers_complete()
+        if self._interim:
+            self.headers = {}               # a 1xx's fields are not the final answer's
