@@ -290,18 +290,24 @@ class HeadedConnection(Connection):
     def __init__(self) -> None:
         super().__init__()
         self.headers: dict[str, str] = {}
+        self._field_bytes = 0
 
     def begin(self, waiter: asyncio.Future[None], max_body: int) -> None:
         super().begin(waiter, max_body)
         self.headers = {}
+        self._field_bytes = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._is_past_end or self.status is not None:
             return                          # trailers of a chunked body, or a next answer's: not kept
         headers = self.headers
-        if len(headers) >= MAX_HEADERS:
+        # what is kept is bounded whatever the reads: a head that came in one read of 256 KiB
+        # passes data_received's check, which looks only between reads
+        self._field_bytes += len(name) + len(value)
+        if len(headers) >= MAX_HEADERS or self._field_bytes > MAX_HEAD_BYTES:
             self.close()
-            self._fail(f"answer has more than {MAX_HEADERS} header fields")
+            self._fail(f"answer has more than {MAX_HEADERS} header fields" if len(headers) >= MAX_HEADERS
+                       else f"answer's head is over {MAX_HEAD_BYTES // 1024} KiB")
             self._is_past_end = True        # the rest of this answer changes nothing
             return
         key = name.decode("latin-1").lower()
@@ -312,3 +318,4 @@ class HeadedConnection(Connection):
         super().on_headers_complete()
         if self._interim:
             self.headers = {}               # a 1xx's fields are not the final answer's
+            self._field_bytes = 0
