@@ -134,7 +134,10 @@ class Fetcher:
         self.client = OutboundClient(allowed=None if allowed_networks is None else tuple(allowed_networks), hint=HINT,
                                      limit=concurrency, max_idle=concurrency, user_agent=USER_AGENT,
                                      keep_headers=True)
-        self.timeout = timeout
+        # The body's bytes as sent: a coded body may be a little longer than the resource (gzip
+        # of incompressible data), never much; past this it is cut as a decoded one is past its
+        # cap (`_receive` gives the decoded cap, the announced length or max_bytes, per resource).
+        self.limits = Limits(timeout, None, max_bytes + max_bytes // 8 + 65536, read_timeout=timeout)
         self.rules = _request_rules(middlewares)
         self._active = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -274,7 +277,7 @@ class Fetcher:
         for _ in range(MAX_REDIRECTS + 1):
             self.requests += 1
             try:
-                response = await self._open(url, length)
+                response = await self._open(url)
             except RequestFailedError as exc:
                 raise FetchError(f"cannot fetch {url}: {exc}", retry=True) from exc
             try:
@@ -306,7 +309,7 @@ class Fetcher:
                 response.close()                    # back to the pool if its body was read to the end
         raise FetchError(f"GET {loc} redirected more than {MAX_REDIRECTS} times", retry=False)
 
-    async def _open(self, url: str, length: int | None) -> Response:
+    async def _open(self, url: str) -> Response:
         """GET `url` through the sync's rules; the answer once its head came."""
         headers = _GET_HEADERS
         if self.rules:
@@ -317,11 +320,7 @@ class Fetcher:
             target = URL(url)
         except ValueError as exc:
             raise RequestFailedError(f"not a URL ({exc})") from None
-        cap = self.max_bytes if length is None else min(length, self.max_bytes)
-        # the bytes as sent: a coded body may be a little longer than the resource (gzip of
-        # incompressible data), never much; past this it is cut like a decoded one past `cap`
-        limits = Limits(self.timeout, None, cap + cap // 8 + 65536, read_timeout=self.timeout)
-        return await self.client.open("GET", target, headers, limits)
+        return await self.client.open("GET", target, headers, self.limits)
 
     async def _receive(self, loc: str, response: Response, path: Path | str, length: int | None,
                        hashes: tuple[tuple[str, str], ...]) -> FetchResult:
