@@ -5,20 +5,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import datetime
 import gzip
-import ipaddress
 import socket
 import ssl
 import time
-from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from yarl import URL
 
 from rsnotify import outbound as outbound_module
@@ -27,7 +19,13 @@ from rsnotify.hub.netguard import HINT
 from rsnotify.netguard import parse_networks, refusal_message
 from rsnotify.outbound import Answer, Limits, OutboundClient
 from tests.support.ports import free_port
-from tests.support.rawhttp import Handler, RawServer, answering
+from tests.support.rawhttp import (
+    Certificates,
+    Handler,
+    RawServer,
+    answering,
+    make_certificates,
+)
 
 LOOPBACK = parse_networks(["127.0.0.0/8"])
 LIMITS = Limits(connect_timeout=1.0, total_timeout=2.0, max_body=1024)
@@ -401,48 +399,9 @@ async def test_an_unknown_host_name_is_not_found(client) -> None:
 # -- TLS
 
 
-@dataclass
-class Certificates:
-    ca_file: Path
-    server: ssl.SSLContext
-    names_seen: list[str | None]
-
-
 @pytest.fixture(scope="module")
 def certificates(tmp_path_factory) -> Certificates:
-    """A CA of the test's own and a server certificate from it for localhost and 127.0.0.1."""
-    folder = tmp_path_factory.mktemp("tls")
-    now = datetime.datetime.now(datetime.UTC)
-
-    def certificate(subject: str, key, issuer: str, issuer_key, *, ca: bool) -> x509.Certificate:
-        builder = (x509.CertificateBuilder()
-                   .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)]))
-                   .issuer_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, issuer)]))
-                   .public_key(key.public_key()).serial_number(x509.random_serial_number())
-                   .not_valid_before(now - datetime.timedelta(hours=1))
-                   .not_valid_after(now + datetime.timedelta(days=1))
-                   .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True))
-        if ca:
-            builder = builder.add_extension(x509.KeyUsage(True, False, False, False, False, True, True, False, False),
-                                            critical=True)
-        else:
-            builder = builder.add_extension(x509.SubjectAlternativeName(
-                [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), critical=False)
-        return builder.sign(issuer_key, hashes.SHA256())
-
-    ca_key, leaf_key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
-    ca = certificate("rsnotify test CA", ca_key, "rsnotify test CA", ca_key, ca=True)
-    leaf = certificate("localhost", leaf_key, "rsnotify test CA", ca_key, ca=False)
-    (folder / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
-    (folder / "leaf.pem").write_bytes(leaf.public_bytes(serialization.Encoding.PEM))
-    (folder / "leaf.key").write_bytes(leaf_key.private_bytes(serialization.Encoding.PEM,
-                                                             serialization.PrivateFormat.PKCS8,
-                                                             serialization.NoEncryption()))
-    server = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server.load_cert_chain(folder / "leaf.pem", folder / "leaf.key")
-    seen: list[str | None] = []
-    server.sni_callback = lambda sock, name, context: seen.append(name)   # type: ignore[assignment, misc]
-    return Certificates(folder / "ca.pem", server, seen)
+    return make_certificates(tmp_path_factory.mktemp("tls"))
 
 
 async def test_an_https_callback_trusted_through_ssl_cert_file_gets_sni(serve, client, certificates,

@@ -2,12 +2,13 @@
 servers that answer the way real, broken and hostile Sources do: the answer's header fields,
 bodies streamed in chunks and cut at a limit, gzip and deflate undone with the decoded bytes
 capped (a compression bomb is cut), a per-read inactivity timeout with no bound on the whole,
-bodies that break off, and the address guard. On asyncio's loop and uvloop's."""
+bodies that break off, TLS verification and the address guard. On asyncio's loop and uvloop's."""
 from __future__ import annotations
 
 import asyncio
 import gzip
 import hashlib
+import ssl
 import time
 import zlib
 
@@ -17,7 +18,13 @@ from yarl import URL
 from rsnotify.netguard import parse_networks
 from rsnotify.outbound import Limits, OutboundClient, RequestFailedError
 from rsnotify.outbound_answer import BodyTooLongError, ContentEncodingError
-from tests.support.rawhttp import Handler, RawServer, answering
+from tests.support.rawhttp import (
+    Certificates,
+    Handler,
+    RawServer,
+    answering,
+    make_certificates,
+)
 
 LOOPBACK = parse_networks(["127.0.0.0/8"])
 HINT = "allow it with --allow-network CIDR"
@@ -36,8 +43,8 @@ def event_loop_policy(request) -> asyncio.AbstractEventLoopPolicy:
 async def serve():
     servers: list[RawServer] = []
 
-    async def start(handler: Handler) -> RawServer:
-        servers.append(await RawServer(handler).start())
+    async def start(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> RawServer:
+        servers.append(await RawServer(handler).start(ssl_context))
         return servers[-1]
 
     yield start
@@ -249,7 +256,24 @@ async def test_a_server_that_never_answers_ends_at_the_read_timeout(serve, clien
         await client().open("GET", server.url(), {}, limits)
 
 
-# -- the guard
+# -- TLS and the guard
+
+
+@pytest.fixture(scope="module")
+def certificates(tmp_path_factory) -> Certificates:
+    return make_certificates(tmp_path_factory.mktemp("tls"))
+
+
+async def test_an_https_source_is_verified_and_named_by_sni(serve, client, certificates) -> None:
+    server = await serve(answering(answer(b"secure", "Content-Type: text/plain")), certificates.server)
+    with pytest.raises(RequestFailedError, match="TLS failed with localhost: certificate verify failed"):
+        await client().open("GET", server.url("/r", scheme="https", host="localhost"), {}, LIMITS)
+    assert server.requests == []
+    trusting = ssl.create_default_context(cafile=str(certificates.ca_file))
+    status, headers, body = await get(client(ssl_context=trusting), server.url("/r", scheme="https", host="localhost"))
+    assert (status, headers["content-type"], body) == (200, "text/plain", b"secure")
+    assert certificates.names_seen[-1] == "localhost"
+
 
 
 async def test_the_guard_refuses_a_loopback_source_not_allowed(serve, client) -> None:
