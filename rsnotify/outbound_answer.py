@@ -117,6 +117,16 @@ class Response:
     async def read(self, limit: int) -> bytes:
         """The whole body, decoded; BodyTooLongError past `limit` decoded bytes,
         ContentEncodingError, RequestFailedError if it broke off."""
+        conn = self._conn
+        if (conn is not None and not self._used and conn.is_complete and not conn.is_stopped
+                and "content-encoding" not in self.headers):
+            # the usual small resource: its whole body came with the head, uncoded
+            self._used = True
+            body = conn.body
+            self.close()
+            if len(body) > limit:
+                raise BodyTooLongError(len(body), limit)
+            return body
         parts: list[bytes] = []
         await self.stream(parts.append, limit)
         return parts[0] if len(parts) == 1 else b"".join(parts)

@@ -163,6 +163,10 @@ async def test_a_body_past_the_limit_is_cut_and_its_connection_closed(serve, cli
     assert cut.value.received > 1_000_000 and written <= 1_000_000
     await get(outbound, server.url(), limit=len(body))
     assert server.connections == 2                                  # the cut one was not reused
+    small = await serve(answering(answer(b"s" * 100)))              # whole with its head: read at once
+    with pytest.raises(BodyTooLongError) as cut:
+        await get(outbound, small.url(), limit=99)
+    assert cut.value.received == 100
 
 
 async def test_a_body_cut_short_by_the_server_is_an_error_and_one_ended_by_a_close_is_whole(serve, client) -> None:
