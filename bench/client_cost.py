@@ -19,8 +19,8 @@ import aiohttp
 from yarl import URL
 
 from rsnotify import eventloop
-from rsnotify.hub.outbound import Limits, OutboundClient
 from rsnotify.netguard import make_session
+from rsnotify.outbound import Limits, OutboundClient
 from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER
 
 from .children import stop_child

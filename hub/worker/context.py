@@ -23,11 +23,11 @@ from redis.exceptions import RedisError
 from rq import Queue
 
 from rsnotify import eventloop
+from rsnotify.outbound import OutboundClient
 
 from .. import crypto, netguard, redis_clients, store
 from ..batch import RedisBatcher
 from ..errors import SettingsError
-from ..outbound import OutboundClient
 from ..settings import HubSettings
 from .deliveries import Deliveries
 from .heartbeat import Heartbeat

@@ -15,11 +15,12 @@ from typing import Any
 from cryptography.fernet import Fernet
 from redis.exceptions import RedisError
 
+from rsnotify.outbound import Limits
+
 from ..batch import RedisBatcher
 from ..callbacks import delivery_url
 from ..crypto import decrypt_secret
 from ..logs import DeliverySummary, redact_callback
-from ..outbound import Limits
 from ..records import (
     LATENCY_BUCKETS,
     RECENT_ATTEMPTS,

@@ -17,11 +17,12 @@ from cryptography.fernet import Fernet
 from redis.asyncio import Redis
 from yarl import URL
 
+from rsnotify.outbound import Answer, Limits, OutboundClient
+
 from .. import keys, store
 from ..batch import RedisBatcher
 from ..callbacks import callback_url
 from ..logs import delivery_fields, escape, redact_callback, redact_in
-from ..outbound import Answer, Limits, OutboundClient
 from ..records import Intent
 from ..settings import HubSettings
 

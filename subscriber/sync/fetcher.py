@@ -1,5 +1,6 @@
-"""The fetch scheduler: resource GETs made concurrently on one keep-alive session, checked and
-written atomically.
+"""The fetch scheduler: resource GETs made concurrently through one keep-alive client
+(rsnotify/outbound.py, the lean HTTP/1.1 client the hub delivers with), checked and written
+atomically. The Source's lists stay on aiohttp (`get_in_origin`): a few requests, not thousands.
 
 Trust: a loc is fetched only from the Source's own origins (scheme, host and port of its lists)
 or a host allowed with --allow-host; the body is cut at the announced length and at
@@ -7,10 +8,13 @@ or a host allowed with --allow-host; the body is cut at the announced length and
 inside DIR is refused.
 
 A global cap (`concurrency`) that halves on 429/503 (honouring Retry-After) and grows back by
-one per 100 successes; the connector caps connections per host. Each body is streamed to a
-temp file beside its target while md5 and sha-256 are computed, compared with the announced
-length and hashes, and renamed into place only when they match. Redirects are followed only
-within the same scheme, host and port; the guard in `netguard` refuses other addresses.
+one per 100 successes; the client holds at most `concurrency` connections. Each body (gzip or
+deflate undone, as the list's hashes are of the resource) is streamed to a temp file beside its
+target while md5 and sha-256 are computed, compared with the announced length and hashes, and
+renamed into place only when they match. Redirects are followed only within the same scheme,
+host and port; the guard in `netguard` refuses other addresses. The sync's RequestRules
+(--header to the Source only, --rate) are applied to every GET and redirect hop, as the list
+session's middlewares apply them to the lists.
 """
 from __future__ import annotations
 
@@ -29,15 +33,21 @@ from typing import Any, Self
 from urllib.parse import urljoin
 
 import aiohttp
+from yarl import URL
 
 from rsnotify import __version__
 from rsnotify.backoff import backoff_delay
-from rsnotify.bodies import bounded_chunks
 from rsnotify.netguard import Network
+from rsnotify.outbound import Limits, OutboundClient, Response
+from rsnotify.outbound_answer import (
+    BodyTooLongError,
+    ContentEncodingError,
+    RequestFailedError,
+)
 
-from .headers import origin
+from .headers import RequestRule, origin
 from .outcomes import FetchOutcome, Refusal
-from .session import make_session
+from .session import HINT
 from .sink import FolderSink, PathConflictError, SymlinkRefusedError
 from .writer import BatchWriter
 
@@ -50,6 +60,9 @@ MAX_REDIRECTS = 5
 MAX_RETRY_WAIT = 300.0  # s: the longest wait between two tries of one resource (also for Retry-After)
 _REDIRECTS = (301, 302, 303, 307, 308)
 DEFAULT_MAX_BYTES = 1024**3      # --max-resource-size
+# What each resource GET sends besides the client's own User-Agent and Accept: the codings
+# aiohttp asked for before (the body is decoded, so hashes and lengths are the resource's).
+_GET_HEADERS: dict[str, str] = {"Accept-Encoding": "gzip, deflate"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +112,7 @@ class Fetcher:
 
     def __init__(self, sink: FolderSink, *, allowed_networks: Iterable[Network] | None = (),
                  allowed_hosts: Iterable[str] | None = None, allowed_origins: Iterable[str] = (),
-                 concurrency: int = 16, per_host: int | None = None,
+                 concurrency: int = 16,
                  timeout: float = 30.0, tries: int = 5, retry_base: float = 1.0,
                  max_bytes: int = DEFAULT_MAX_BYTES, announced_by: str = "the Source announced",
                  middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()) -> None:
@@ -116,8 +129,16 @@ class Fetcher:
         self.tries = tries
         self.retry_base = retry_base
         self.max_bytes = max_bytes
-        self.session = make_session(None if allowed_networks is None else tuple(allowed_networks), limit=concurrency, limit_per_host=per_host or concurrency,
-                                    timeout=timeout, user_agent=USER_AGENT, middlewares=middlewares)
+        # `timeout` as aiohttp's sock_connect and sock_read were: to connect, and between two
+        # reads; no bound on the whole, which a big resource that keeps coming may need
+        self.client = OutboundClient(allowed=None if allowed_networks is None else tuple(allowed_networks), hint=HINT,
+                                     limit=concurrency, max_idle=concurrency, user_agent=USER_AGENT,
+                                     keep_headers=True)
+        # The body's bytes as sent: a coded body may be a little longer than the resource (gzip
+        # of incompressible data), never much; past this it is cut as a decoded one is past its
+        # cap (`_receive` gives the decoded cap, the announced length or max_bytes, per resource).
+        self.limits = Limits(timeout, None, max_bytes + max_bytes // 8 + 65536, read_timeout=timeout)
+        self.rules = _request_rules(middlewares)
         self._active = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._successes = 0
@@ -142,7 +163,7 @@ class Fetcher:
         await self.close()
 
     async def close(self) -> None:
-        await self.session.close()
+        await self.client.close()
 
     # --- the cap ---------------------------------------------------------------------------
 
@@ -256,31 +277,52 @@ class Fetcher:
         for _ in range(MAX_REDIRECTS + 1):
             self.requests += 1
             try:
-                async with self.session.get(url, allow_redirects=False) as response:
-                    status = response.status
-                    if status in _REDIRECTS and response.headers.get("Location"):
-                        target = urljoin(url, response.headers["Location"])
-                        if not _same_origin(target, url):
-                            raise FetchError(f"GET {url} redirected to another host ({target}); refused",
-                                             retry=False, rule=Refusal.REDIRECT)
-                        url = target
-                        continue
-                    if status in (404, 410):
-                        raise FetchError(f"GET {url} answered {status}", retry=False, gone=True)
-                    if status in (429, 503):
-                        self._throttle()
-                        raise FetchError(f"GET {url} answered {status}", retry=True,
-                                         retry_after=_retry_after(response.headers.get("Retry-After")))
-                    if status >= 500:
-                        raise FetchError(f"GET {url} answered {status}", retry=True)
-                    if status != 200:
-                        raise FetchError(f"GET {url} answered {status}; expected 200", retry=False)
-                    return await self._receive(loc, response, path, length, hashes)
-            except (TimeoutError, aiohttp.ClientError) as exc:
-                raise FetchError(f"cannot fetch {url}: {exc or type(exc).__name__}", retry=True) from exc
+                response = await self._open(url)
+            except RequestFailedError as exc:
+                raise FetchError(f"cannot fetch {url}: {exc}", retry=True) from exc
+            try:
+                status = response.status
+                location = response.headers.get("location")
+                if status in _REDIRECTS and location:
+                    target = urljoin(url, location)
+                    if not _same_origin(target, url):
+                        raise FetchError(f"GET {url} redirected to another host ({target}); refused",
+                                         retry=False, rule=Refusal.REDIRECT)
+                    url = target
+                    continue
+                if status in (404, 410):
+                    raise FetchError(f"GET {url} answered {status}", retry=False, gone=True)
+                if status in (429, 503):
+                    self._throttle()
+                    raise FetchError(f"GET {url} answered {status}", retry=True,
+                                     retry_after=_retry_after(response.headers.get("retry-after")))
+                if status >= 500:
+                    raise FetchError(f"GET {url} answered {status}", retry=True)
+                if status != 200:
+                    raise FetchError(f"GET {url} answered {status}; expected 200", retry=False)
+                return await self._receive(loc, response, path, length, hashes)
+            except RequestFailedError as exc:       # the body broke off, or went silent
+                raise FetchError(f"cannot fetch {url}: {exc}", retry=True) from exc
+            except ContentEncodingError as exc:
+                raise FetchError(f"cannot fetch {url}: {exc}", retry=False) from exc
+            finally:
+                response.close()                    # back to the pool if its body was read to the end
         raise FetchError(f"GET {loc} redirected more than {MAX_REDIRECTS} times", retry=False)
 
-    async def _receive(self, loc: str, response: aiohttp.ClientResponse, path: Path | str, length: int | None,
+    async def _open(self, url: str) -> Response:
+        """GET `url` through the sync's rules; the answer once its head came."""
+        headers = _GET_HEADERS
+        if self.rules:
+            headers = dict(_GET_HEADERS)
+            for rule in self.rules:
+                await rule.apply(url, headers)
+        try:
+            target = URL(url)
+        except ValueError as exc:
+            raise RequestFailedError(f"not a URL ({exc})") from None
+        return await self.client.open("GET", target, headers, self.limits)
+
+    async def _receive(self, loc: str, response: Response, path: Path | str, length: int | None,
                        hashes: tuple[tuple[str, str], ...]) -> FetchResult:
         md5, sha256 = hashlib.md5(), hashlib.sha256()
         others = _other_hashers(hashes)
@@ -290,24 +332,27 @@ class Fetcher:
         # Content-Length counts the bytes sent; a compressed body (Content-Encoding) decodes to
         # another size, so it is only streamed and cut at `cap` like a chunked one (a gzip bomb
         # never fills memory, a small file compressed a little larger is not refused).
-        encoded = response.headers.get("Content-Encoding", "identity").strip().lower() not in ("", "identity")
-        sent = None if encoded else response.content_length
+        encoded = response.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity")
+        sent = None if encoded else _content_length(response.headers.get("content-length"))
         if sent is not None and sent > cap:
             raise self._too_long(loc, sent, length)
         if sent is not None and sent <= SMALL_BODY:
             return await self._receive_small(loc, response, path, length, hashes, md5, sha256, others)
         out, tmp = await asyncio.to_thread(self.sink.open_partial, Path(path))
-        size = 0
+        hashers = (md5, sha256, *others.values())
+
+        def write(chunk: bytes) -> None:
+            # on the loop as it comes, as the chunk loop wrote it before (the temp file is local)
+            out.write(chunk)
+            for hasher in hashers:
+                hasher.update(chunk)
+
         try:
             with out:
-                async for chunk in bounded_chunks(
-                        response, cap, lambda sent: self._too_long(loc, sent, length, at_least=True)):
-                    size += len(chunk)
-                    out.write(chunk)
-                    md5.update(chunk)
-                    sha256.update(chunk)
-                    for hasher in others.values():
-                        hasher.update(chunk)
+                try:
+                    size = await response.stream(write, cap)
+                except BodyTooLongError as exc:
+                    raise self._too_long(loc, exc.received, length, at_least=True) from None
             computed = _digests(md5, sha256, others)
             problem = _fixity_problem(size, computed, length, hashes, self.announced_by)
             if problem is not None:
@@ -329,13 +374,13 @@ class Fetcher:
         return FetchError(f"{loc} sent {more}{size} bytes, over --max-resource-size {self.max_bytes}: cut there",
                           retry=False, rule=Refusal.SIZE)
 
-    async def _receive_small(self, loc: str, response: aiohttp.ClientResponse, path: Path | str, length: int | None,
+    async def _receive_small(self, loc: str, response: Response, path: Path | str, length: int | None,
                              hashes: tuple[tuple[str, str], ...], md5: Any, sha256: Any,
                              others: dict[str, Any]) -> FetchResult:
         # The caller checked Content-Length <= `cap` and that no Content-Encoding changes the size,
-        # and aiohttp's parser never gives more than Content-Length bytes: one read() is the
-        # whole body, still bounded by `cap` (no chunk loop, no async generator per resource).
-        body = await response.read()
+        # and llhttp never gives more than Content-Length bytes: one read() is the whole body,
+        # still bounded by `cap` (no chunk loop per resource; usually it came with the head).
+        body = await response.read(SMALL_BODY)
         md5.update(body)
         sha256.update(body)
         for hasher in others.values():
@@ -408,6 +453,25 @@ def _fixity_problem(size: int, computed: dict[str, str], length: int | None,
         if actual is not None and actual != expected.lower():
             return f"{algorithm} is {actual}; {announced_by} {expected}", f"{algorithm}:{expected}"
     return None
+
+
+def _request_rules(middlewares: Sequence[aiohttp.ClientMiddlewareType]) -> tuple[RequestRule, ...]:
+    """The sync's rules (--header, --rate) for the resource GETs: the very objects the list
+    session has as middlewares. Any other middleware could not be applied here: a bug."""
+    rules = tuple(m for m in middlewares if isinstance(m, RequestRule))
+    if len(rules) != len(middlewares):
+        raise TypeError("the fetcher applies only RequestRule middlewares (sync/headers.py)")
+    return rules
+
+
+def _content_length(value: str | None) -> int | None:
+    """Content-Length as llhttp framed the body (it refused a bad or conflicting one), or None."""
+    if value is None:
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        return None
 
 
 def _same_origin(a: str, b: str) -> bool:

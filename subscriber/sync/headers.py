@@ -1,12 +1,16 @@
 """Request headers a harvester sends to a protected Source (`rsnotify sync/audit --header`), and
-only to it: an aiohttp client middleware adds them to each request, redirect hops included, whose
-origin (scheme, host, port) is the Source's, so a token never reaches another host, whether a
-resource lives there or a redirect leads there. No I/O here.
+only to it: added to each request, redirect hops included, whose origin (scheme, host, port) is
+the Source's, so a token never reaches another host, whether a resource lives there or a
+redirect leads there. No I/O here.
+
+A rule like this one is a `RequestRule`: one definition that both HTTP paths of a sync apply, the
+aiohttp session of the Source's lists (as a client middleware) and the lean client of its
+resources (sync/fetcher.py calls `apply` before each GET).
 """
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from urllib.parse import urlsplit
 
 from aiohttp import (
@@ -50,18 +54,39 @@ def origin(url: str) -> Origin:
     return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
 
 
-def source_header_middleware(source_url: str, headers: Sequence[Header]) -> ClientMiddlewareType:
-    """A client middleware adding `headers` to requests to `source_url`'s origin, and to no other."""
-    allowed = origin(source_url)
-    chosen = tuple(headers)
+class RequestRule:
+    """What a sync does to each of its requests before sending it: `apply` may add header
+    fields or wait. An instance is also an aiohttp client middleware doing the same, so the
+    session of the Source's lists and the fetcher's lean client follow one definition."""
 
-    async def add_source_headers(request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
-        if origin(str(request.url)) == allowed:
-            for name, value in chosen:
-                request.headers[name] = value
+    async def apply(self, url: str, headers: MutableMapping[str, str]) -> None:
+        raise NotImplementedError
+
+    async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
+        await self.apply(str(request.url), request.headers)
         return await handler(request)
 
-    return add_source_headers
+
+class SourceHeaders(RequestRule):
+    """Adds `headers` to requests to `source_url`'s origin, and to no other."""
+
+    def __init__(self, source_url: str, headers: Sequence[Header]) -> None:
+        self.origin = origin(source_url)
+        self.headers = tuple(headers)
+
+    def __repr__(self) -> str:
+        return f"SourceHeaders({self.origin!r}, {len(self.headers)} fields)"   # never the values: tokens
+
+    async def apply(self, url: str, headers: MutableMapping[str, str]) -> None:
+        if origin(url) == self.origin:
+            for name, value in self.headers:
+                headers[name] = value
 
 
-__all__ = ["Header", "Origin", "origin", "parse_header", "source_header_middleware"]
+def source_header_middleware(source_url: str, headers: Sequence[Header]) -> ClientMiddlewareType:
+    """A client middleware (and RequestRule) adding `headers` to requests to `source_url`'s
+    origin, and to no other."""
+    return SourceHeaders(source_url, headers)
+
+
+__all__ = ["Header", "Origin", "RequestRule", "SourceHeaders", "origin", "parse_header", "source_header_middleware"]

@@ -1,6 +1,6 @@
 """The guarded HTTP session for a Source's lists and resources (the policy is rsnotify.netguard):
-only public addresses, the Source's own, or networks allowed explicitly. The fetcher and the
-list reader both build on it, so it sits below both."""
+only public addresses, the Source's own, or networks allowed explicitly. The list reader builds
+on it; the fetcher's client (rsnotify/outbound.py) refuses with the same HINT."""
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
@@ -11,7 +11,10 @@ from rsnotify import netguard
 from rsnotify.netguard import Network
 from rsnotify.netguard import private_networks_of as source_networks
 
-__all__ = ["OutboundRefusedError", "make_session", "source_networks"]
+__all__ = ["HINT", "OutboundRefusedError", "make_session", "source_networks"]
+
+# What a refusal adds, on the list session and the fetcher's client alike
+HINT = "not the Source's own either; allow it with --allow-network CIDR"
 
 
 class OutboundRefusedError(aiohttp.ClientConnectionError):
@@ -25,6 +28,6 @@ def make_session(allowed: Iterable[Network] | None, *, limit: int, limit_per_hos
     non-public addresses (`source_networks`) are allowed since the user chose that Source.
     `middlewares`: e.g. the Source's own headers (sync/headers.py), the rate limit."""
     return netguard.make_session(
-        allowed, OutboundRefusedError, "not the Source's own either; allow it with --allow-network CIDR",
+        allowed, OutboundRefusedError, HINT,
         limit=limit, limit_per_host=limit_per_host, headers={"User-Agent": user_agent},
         timeout=aiohttp.ClientTimeout(total=None, sock_connect=timeout, sock_read=timeout), middlewares=middlewares)

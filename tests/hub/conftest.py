@@ -17,13 +17,13 @@ from rq import Queue
 
 from rsnotify.hub import enqueue, keys, records, store
 from rsnotify.hub.crypto import encrypt_secret, load_fernet
+from rsnotify.hub.enqueue import make_queue
 from rsnotify.hub.netguard import HINT, make_session
-from rsnotify.hub.outbound import OutboundClient
 from rsnotify.hub.settings import HubSettings
 from rsnotify.hub.web.app import build_app
 from rsnotify.hub.worker import fanout, runs
 from rsnotify.hub.worker.context import USER_AGENT, close_context, open_context
-from rsnotify.hub.enqueue import make_queue
+from rsnotify.outbound import OutboundClient
 from tests.support.clock import Clock
 from tests.support.jobs import JobRunner, deliver_subscription
 from tests.support.subscribers import RecordingSubscriber

@@ -1,12 +1,13 @@
-"""The hub's lean HTTP/1.1 client for outbound requests (the worker's deliveries, verifications
-and denials; thin-ping fetches, which need the answer's headers, keep aiohttp's session): a
-keep-alive pool per (scheme, host, port), the outbound-address guard on the very address each
-socket connects to, TLS with verification, bounded in time and in the answer's size.
+"""rsnotify's lean HTTP/1.1 client: a keep-alive pool per (scheme, host, port), the
+outbound-address guard on the very address each socket connects to, TLS with verification,
+bounded in time and in the answer's size. The hub's worker sends its deliveries, verifications
+and denials with `request()` (thin-ping fetches keep aiohttp's session); a Destination's sync
+GETs a Source's resources with `open()`, which hands back the answer's head and streams its body.
 
-It sends what the caller gives and reads at most `Limits.max_body` bytes of the answer; it
-never follows redirects, keeps no cookies, reads no proxy settings and decodes no content
-coding. Every failure comes back as an `Answer` with an `error`, never as an exception. The
-wire side of one connection (llhttp) is hub/outbound_wire.py.
+It sends what the caller gives; it never follows redirects, keeps no cookies and reads no
+proxy settings. `request()` reads at most `Limits.max_body` bytes of the answer, decodes no
+content coding, and returns every failure as an `Answer` with an `error`, never as an exception.
+The wire side of one connection (llhttp) is outbound_wire.py.
 """
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ from yarl import URL
 
 from rsnotify.netguard import Network, is_allowed_address, refusal_message
 
-from .outbound_wire import Connection
+from .outbound_answer import RequestFailedError, Response
+from .outbound_wire import Connection, HeadedConnection
+
+__all__ = ["Answer", "Limits", "OutboundClient", "RequestFailedError", "Response"]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 DNS_TTL = 60.0          # s a host name's addresses are kept (as aiohttp's ttl_dns_cache=60 did)
@@ -38,8 +42,12 @@ class Limits:
     """How long a request may take and how much of its answer is read."""
 
     connect_timeout: float       # s to resolve, connect and finish the TLS handshake
-    total_timeout: float         # s for the whole request, from the call to the end of the answer
-    max_body: int                # bytes of the answer's body kept; past them the rest is not read
+    # s for the whole request, from the call to the end of the answer; None (open() only): no
+    # bound on the whole, as a big resource may take long while it keeps coming
+    total_timeout: float | None
+    max_body: int                # bytes of the answer's body read (coded, for open()); past them the rest is not
+    # open() only: s without a byte of the answer, from the request sent to the body's end
+    read_timeout: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,14 +72,6 @@ def _basic_credentials(url: URL) -> str:
     return "Basic " + base64.b64encode(raw).decode("ascii")
 
 
-class RequestFailedError(Exception):
-    """A request got no HTTP answer (the message is the Answer's error); never leaves this module."""
-
-    def __init__(self, message: str, *, is_refused: bool = False) -> None:
-        super().__init__(message)
-        self.is_refused = is_refused
-
-
 class _Origin:
     """One (scheme, host, port): its Host header, its idle connections, its resolved addresses."""
 
@@ -90,14 +90,15 @@ class OutboundClient:
     `max_idle` of them idle, each idle one closed after `idle_seconds`.
 
     `allowed`: None for any address; else only public addresses and these networks, refused
-    with rsnotify.netguard's message and `hint`. `ssl_context`: None for the system's trust
+    with rsnotify.netguard's message and `hint`. `keep_headers`: the answers' header fields are
+    kept, which `open()` needs (`request()` reads none, and is quicker without them). `ssl_context`: None for the system's trust
     store (ssl.create_default_context(), so SSL_CERT_FILE works), built at the first https request.
     Use it on one event loop; `close()` it when done.
     """
 
     def __init__(self, *, allowed: Iterable[Network] | None, hint: str, limit: int = 100, max_idle: int = 100,
                  idle_seconds: float = IDLE_SECONDS, user_agent: str = "",
-                 ssl_context: ssl.SSLContext | None = None) -> None:
+                 ssl_context: ssl.SSLContext | None = None, keep_headers: bool = False) -> None:
         self._allowed = None if allowed is None else tuple(allowed)
         self._hint = hint
         self._limit = limit
@@ -112,8 +113,10 @@ class OutboundClient:
         self._sweeper: asyncio.TimerHandle | None = None
         self._busy: set[Connection] = set()
         self._closed = False
+        self._keep_headers = keep_headers
+        self._protocol: type[Connection] = HeadedConnection if keep_headers else Connection
 
-    # -- the one public call
+    # -- the public calls
 
     async def request(self, method: str, url: URL, headers: Mapping[str, str], body: bytes,
                       limits: Limits) -> Answer:
@@ -122,6 +125,8 @@ class OutboundClient:
         Not for HEAD (its answer's Content-Length frames no body, which llhttp is not told)."""
         if method == "HEAD":
             raise ValueError("OutboundClient.request does not do HEAD")
+        if limits.total_timeout is None:
+            raise ValueError("OutboundClient.request needs a total timeout")
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limits.total_timeout
         try:
@@ -143,6 +148,30 @@ class OutboundClient:
             return Answer(None, b"", "connection closed before an answer")
         except RequestFailedError as exc:
             return Answer(None, b"", str(exc), exc.is_refused)
+
+    async def open(self, method: str, url: URL, headers: Mapping[str, str], limits: Limits) -> Response:
+        """Send `method url` with `headers` (as `request()`) and no body; the answer once its
+        head came, its body to be read or streamed from the Response, which the caller closes.
+        `limits.max_body`: the body's bytes as sent (coded) read at most. RequestFailedError when
+        no answer came (`is_refused`: the guard's refusal). The client needs `keep_headers`."""
+        if not self._keep_headers:
+            raise ValueError("OutboundClient.open needs a client made with keep_headers=True")
+        if method == "HEAD":
+            raise ValueError("OutboundClient.open does not do HEAD")
+        loop = asyncio.get_running_loop()
+        deadline = None if limits.total_timeout is None else loop.time() + limits.total_timeout
+        origin = self._origins.get((url.scheme, url.raw_host or "", url.port)) or self._origin(url)
+        head = self._head(method, url, origin, headers, 0)
+        fresh = False
+        for _ in range(2):
+            conn = None if fresh else self._take_idle(origin, loop.time())
+            if conn is None:
+                conn = await self._connection(loop, origin, limits, deadline, fresh=fresh)
+            response = await self._exchange_head(loop, conn, head, limits, deadline)
+            if response is not None:
+                return response
+            fresh = True     # a reused connection closed before an answer: once more on a new one (GET)
+        raise RequestFailedError("connection closed before an answer")
 
     async def close(self) -> None:
         """Close every connection, idle and busy; requests after this fail."""
@@ -225,6 +254,45 @@ class OutboundClient:
         if reused and conn.received == 0:
             return None
         raise RequestFailedError(conn.failure or "connection closed before an answer")
+
+    async def _exchange_head(self, loop: asyncio.AbstractEventLoop, conn: Connection, head: bytes, limits: Limits,
+                             deadline: float | None) -> Response | None:
+        """The answer on `conn` once its head came, or None when a reused connection closed
+        before any byte of it. The Response hands the connection back (`_finish`)."""
+        assert isinstance(conn, HeadedConnection)
+        reused = conn.requests > 0
+        waiter: asyncio.Future[None] = loop.create_future()
+        head_waiter: asyncio.Future[None] = loop.create_future()
+        read_timeout = limits.read_timeout
+        conn.begin_streamed(waiter, head_waiter, limits.max_body, None if read_timeout is None else loop.time)
+        self._busy.add(conn)
+        conn.watch(loop, read_timeout, deadline)
+        try:
+            transport = conn.transport
+            if transport is None or transport.is_closing():
+                conn.connection_lost(None)
+            else:
+                transport.write(head)
+            await head_waiter
+        except BaseException:
+            self._finish(conn)
+            raise
+        if conn.status is not None:
+            return Response(conn, self._finish, lambda ended: _why_cut(ended, limits))
+        self._finish(conn)
+        if reused and conn.received == 0 and not conn.timed_out:
+            return None
+        raise RequestFailedError(_why_cut(conn, limits))
+
+    def _finish(self, conn: Connection) -> None:
+        """An open() exchange is over: its connection back to the pool when its answer was read
+        whole, else closed."""
+        conn.unwatch()
+        self._busy.discard(conn)
+        if conn.is_reusable and not self._closed:
+            self._put_idle(conn, asyncio.get_running_loop().time())
+        else:
+            self._discard(conn)
 
     # -- the pool
 
@@ -311,12 +379,12 @@ class OutboundClient:
             finally:
                 if waiter in self._slot_waiters:
                     self._slot_waiters.remove(waiter)
-        raise RequestFailedError("the hub's outbound client is closed (the worker is stopping)")
+        raise RequestFailedError("the outbound client is closed (its owner is stopping)")
 
     # -- connecting
 
     async def _connection(self, loop: asyncio.AbstractEventLoop, origin: _Origin, limits: Limits,
-                          deadline: float, *, fresh: bool) -> Connection:
+                          deadline: float | None, *, fresh: bool) -> Connection:
         """A new connection to `origin` through the guard, within the connect timeout; or, unless
         `fresh`, an idle one that came back while this request waited for room in the pool."""
         try:
@@ -326,13 +394,15 @@ class OutboundClient:
             raise RequestFailedError(f"no answer within {limits.total_timeout:g} s") from None
         if idle is not None:
             return idle
-        connect_by = min(deadline, loop.time() + limits.connect_timeout)
+        connect_by = loop.time() + limits.connect_timeout
+        if deadline is not None:
+            connect_by = min(deadline, connect_by)
         try:
             async with asyncio.timeout_at(connect_by):
                 conn = await self._connect_any(loop, origin, await self._addresses(loop, origin))
         except TimeoutError:
             self._release_slot()
-            if connect_by >= deadline:
+            if deadline is not None and connect_by >= deadline:
                 raise RequestFailedError(f"no answer within {limits.total_timeout:g} s") from None
             raise RequestFailedError(f"no connection within {limits.connect_timeout:g} s (connect timeout)") from None
         except BaseException:
@@ -400,8 +470,21 @@ class OutboundClient:
                 if self._ssl is None:
                     self._ssl = ssl.create_default_context()
                 tls = {"ssl": self._ssl, "server_hostname": origin.host}
-            _, conn = await loop.create_connection(Connection, sock=sock, **tls)
+            _, conn = await loop.create_connection(self._protocol, sock=sock, **tls)
         except BaseException:
             sock.close()
             raise
         return conn
+
+
+def _why_cut(conn: Connection, limits: Limits) -> str:
+    """Why an open() exchange ended without its whole answer."""
+    if conn.read_timed_out:
+        return f"no data for {limits.read_timeout:g} s (read timeout)"
+    if conn.timed_out:
+        return f"no whole answer within {limits.total_timeout:g} s"
+    if conn.failure:
+        return conn.failure
+    if conn.status is None:
+        return "connection closed before an answer"
+    return f"connection closed after {conn.body_received} bytes of the body, before its end"
