@@ -1,5 +1,5 @@
 """CPU per delivery POST of the two clients the worker has had: aiohttp's ClientSession (its
-delivery path before hub/outbound.py) and hub/outbound.py, against the bench's sink, on uvloop,
+delivery path before rsnotify/outbound.py) and rsnotify/outbound.py, against the bench's sink, on uvloop,
 64 POSTs in flight over keep-alive connections, alternated run by run.
 
     python -m bench.client_cost [--runs 3] [--posts 6000]

@@ -1,7 +1,7 @@
 """The hub's side of the outbound-address guard (the policy is rsnotify.netguard): every
 request the hub makes is judged on the address it connects to, thin-ping fetches by a
 connector that refuses non-public addresses with OutboundRefusedError, deliveries,
-verifications and denials by hub/outbound.py with the same HINT; intake refuses an IP-literal
+verifications and denials by rsnotify/outbound.py with the same HINT; intake refuses an IP-literal
 URL at once. Also the bounded reading of an answer's body.
 """
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A response body read under a size bound, chunk by chunk, the one loop every role's client
-shares (discovery, `rsnotify inspect`, `rsnotify validate URL`, the sync engine's lists and
-resources). Each caller keeps its own words for "too large": the bound is theirs, the loop is not.
+shares (discovery, `rsnotify inspect`, `rsnotify validate URL`, the sync engine's lists; its
+resources come through rsnotify.outbound, which bounds them itself). Each caller keeps its own words for "too large": the bound is theirs, the loop is not.
 """
 from __future__ import annotations
 

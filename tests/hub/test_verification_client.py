@@ -1,4 +1,4 @@
-"""Verification and denial GETs through the worker's outbound client (hub/outbound.py): what the
+"""Verification and denial GETs through the worker's outbound client (rsnotify/outbound.py): what the
 callback gets, what its answer may be (exact identity echo, no redirect followed, bounded body),
 the guard's and the time bound's messages, and one keep-alive connection per callback host,
 against the real app, Redis and loopback callbacks."""
