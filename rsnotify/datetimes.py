@@ -20,6 +20,11 @@ _W3C_DATETIME = re.compile(
     re.ASCII,   # \d is 0-9 only: XML Schema dates have ASCII digits ("２０２６" is not a year)
 )
 
+# The form almost every datetime has (to_xml writes it): whole seconds in UTC. Such a text is
+# what datetime.fromisoformat reads the same way as _parse_any, at a tenth of the cost. The hour
+# stops at 23 because some Pythons (3.14) read T24:00:00 as the next midnight; the profile does not.
+_UTC_SECONDS = re.compile(r"\d{4}-\d{2}-\d{2}T(?:[01]\d|2[0-3]):\d{2}:\d{2}Z", re.ASCII)
+
 EXAMPLE = "2013-01-03T00:07:22Z"
 # Texts up to this length are remembered (the longest valid one, with nanoseconds and an offset,
 # is ~40 characters): a change notification repeats its from/until and neighbouring entries
@@ -40,6 +45,16 @@ def parse_w3c_datetime(text: str) -> datetime:
 
 
 def _parse(text: str) -> datetime:
+    if _UTC_SECONDS.fullmatch(text):
+        try:
+            return datetime.fromisoformat(text)     # tzinfo is timezone.utc, as _parse_any's
+        except ValueError:
+            pass    # out of range (month 13, second 60): _parse_any words it
+    return _parse_any(text)
+
+
+def _parse_any(text: str) -> datetime:
+    """Every form of the profile, by the grammar; raises DatetimeError with the reason."""
     match = _W3C_DATETIME.fullmatch(text.strip())
     if match is None:
         raise DatetimeError(f"'{text}' is not a W3C datetime; expected e.g. {EXAMPLE}")

@@ -123,6 +123,8 @@ def screen_prolog(head: bytes, error: type[DocumentParseError] = DocumentParseEr
     parser is told the document is UTF-8, so libxml2 reads what was screened (an EBCDIC
     document is then merely not well-formed).
     """
+    if head.startswith(_DECLARATION):    # what serialize writes: UTF-8 said so, no BOM, no NUL
+        return
     if head[:1] in _BOM_STARTS:     # every other BOM starts with one of these bytes
         for bom, name in _OTHER_BOMS:
             if head.startswith(bom):
