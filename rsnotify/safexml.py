@@ -462,6 +462,20 @@ def loc_problem(loc: str, *, http_only: bool = True) -> str | None:
     return None
 
 
+# Locs joined by "\n" (which no plain loc holds) in one match: a notification's locs checked in
+# one regex call instead of one each.
+_PLAIN_HTTP_LOCS = re.compile(f"{_PLAIN_HTTP_LOC.pattern}(?:\n{_PLAIN_HTTP_LOC.pattern})*")
+
+
+def has_loc_problem(locs: Sequence[str]) -> bool:
+    """True when loc_problem finds something wrong with any of `locs` (as `<loc>`s, http_only)."""
+    joined = "\n".join(locs)
+    # as many lines as locs: no loc holds a "\n" of its own, so each line is one loc
+    if joined.count("\n") == len(locs) - 1 and _PLAIN_HTTP_LOCS.fullmatch(joined):
+        return False
+    return any(loc_problem(loc) for loc in locs)
+
+
 def tag_name(tag: object) -> str:
     """An element name as the spec writes it: `urlset`, `rs:md`, else `{namespace}name`."""
     text = str(tag)

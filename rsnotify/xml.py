@@ -6,7 +6,9 @@ is the hub's hot path). Documents are built with lxml element calls. No I/O here
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from typing import TypeVar
 
 from lxml import etree
 
@@ -46,6 +48,7 @@ from .safexml import (
     URLSET,
     describe_element,
     extra_attributes,
+    has_loc_problem,
     hash_text,
     loc_problem,
     new_root,
@@ -272,13 +275,17 @@ def read_change(url: etree._Element, index: int, problems: list[str]) -> Resourc
 _CHANGE_TYPES = {change.value: change for change in ChangeType}
 
 
-def _read_plain_change(url: etree._Element) -> ResourceChange | None:
+def _read_plain_change(url: etree._Element, locs: list[str] | None = None) -> ResourceChange | None:
     """The usual `<url>` (a `<loc>` and an `<rs:md>` with modelled attributes only) read in one go,
     by the same rules; None when anything about it is unusual or wrong, and read_change then reads
     it step by step, which words every problem. Whatever this returns, that reading returns too
     (nothing here is a rule of its own): it only skips the steps such an entry does not need and
     the names the messages would use, and takes the usual values (one hash, a short length, a
-    printable ASCII type) without the general readers' calls."""
+    printable ASCII type) without the general readers' calls.
+
+    With `locs`, the loc is appended there instead of checked: the caller checks them all in one
+    call (safexml.has_loc_problem) before it uses the change.
+    """
     children = url.getchildren()
     if len(children) != 2:
         return None
@@ -300,51 +307,48 @@ def _read_plain_change(url: etree._Element) -> ResourceChange | None:
         change, when, hash_value, length_value, media_type = map(attrs.get, _USUAL_MD)
     change_type = _CHANGE_TYPES.get(change)     # type: ignore[arg-type]
     loc = (loc_element.text or "").strip()
-    if change_type is None or not loc or loc_problem(loc):
+    if change_type is None or not loc:
+        return None
+    if locs is not None:
+        locs.append(loc)
+    elif loc_problem(loc):
         return None
     try:
         changed_at = None if when is None else parse_w3c_datetime(when)
     except DatetimeError:
         return None
-    hashes = _plain_hashes(hash_value)
-    length = _plain_length(length_value)
-    if hashes is None or length is _UNUSUAL:
+    if hash_value is None:
+        hashes: tuple[tuple[str, str], ...] | None = ()
+    else:   # the usual hash, one algorithm:digest in printable ASCII without spaces, is split here
+        algorithm, _, digest = hash_value.partition(":")
+        if algorithm and digest and hash_value.isascii() and hash_value.isprintable() and " " not in hash_value:
+            hashes = ((algorithm, digest),)
+        elif (hashes := _quietly(read_hashes, hash_value)) is None:
+            return None
+    if length_value is None:
+        length = None
+    elif length_value.isascii() and length_value.isdigit() and len(length_value) <= 18:    # below 2**63
+        length = int(length_value)
+    elif (length := _quietly(read_length, length_value)) is None:
         return None
+    # printable ASCII has no control character; anything else goes to the reader
     if media_type is not None and not (media_type.isascii() and media_type.isprintable()) and (
-            read_media_type(media_type, "", []) is None):
+            _quietly(read_media_type, media_type) is None):
         return None
-    return prechecked_change(loc, change_type, changed_at, hashes, length, media_type)  # type: ignore[arg-type]
+    return prechecked_change(loc, change_type, changed_at, hashes, length, media_type)   # type: ignore[arg-type]
 
 
 # rs:md attributes in the order to_xml writes them, every modelled one present
 _USUAL_MD = ["change", "datetime", "hash", "length", "type"]
-_UNUSUAL = -1
+_T = TypeVar("_T")
 
 
-def _plain_hashes(value: str | None) -> tuple[tuple[str, str], ...] | None:
-    """read_hashes(value) when it finds nothing wrong, else None. One algorithm:digest of
-    printable ASCII without spaces (the usual hash) is split here; the rest goes to read_hashes."""
-    if value is None:
-        return ()
-    if value.isascii() and value.isprintable() and " " not in value:   # no whitespace: one token
-        algorithm, _, digest = value.partition(":")
-        if algorithm and digest:
-            return ((algorithm, digest),)
+def _quietly(read: Callable[[str, str, list[str]], _T | None], value: str) -> _T | None:
+    """`read(value, ...)` (a safexml reader of an attribute that is present), or None when it finds
+    anything wrong: the step-by-step reading then words it."""
     wrong: list[str] = []
-    hashes = read_hashes(value, "", wrong)
-    return None if wrong else hashes
-
-
-def _plain_length(value: str | None) -> int | None:
-    """read_length(value) when it finds nothing wrong, else _UNUSUAL. Up to 18 ASCII digits (always
-    below 2**63) are read here; the rest goes to read_length."""
-    if value is None:
-        return None
-    if value.isascii() and value.isdigit() and len(value) <= 18:
-        return int(value)
-    wrong: list[str] = []
-    length = read_length(value, "", wrong)
-    return _UNUSUAL if wrong else length
+    result = read(value, "", wrong)
+    return None if wrong else result
 
 
 def _read_plain_notification(root: etree._Element) -> ChangeNotification | None:
@@ -356,10 +360,11 @@ def _read_plain_notification(root: etree._Element) -> ChangeNotification | None:
     md = up = None
     links: list[Link] = []
     changes: list[ResourceChange] = []
+    locs: list[str] = []
     for child in root.getchildren():
         tag = child.tag
         if tag == URL:
-            if (change := _read_plain_change(child)) is None:
+            if (change := _read_plain_change(child, locs)) is None:
                 return None
             changes.append(change)
         elif tag == RS_MD:
@@ -373,7 +378,7 @@ def _read_plain_notification(root: etree._Element) -> ChangeNotification | None:
                 up = link.href
             else:
                 links.append(link)
-    if md is None or len(changes) > MAX_ENTRIES:
+    if md is None or len(changes) > MAX_ENTRIES or has_loc_problem(locs):
         return None
     capability, from_text, until_text = md.get("capability"), md.get("from"), md.get("until")
     if capability not in (CHANGE_NOTIFICATION, LEGACY_CHANGE_NOTIFICATION) or from_text is None or until_text is None:

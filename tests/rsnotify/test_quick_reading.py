@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from lxml import etree
 
 from rsnotify import datetimes, xml
+from rsnotify.datetimes import parse_w3c_datetime
 from rsnotify.errors import DatetimeError, NotificationParseError, ValidationError
 from rsnotify.notification import (
     ChangeNotification,
@@ -19,7 +20,7 @@ from rsnotify.notification import (
     prechecked_change,
     prechecked_notification,
 )
-from rsnotify.safexml import RS_NS, SITEMAP_NS
+from rsnotify.safexml import RS_NS, SITEMAP_NS, has_loc_problem, loc_problem
 
 from .strategies import notifications, resource_changes
 
@@ -41,14 +42,14 @@ def outcome(parse, text):
 @MANY
 @given(st.one_of(USUAL_SHAPED, NEAR_MISSES, st.text(max_size=24)))
 def test_a_usual_datetime_reads_as_the_grammar_reads_it(text: str) -> None:
-    assert outcome(datetimes._parse, text) == outcome(datetimes._parse_any, text)
+    assert outcome(parse_w3c_datetime, text) == outcome(datetimes._parse_any, text)
 
 
 @pytest.mark.parametrize("text", ["2025-02-29T00:00:00Z", "2025-01-01T24:00:00Z", "2025-01-01T23:60:00Z",
                                   "2025-01-01T23:59:60Z", "0000-01-01T00:00:00Z"])
 def test_a_usual_looking_datetime_out_of_range_is_refused_with_the_grammars_words(text: str) -> None:
     with pytest.raises(DatetimeError, match="is not a valid W3C datetime"):
-        datetimes._parse(text)
+        parse_w3c_datetime(text)
 
 
 @MANY
@@ -73,7 +74,8 @@ START = datetime(2025, 1, 1)
 TIMES = [f"2025-01-01T00:00:0{second}Z" for second in range(6)] + ["2025-01-01T01:00:03+01:00", "2025-01-01",
                                                                      "2025-01-01T00:00:09Z", "2025-13-01", ""]
 LOCS = ["http://example.org/a", "https://example.org/b?c=d", "  http://example.org/padded ", "HTTP://EXAMPLE.ORG/C",
-        "http://example.org/a b", "ftp://example.org/a", "relative", "", "http://ex\u00e4mple.org/\u00fc"]
+        "http://example.org/a b", "ftp://example.org/a", "relative", "", "http://ex\u00e4mple.org/\u00fc",
+        "http://example.org/a\nhttp://example.org/b"]
 HASHES = ["md5:1584abdf8ebdc9802ac0c6a7402c03b6", "md5:a sha-256:b", " md5:x ", "md5", ":x", "", "md5:\u00e9",
           "md5:a\tb"]
 LENGTHS = ["10", "0", "123456789012345678", "9223372036854775807", "9223372036854775808", " 7", "-1", "",
@@ -172,3 +174,11 @@ def test_the_one_pass_reads_what_to_xml_writes() -> None:
     notification = ChangeNotification(changes[0].changed_at, changes[-1].changed_at, changes, up="http://example.org/cl")
     quick = xml._read_plain_notification(etree.fromstring(xml.to_xml(notification)))
     assert quick == notification
+
+
+@pytest.mark.parametrize("locs", [[], ["http://example.org/a"], ["http://example.org/a", "HTTPS://b.example/c?d"],
+                                  ["http://example.org/a\nhttp://example.org/b"], ["http://example.org/a", ""],
+                                  ["http://example.org/a", "http://example.org/a b"], ["ftp://example.org/a"],
+                                  ["http://ex\u00e4mple.org/", "http://example.org/\u202e"], ["http://", "https:///x"]])
+def test_locs_checked_together_are_refused_when_one_alone_is(locs: list[str]) -> None:
+    assert has_loc_problem(locs) == any(loc_problem(loc) for loc in locs)
