@@ -2,7 +2,9 @@
 Descriptions, both directions.
 
 Parsing goes through the one safe parser in `rsnotify.safexml` (one lxml parse, no XSD: this
-is the hub's hot path). Documents are built with lxml element calls. No I/O here.
+is the hub's hot path). A usual change notification is then read in one pass over the tree
+(_read_plain_notification); any other, or one with anything wrong, is read step by step, which
+words every problem. Documents are built with lxml element calls. No I/O here.
 """
 from __future__ import annotations
 
