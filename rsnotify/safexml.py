@@ -49,8 +49,9 @@ MAX_ATTRIBUTES = 64
 MAX_ELEMENTS = 500_000
 # Seconds a parse handed to a worker thread may take (queueing included) before it is refused.
 PARSE_TIMEOUT = 30.0
-# Bytes up to which parse_soon parses on the event loop itself: ~1.6 ms of parsing on the
-# 2-core bench machine (about 100 us per KB), a 70-entry change notification.
+# Bytes up to which parse_soon parses on the event loop itself: a 70-entry change notification,
+# parsed and read in ~0.3 ms on the 2-core bench machine (about 20 us per KB since the one-pass
+# reading of rsnotify.xml; up to 100 us per KB was measured before it).
 INLINE_BYTES = 16 * 1024
 # Threads that parse for event loops: a dedicated pool, so parses never starve other to_thread work.
 PARSE_THREADS = 4
