@@ -137,12 +137,31 @@ def make_document(rng: random.Random) -> bytes:
     if not good and rng.random() < 0.1:
         etree.SubElement(root, f"{{{SITEMAP_NS}}}priority").text = "0.5"
     if good:            # forward chronological order, as a good document has it
-        dated = sorted((md for md in root.iter(f"{{{RS_NS}}}md") if "datetime" in md.attrib),
-                       key=lambda md: md.get("datetime"))
-        for md, when in zip(list(root.iter(f"{{{RS_NS}}}md"))[1:], sorted(md.get("datetime") for md in dated)):
-            if "datetime" in md.attrib:
-                md.set("datetime", when)
+        dated = [md for md in root.iter(f"{{{RS_NS}}}md") if "datetime" in md.attrib]
+        for md, when in zip(dated, sorted(md.get("datetime") for md in dated)):
+            md.set("datetime", when)
+        if rng.random() < 0.4:
+            near_miss(root, rng)
     return etree.tostring(root, xml_declaration=True, encoding="UTF-8")
+
+
+ENTRY_VALUES = {"loc": LOCS, "datetime": TIMES, "hash": HASHES, "length": LENGTHS, "type": TYPES,
+               "change": ["created", "moved", ""]}
+
+
+def near_miss(root: etree._Element, rng: random.Random) -> None:
+    """One value of one entry of a good document set to any value, good or bad."""
+    urls = root.findall(f"{{{SITEMAP_NS}}}url")
+    if not urls:
+        return
+    url, name = rng.choice(urls), rng.choice(sorted(ENTRY_VALUES))
+    element = url.find(f"{{{SITEMAP_NS}}}loc" if name == "loc" else f"{{{RS_NS}}}md")
+    if element is None:
+        return
+    if name == "loc":
+        element.text = rng.choice(ENTRY_VALUES[name])
+    else:
+        element.set(name, rng.choice(ENTRY_VALUES[name]))
 
 
 def parse_outcome(body: bytes) -> object:
