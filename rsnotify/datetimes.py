@@ -20,10 +20,15 @@ _W3C_DATETIME = re.compile(
     re.ASCII,   # \d is 0-9 only: XML Schema dates have ASCII digits ("２０２６" is not a year)
 )
 
+# The form almost every datetime has (to_xml writes it): whole seconds in UTC. Such a text is
+# what datetime.fromisoformat reads the same way as _parse_any, at a tenth of the cost. The hour
+# stops at 23 because some Pythons (3.14) read T24:00:00 as the next midnight; the profile does not.
+_UTC_SECONDS = re.compile(r"\d{4}-\d{2}-\d{2}T(?:[01]\d|2[0-3]):\d{2}:\d{2}Z", re.ASCII)
+
 EXAMPLE = "2013-01-03T00:07:22Z"
-# Texts up to this length are remembered (the longest valid one, with nanoseconds and an offset,
-# is ~40 characters): a change notification repeats its from/until and neighbouring entries
-# share datetimes, and a parse costs as much as the rest of reading an entry.
+# Texts in other forms up to this length are remembered (the longest valid one, with nanoseconds
+# and an offset, is ~40 characters): a change notification repeats its from/until and neighbouring
+# entries share datetimes, and a parse by the grammar costs as much as the rest of reading an entry.
 _CACHED_LENGTH = 64
 
 
@@ -34,12 +39,18 @@ def parse_w3c_datetime(text: str) -> datetime:
     Fractions beyond microseconds are truncated. Raises `DatetimeError` for anything else,
     including ISO 8601 forms outside the profile (`20130103`, a space instead of `T`, no TZD).
     """
+    if _UTC_SECONDS.fullmatch(text):    # the usual form, read before the cache: cheaper than a miss
+        try:
+            return datetime.fromisoformat(text)     # tzinfo is timezone.utc, as _parse_any's
+        except ValueError:
+            pass    # out of range (month 13, second 60): _parse_any words it
     if len(text) <= _CACHED_LENGTH:
         return _parse_remembered(text)   # datetimes are immutable: a shared one is safe
-    return _parse(text)
+    return _parse_any(text)
 
 
-def _parse(text: str) -> datetime:
+def _parse_any(text: str) -> datetime:
+    """Every form of the profile, by the grammar; raises DatetimeError with the reason."""
     match = _W3C_DATETIME.fullmatch(text.strip())
     if match is None:
         raise DatetimeError(f"'{text}' is not a W3C datetime; expected e.g. {EXAMPLE}")
@@ -67,7 +78,7 @@ def _parse(text: str) -> datetime:
 
 
 # A refused text raises, and is not remembered.
-_parse_remembered = functools.lru_cache(maxsize=4096)(_parse)
+_parse_remembered = functools.lru_cache(maxsize=4096)(_parse_any)
 
 
 def format_datetime(value: datetime) -> str:

@@ -2,16 +2,21 @@
 Descriptions, both directions.
 
 Parsing goes through the one safe parser in `rsnotify.safexml` (one lxml parse, no XSD: this
-is the hub's hot path). Documents are built with lxml element calls. No I/O here.
+is the hub's hot path). A usual change notification is then read in one pass over the tree
+(_read_plain_notification); any other, or one with anything wrong, is read step by step, which
+words every problem. Documents are built with lxml element calls. No I/O here.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
+from typing import TypeVar
 
 from lxml import etree
 
 from .datetimes import format_datetime, parse_w3c_datetime
 from .errors import (
+    DatetimeError,
     DocumentParseError,
     NotificationError,
     NotificationParseError,
@@ -30,6 +35,8 @@ from .notification import (
     ResourceChange,
     SourceDescription,
     change_order_problems,
+    prechecked_change,
+    prechecked_notification,
 )
 from .safexml import (
     LASTMOD,
@@ -43,6 +50,7 @@ from .safexml import (
     URLSET,
     describe_element,
     extra_attributes,
+    has_loc_problem,
     hash_text,
     loc_problem,
     new_root,
@@ -94,6 +102,8 @@ def parse_notification(data: bytes | str, *, max_bytes: int | None = None) -> Ch
 
 def read_notification(root: etree._Element) -> ChangeNotification:
     """The change notification held by an already parsed root element (see parse_notification)."""
+    if root.tag == URLSET and (plain := _read_plain_notification(root)) is not None:
+        return plain
     if root.tag != URLSET:
         raise NotificationParseError(
             f"root element is {describe_element(root.tag)}; expected <urlset> in the Sitemap namespace "
@@ -267,34 +277,151 @@ def read_change(url: etree._Element, index: int, problems: list[str]) -> Resourc
 _CHANGE_TYPES = {change.value: change for change in ChangeType}
 
 
-def _read_plain_change(url: etree._Element) -> ResourceChange | None:
+def _read_plain_change(url: etree._Element, locs: list[str] | None = None) -> ResourceChange | None:
     """The usual `<url>` (a `<loc>` and an `<rs:md>` with modelled attributes only) read in one go,
-    by the same readers and rules; None when anything about it is unusual or wrong, and read_change
-    then reads it step by step, which words every problem. Whatever this returns, that reading
-    returns too (nothing here is a rule of its own): it only skips the steps such an entry does not
-    need and the names the messages would use."""
-    if len(url) != 2:
+    by the same rules; None when anything about it is unusual or wrong, and read_change then reads
+    it step by step, which words every problem. Whatever this returns, that reading returns too
+    (nothing here is a rule of its own): it only skips the steps such an entry does not need and
+    the names the messages would use, and takes the usual values (one hash, a short length, a
+    printable ASCII type) without the general readers' calls.
+
+    With `locs`, the loc is appended there instead of checked: the caller checks them all in one
+    call (safexml.has_loc_problem) before it uses the change.
+    """
+    children = url.getchildren()
+    if len(children) != 2:
         return None
-    first, second = url
-    if first.tag == LOC and second.tag == RS_MD:
+    first, second = children
+    if first.tag == LOC:
         loc_element, md = first, second
+        if md.tag != RS_MD:
+            return None
     elif first.tag == RS_MD and second.tag == LOC:
         md, loc_element = first, second
     else:
         return None
+    if md.keys() == _USUAL_MD:      # attributes as to_xml writes them: one call reads them all
+        change, when, hash_value, length_value, media_type = md.values()
+    else:
+        attrs = dict(md.items())
+        if not attrs.keys() <= _CHANGE_ATTRIBUTES:
+            return None
+        change, when, hash_value, length_value, media_type = map(attrs.get, _USUAL_MD)
+    change_type = _CHANGE_TYPES.get(change)     # type: ignore[arg-type]
     loc = (loc_element.text or "").strip()
-    attrs = dict(md.items())
-    change = _CHANGE_TYPES.get(attrs.get("change", ""))
-    if not loc or change is None or not attrs.keys() <= _CHANGE_ATTRIBUTES or loc_problem(loc):
+    if change_type is None or not loc:
         return None
-    wrong: list[str] = []        # any problem at all: the step-by-step reading words it
-    changed_at = read_datetime(attrs.get("datetime"), "", wrong)
-    hashes = read_hashes(attrs.get("hash"), "", wrong)
-    length = read_length(attrs.get("length"), "", wrong)
-    media_type = read_media_type(attrs.get("type"), "", wrong)
-    if wrong:
+    if locs is not None:
+        locs.append(loc)
+    elif loc_problem(loc):
         return None
-    return ResourceChange(loc, change, changed_at, None, hashes, length, media_type)
+    try:
+        changed_at = None if when is None else parse_w3c_datetime(when)
+    except DatetimeError:
+        return None
+    if hash_value is None:
+        hashes: tuple[tuple[str, str], ...] | None = ()
+    else:   # the usual hash, one algorithm:digest in printable ASCII without spaces, is split here
+        algorithm, _, digest = hash_value.partition(":")
+        if algorithm and digest and hash_value.isascii() and hash_value.isprintable() and " " not in hash_value:
+            hashes = ((algorithm, digest),)
+        elif (hashes := _quietly(read_hashes, hash_value)) is None:
+            return None
+    if length_value is None:
+        length = None
+    elif length_value.isascii() and length_value.isdigit() and len(length_value) <= 18:    # below 2**63
+        length = int(length_value)
+    elif (length := _quietly(read_length, length_value)) is None:
+        return None
+    # printable ASCII has no control character; anything else goes to the reader
+    if media_type is not None and not (media_type.isascii() and media_type.isprintable()) and (
+            _quietly(read_media_type, media_type) is None):
+        return None
+    return prechecked_change(loc, change_type, changed_at, hashes, length, media_type)   # type: ignore[arg-type]
+
+
+# rs:md attributes in the order to_xml writes them, every modelled one present
+_USUAL_MD = ["change", "datetime", "hash", "length", "type"]
+_T = TypeVar("_T")
+
+
+def _quietly(read: Callable[[str, str, list[str]], _T | None], value: str) -> _T | None:
+    """`read(value, ...)` (a safexml reader of an attribute that is present), or None when it finds
+    anything wrong: the step-by-step reading then words it."""
+    wrong: list[str] = []
+    result = read(value, "", wrong)
+    return None if wrong else result
+
+
+def _read_plain_notification(root: etree._Element) -> ChangeNotification | None:
+    """The usual change notification (every entry read by _read_plain_change, the root's links
+    plain rel + href, a valid <rs:md>, every datetime in order) read in one pass; None when
+    anything is unusual or wrong, and read_notification then reads it step by step. Whatever this
+    returns, that reading returns too: the same rules, without the messages' names and the
+    model's re-checks of what was checked here."""
+    md = up = None
+    links: list[Link] = []
+    changes: list[ResourceChange] = []
+    locs: list[str] = []
+    for child in root.getchildren():
+        tag = child.tag
+        if tag == URL:
+            if (change := _read_plain_change(child, locs)) is None:
+                return None
+            changes.append(change)
+        elif tag == RS_MD:
+            if md is not None:
+                return None
+            md = child
+        elif tag == RS_LN:
+            if (link := _read_plain_link(child)) is None:
+                return None
+            if link.rel == "up" and up is None:
+                up = link.href
+            else:
+                links.append(link)
+    if md is None or len(changes) > MAX_ENTRIES or has_loc_problem(locs):
+        return None
+    capability, from_text, until_text = md.get("capability"), md.get("from"), md.get("until")
+    if capability not in (CHANGE_NOTIFICATION, LEGACY_CHANGE_NOTIFICATION) or from_text is None or until_text is None:
+        return None
+    try:
+        from_time, until_time = parse_w3c_datetime(from_text), parse_w3c_datetime(until_text)
+    except DatetimeError:
+        return None
+    if not _is_in_order(from_time, until_time, changes):
+        return None
+    return prechecked_notification(from_time, until_time, tuple(changes), up, tuple(links), capability)
+
+
+def _is_in_order(from_time: datetime, until_time: datetime, changes: list[ResourceChange]) -> bool:
+    """True when change_order_problems finds nothing: from <= until, and the datetimes that are
+    set lie in [from, until] in forward order (each at least its predecessor, the first at least from)."""
+    if until_time < from_time:
+        return False
+    previous = from_time
+    for change in changes:
+        when = change.changed_at
+        if when is not None:
+            if when < previous or when > until_time:
+                return False
+            previous = when
+    return True
+
+
+def _read_plain_link(element: etree._Element) -> Link | None:
+    """read_link(element) for an <rs:ln> with only rel and href (the usual up link), else None."""
+    attrs = element.items()
+    if len(attrs) != 2:
+        return None
+    (first, first_value), (second, second_value) = attrs
+    if (first, second) == ("rel", "href"):
+        rel, href = first_value.strip(), second_value.strip()
+    elif (first, second) == ("href", "rel"):
+        rel, href = second_value.strip(), first_value.strip()
+    else:
+        return None
+    return Link(rel, href) if rel and href else None
 
 
 def to_xml(notification: ChangeNotification) -> bytes:

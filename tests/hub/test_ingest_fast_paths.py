@@ -68,7 +68,7 @@ def test_a_usual_url_read_in_one_go_is_what_the_step_by_step_reading_gives(monke
     urls = [make_url(rng) for _ in range(4000)]
     quick = [xml._read_plain_change(url) for url in urls]
     fast = [(xml.read_change(url, i, problems := []), problems) for i, url in enumerate(urls, 1)]
-    monkeypatch.setattr(xml, "_read_plain_change", lambda url: None)
+    monkeypatch.setattr(xml, "_read_plain_change", lambda url, locs=None: None)
     slow = [(xml.read_change(url, i, problems := []), problems) for i, url in enumerate(urls, 1)]
     assert fast == slow
     # both ways were taken, and the quick one only where the step-by-step reading found nothing wrong
@@ -80,8 +80,10 @@ def test_a_usual_url_read_in_one_go_is_what_the_step_by_step_reading_gives(monke
 
 def test_a_whole_notification_reads_the_same_either_way(monkeypatch):
     fast = xml.parse_notification(NOTIFICATION)
-    monkeypatch.setattr(xml, "_read_plain_change", lambda url: None)
+    monkeypatch.setattr(xml, "_read_plain_notification", lambda root: None)
     assert xml.parse_notification(NOTIFICATION) == fast and fast.changes
+    monkeypatch.setattr(xml, "_read_plain_change", lambda url, locs=None: None)
+    assert xml.parse_notification(NOTIFICATION) == fast
 
 
 async def test_a_kept_link_answer_never_lets_a_refused_header_through(hub_client):
