@@ -35,6 +35,8 @@ _RENAME_NOREPLACE = 1
 _UNSUPPORTED = frozenset({errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG, errno.EOPNOTSUPP})
 _FOLDER_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _AT_FDCWD = -100
+# what os.fsencode does, without its Python-level call (two or three names per file written)
+_FS_ENCODING, _FS_ERRORS = sys.getfilesystemencoding(), sys.getfilesystemencodeerrors()
 # A name that is not a plain child of the folder before it ("", "." or ".."): the path is then
 # left to the call anchored at DIR, whose RESOLVE_BENEATH judges it.
 _NOT_A_CHILD = re.compile(r"(?:^|/)\.{0,2}(?:/|$)")
@@ -93,7 +95,8 @@ def open_folder(root: str, folders: tuple[str, ...]) -> int | None:
         # DIR's path and the folders below it, all without a link: one call (the sink's root
         # is resolved, so this is the usual case). A link anywhere (ELOOP) may be in DIR's own
         # path as the user named it, which is followed: the call anchored at DIR then judges.
-        fd = calls.syscall(_OPENAT2, _AT_FDCWD, os.fsencode(f"{root}/{below}"), calls.whole_ref, calls.how_size)
+        fd = calls.syscall(_OPENAT2, _AT_FDCWD, f"{root}/{below}".encode(_FS_ENCODING, _FS_ERRORS), calls.whole_ref,
+                           calls.how_size)
         if fd >= 0:
             return int(fd)
         code = ctypes.get_errno()
@@ -122,7 +125,8 @@ def rename_new(folder: int, tmp: str, name: str) -> bool:
     calls = _calls()
     if calls.renameat2 is None:
         return False
-    if calls.renameat2(folder, os.fsencode(tmp), folder, os.fsencode(name), _RENAME_NOREPLACE) == 0:
+    if calls.renameat2(folder, tmp.encode(_FS_ENCODING, _FS_ERRORS), folder, name.encode(_FS_ENCODING, _FS_ERRORS),
+                       _RENAME_NOREPLACE) == 0:
         return True
     if ctypes.get_errno() in _UNSUPPORTED:
         calls.renameat2 = None
