@@ -163,6 +163,27 @@ class ListStream:
             raise error
         raise StopIteration
 
+    def take(self, size: int) -> list[Entry]:
+        """The next `size` entries (fewer at the end), in one call: `list(islice(self, size))`,
+        without a call per entry. An entry that cannot be read raises, as iterating would."""
+        taken: list[Entry] = []
+        ready = self._ready
+        while len(taken) < size:
+            if not ready:
+                if self._done:
+                    break
+                self._read_batch()
+                continue
+            if len(ready) <= size - len(taken):
+                taken.extend(ready)
+                ready.clear()
+            else:
+                taken.extend(ready.popleft() for _ in range(size - len(taken)))
+        if len(taken) < size and self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return taken
+
     # -- internals --
 
     def _checked(self, batches: Iterator[list[tuple[str, etree._Element]]]

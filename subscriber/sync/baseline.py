@@ -85,9 +85,9 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
     batch = _Batch(ctx)
 
     async def fetch(resource: Resource, record: ResourceRecord | None, placement: Placement,
-                    holders: PathHolders) -> None:
+                    holders: PathHolders, relative: str) -> None:
         new, outcome = await ctx.applier.fetch_resource(resource, record, placement.text, placement=placement,
-                                                        holders=holders)
+                                                        holders=holders, relative=relative)
         batch.add(new)
         _count(report, ctx, outcome)
 
@@ -101,9 +101,11 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
             wanted = _to_fetch(ctx, report, resources, records, batch)
             if not wanted:
                 continue
+            relatives = [ctx.sink.relative(placement.text) for _, _, placement in wanted]
             # who holds each path, read once for the chunk (the conflict check of every fetch)
-            holders = ctx.applier.path_holders(ctx.sink.relative(placement.text) for _, _, placement in wanted)
-            await workers.put([(resource, record, placement, holders) for resource, record, placement in wanted])
+            holders = ctx.applier.path_holders(relatives)
+            await workers.put([(resource, record, placement, holders, relative)
+                               for (resource, record, placement), relative in zip(wanted, relatives, strict=True)])
         await workers.finish()
     finally:
         workers.cancel()
@@ -184,7 +186,7 @@ class _Workers:
                 self._room.set()
             try:
                 await self._run(*entry)
-            except BaseException as exc:   # noqa: BLE001 - stops the others; put/finish raise it
+            except BaseException as exc:   # stops the others; put/finish raise it
                 if self._error is None:
                     self._error = exc
                 self._room.set()
