@@ -149,6 +149,21 @@ def test_entries_before_a_bad_one_come_first_and_the_tree_stays_small() -> None:
     assert list(stream) == []
 
 
+def test_take_hands_out_chunks_in_order_and_raises_for_a_bad_entry_in_its_chunk() -> None:
+    data = _write(ListInfo("resourcelist", at=T), _resources(2500))
+    stream = open_list(io.BytesIO(data))
+    chunks = [stream.take(1000) for _ in range(4)]
+    assert [len(c) for c in chunks] == [1000, 1000, 500, 0]
+    assert [e.length for c in chunks for e in c] == list(range(2500))
+    entries = "".join(f'<url><loc>http://e.org/{n}</loc></url>' for n in range(1500))
+    bad = (RL_OPEN + entries + '<url><loc>http://e.org/bad</loc><rs:md length="x"/></url></urlset>').encode()
+    stream = open_list(io.BytesIO(bad))
+    assert len(stream.take(1000)) == 1000
+    with pytest.raises(DocumentParseError, match="length='x'"):
+        stream.take(1000)        # as list(islice(stream, 1000)) would: the chunk's good entries go with it
+    assert stream.take(1000) == []
+
+
 def test_urlset_rooted_index_is_read_as_an_index() -> None:
     data = (
         b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'
