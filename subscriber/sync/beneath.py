@@ -90,13 +90,14 @@ def open_folder(root: str, folders: tuple[str, ...]) -> int | None:
     calls = _calls()
     if calls.syscall is None or not folders:
         return None
-    below = "/".join(folders)
-    if not _NOT_A_CHILD.search(below):
+    whole = _whole_paths.get((root, folders), _UNSEEN)
+    if whole is _UNSEEN:
+        whole = _whole_path(root, folders)
+    if whole is not None:
         # DIR's path and the folders below it, all without a link: one call (the sink's root
         # is resolved, so this is the usual case). A link anywhere (ELOOP) may be in DIR's own
         # path as the user named it, which is followed: the call anchored at DIR then judges.
-        fd = calls.syscall(_OPENAT2, _AT_FDCWD, f"{root}/{below}".encode(_FS_ENCODING, _FS_ERRORS), calls.whole_ref,
-                           calls.how_size)
+        fd = calls.syscall(_OPENAT2, _AT_FDCWD, whole, calls.whole_ref, calls.how_size)
         if fd >= 0:
             return int(fd)
         code = ctypes.get_errno()
@@ -109,7 +110,7 @@ def open_folder(root: str, folders: tuple[str, ...]) -> int | None:
     except OSError:
         return None
     try:
-        fd = calls.syscall(_OPENAT2, top, os.fsencode(below), calls.how_ref, calls.how_size)
+        fd = calls.syscall(_OPENAT2, top, os.fsencode("/".join(folders)), calls.how_ref, calls.how_size)
     finally:
         os.close(top)
     if fd < 0:
@@ -117,6 +118,22 @@ def open_folder(root: str, folders: tuple[str, ...]) -> int | None:
             calls.syscall = None
         return None
     return int(fd)
+
+
+_UNSEEN = b""         # "no entry yet": no whole path encodes to an empty one
+# (root, folders) -> DIR's path and the folders as one encoded path, or None when a name is not a
+# plain child ("", ".", ".."): text only, the same for every file of a folder (nothing about
+# what is on the disk is kept)
+_whole_paths: dict[tuple[str, tuple[str, ...]], bytes | None] = {}
+
+
+def _whole_path(root: str, folders: tuple[str, ...]) -> bytes | None:
+    below = "/".join(folders)
+    whole = None if _NOT_A_CHILD.search(below) else f"{root}/{below}".encode(_FS_ENCODING, _FS_ERRORS)
+    if len(_whole_paths) >= 4096:
+        _whole_paths.clear()
+    _whole_paths[(root, folders)] = whole
+    return whole
 
 
 def rename_new(folder: int, tmp: str, name: str) -> bool:
