@@ -85,12 +85,28 @@ def to_text(value: datetime | None) -> str | None:
     """A fixed-width UTC form, so text order is time order inside SQLite."""
     if value is None:
         return None
+    last = _last_text
+    if value is last[0]:
+        # A list's entries often share a lastmod, and the datetime parser hands out one object
+        # per text: the text of the last one is reused (datetimes are immutable).
+        return last[1]
     utc = value if value.tzinfo is UTC else value.astimezone(UTC)
     if utc.year >= 1000:
         # isoformat writes the same text here at two thirds of strftime's cost (one per
         # record written); strftime stays for the years it writes without zero padding
-        return f"{utc.isoformat(timespec='microseconds')[:26]}Z"
-    return utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        text = f"{utc.isoformat(timespec='microseconds')[:26]}Z"
+    else:
+        text = utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    _remember_text(value, text)
+    return text
+
+
+_last_text: tuple[datetime | None, str] = (None, "")
+
+
+def _remember_text(value: datetime, text: str) -> None:
+    global _last_text
+    _last_text = (value, text)    # one tuple swapped whole: safe for the state's other threads
 
 
 def from_text(value: str | None) -> datetime | None:
