@@ -6,7 +6,9 @@ rules, checked as the bytes arrive) and clears each entry once read, so memory s
 """
 from __future__ import annotations
 
+import itertools
 import logging
+from collections import deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
@@ -129,7 +131,7 @@ class ListStream:
 
     Iterating yields `Resource` (Resource List), `ResourceChange` (Change List) or `ListRef`
     (any index), in document order, each once. Raises `DocumentParseError` naming the entry
-    and its line on bad input.
+    and its line on bad input (after the entries before it).
     """
 
     def __init__(self, stream: BinaryIO, *, max_bytes: int | None = None) -> None:
@@ -137,10 +139,14 @@ class ListStream:
         # attribute caps) as it reads them, and translates lxml's errors. Only end events: an
         # element is complete then, and where it sits (a root child or deeper) is its parent's
         # business, so one event per element is enough.
-        self._elements = self._walk(iterparse_batches(stream, ("end",), max_bytes=max_bytes))
+        self._batches = self._checked(iterparse_batches(stream, ("end",), max_bytes=max_bytes))
+        self._batch: list[tuple[str, etree._Element]] = []   # the events read last
+        self._at = 0                                         # the first of them not looked at yet
         self._root: etree._Element | None = None
         self._count = 0
         self._first: etree._Element | None = None  # the entry that ended the head, read next
+        self._ready: deque[Entry] = deque()        # entries read, not yet handed out
+        self._error: DocumentParseError | None = None   # raised once the entries before it are out
         self._done = False
         self.info = self._read_head()
 
@@ -148,45 +154,108 @@ class ListStream:
         return self
 
     def __next__(self) -> Entry:
-        if self._first is not None:
-            element, self._first = self._first, None
-            return self._take_entry(element)
-        root = self._root
-        if not self._done:
-            for element in self._elements:
-                if element.getparent() is not root:
-                    continue            # inside an entry (read with it), or the root itself
-                if element.tag in (URL, SITEMAP):
-                    return self._take_entry(element)
-                self._discard(element)  # stray root children after the head: ignored
-            self._done = True
+        if not self._ready and not self._done:
+            self._read_batch()
+        if self._ready:
+            return self._ready.popleft()
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
         raise StopIteration
+
+    def take(self, size: int) -> list[Entry]:
+        """The next `size` entries (fewer at the end), in one call: `list(islice(self, size))`,
+        without a call per entry. An entry that cannot be read raises, as iterating would."""
+        taken: list[Entry] = []
+        ready = self._ready
+        while len(taken) < size:
+            if not ready:
+                if self._done:
+                    break
+                self._read_batch()
+                continue
+            if len(ready) <= size - len(taken):
+                taken.extend(ready)
+                ready.clear()
+            else:
+                taken.extend(ready.popleft() for _ in range(size - len(taken)))
+        if len(taken) < size and self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        return taken
 
     # -- internals --
 
-    def _walk(self, batches: Iterator[list[tuple[str, etree._Element]]]) -> Iterator[etree._Element]:
-        """Each element as it ends; the root is checked once the first one is seen."""
+    def _checked(self, batches: Iterator[list[tuple[str, etree._Element]]]
+                 ) -> Iterator[list[tuple[str, etree._Element]]]:
+        """The batches of events; the root is checked once the first element is seen."""
         try:
             for batch in batches:
                 if self._root is None:
                     self._root = batch[0][1].getroottree().getroot()
                     self._check_root(self._root)
-                for _, element in batch:
-                    yield element
+                yield batch
         except DocumentParseError:
             self._done = True
             raise
 
-    def _take_entry(self, element: etree._Element) -> Entry:
-        entry = self._read_entry(element)
-        self._discard(element)
-        return entry
+    def _next_element(self) -> etree._Element | None:
+        """The next element to end, one at a time (the head); None at the document's end."""
+        while self._at >= len(self._batch):
+            batch = next(self._batches, None)
+            if batch is None:
+                return None
+            self._batch, self._at = batch, 0
+        element = self._batch[self._at][1]
+        self._at += 1
+        return element
+
+    def _read_batch(self) -> None:
+        """Read the entries of the rest of the current batch of events (or of the next batches,
+        until one has any) into `_ready`, then drop every root child read from the tree at
+        once, so it never grows. An entry that cannot be read stops the list: its error waits
+        in `_error` behind the entries before it."""
+        root = self._root
+        ready = self._ready
+        last: etree._Element | None = None      # the last root child read
+        try:
+            if self._first is not None:
+                last, self._first = self._first, None
+                ready.append(self._read_entry(last))
+            while True:
+                batch, at = self._batch, self._at
+                self._at = len(batch)
+                for _, element in itertools.islice(batch, at, None):
+                    if element.getparent() is not root:
+                        continue            # inside an entry (read with it), or the root itself
+                    last = element          # stray root children after the head: dropped unread
+                    if element.tag in (URL, SITEMAP):
+                        ready.append(self._read_entry(element))
+                if ready:
+                    return
+                following = next(self._batches, None)
+                if following is None:
+                    self._done = True
+                    return
+                self._batch, self._at = following, 0
+        except DocumentParseError as exc:
+            self._done = True
+            self._error = exc
+        finally:
+            if last is not None:
+                self._drop_through(last)
+
+    def _drop_through(self, element: etree._Element) -> None:
+        """Free the root child `element` (read) and every sibling before it."""
+        root = element.getparent()
+        if root is not None:
+            del root[:root.index(element) + 1]
 
     def _read_head(self) -> ListInfo:
         """Read up to the end of the first entry: the root, its `<rs:md>` and `<rs:ln>`s."""
         md: etree._Element | None = None
         link_elements: list[etree._Element] = []
-        for element in self._elements:
+        while (element := self._next_element()) is not None:
             if element.getparent() is not self._root:
                 continue
             if element.tag in (URL, SITEMAP):
@@ -198,6 +267,8 @@ class ListStream:
                 link_elements.append(element)
         if self._root is None:
             raise DocumentParseError("not an XML document: it is empty; expected a <urlset> or <sitemapindex>")
+        if self._first is None:
+            self._done = True
         return self._head_info(md, link_elements, None if self._first is None else self._first.tag)
 
     def _check_root(self, root: etree._Element) -> None:
@@ -248,14 +319,6 @@ class ListStream:
             detail = "; ".join(problems) or f"entry #{self._count} could not be read"
             raise DocumentParseError(f"{detail} (line {element.sourceline})")
         return entry
-
-    def _discard(self, element: etree._Element) -> None:
-        """Free a read entry and every sibling before it, so the tree never grows."""
-        element.clear(keep_tail=False)
-        parent = element.getparent()
-        if parent is not None:
-            while element.getprevious() is not None:
-                del parent[0]
 
 
 def open_list(stream: BinaryIO, *, max_bytes: int | None = None) -> ListStream:

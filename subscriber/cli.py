@@ -29,18 +29,11 @@ from rsnotify.websub import check_url
 
 from .errors import SubscriberError
 from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
-from .store import (
-    ACTIVE,
-    EXPIRED,
-    SqliteStore,
-    Subscription,
-    SubscriptionStore,
-    open_store,
-)
 
-# aiohttp (web and client), the callback core, the client, discovery and the sync engine are
-# imported inside the commands that run them: `rsnotify sync --help` and the option checks that
-# end in a usage error load none of them.
+# aiohttp (web and client), the callback core, the client, discovery, the subscription store
+# and the sync engine are imported inside the commands that run them: `rsnotify sync --help`
+# and the option checks that end in a usage error load none of them, and `rsnotify sync` no
+# subscription store.
 if TYPE_CHECKING:
     import aiohttp
     from aiohttp import web
@@ -48,6 +41,7 @@ if TYPE_CHECKING:
     from .callback.receiver import ReceivedNotification
     from .client import Subscriber
     from .discovery import DiscoveredTopic
+    from .store import Subscription, SubscriptionStore
     from .sync.runner import SyncCommand
 
 log = logging.getLogger(__name__)
@@ -160,6 +154,7 @@ def _mirror(directory: Path, settings: SubscriberSettings, unsubscribe_on_exit: 
 def _open_state(state_file: str) -> SubscriptionStore:
     """The state at `state_file`; a SQLite file starts with the subscriptions of the JSON file
     older versions kept beside it (same name, .json), so an upgrade resumes them."""
+    from .store import SqliteStore, open_store
     try:
         store = open_store(state_file)
         legacy = Path(state_file).with_suffix(".json")
@@ -313,6 +308,7 @@ async def _discover(session: aiohttp.ClientSession, hub: str | None, topic: str 
 async def _subscribe_channel(subscriber: Subscriber, settings: SubscriberSettings,
                              channel: DiscoveredTopic) -> Subscription:
     """Resume this callback server's earlier subscription to the channel, else make a new one."""
+    from .store import ACTIVE, EXPIRED
     base = str(subscriber.callback_base_url).rstrip("/") + "/"
     for existing in await subscriber.subscriptions():
         if (existing.topic == channel.topic and existing.hub in channel.hubs

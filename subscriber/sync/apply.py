@@ -38,6 +38,7 @@ RETRY_CAP = 6 * 3600.0       # seconds: the longest wait between two tries of on
 _RETRY_BASE = {ResourceState.CONFLICT: 1.0, ResourceState.STALE: 30.0, ResourceState.FAILED: 10.0}
 _LINES_PER_MINUTE = 20       # stderr lines about single resources, per kind
 SWEEP_GAP = 10.0             # seconds: a baseline or sweep this recent makes another sweep pointless
+_UPDATED = ChangeType.UPDATED.value
 
 
 @dataclass(frozen=True, slots=True)
@@ -336,11 +337,13 @@ class Applier:
     async def _fetch(self, loc: str, kind: str, path: Path | str, record: ResourceRecord | None,
                      changed_at: datetime | None, lastmod: datetime | None, length: int | None,
                      hashes: tuple[tuple[str, str], ...], want_kind: str, want_at: datetime | None,
-                     holders: PathHolders | None = None) -> tuple[ResourceRecord, Outcome]:
+                     holders: PathHolders | None = None, relative: str | None = None) -> tuple[ResourceRecord, Outcome]:
         """Fetch one loc into `path` unless another loc holds that path. `want_kind` and
         `want_at`: the change a failed fetch keeps to retry (its JSON is only built then).
-        `holders`: who held which path when the caller's batch was read (else one query here)."""
-        relative = self.sink.relative(path)
+        `holders`: who held which path when the caller's batch was read (else one query here);
+        `relative`: `path` relative to DIR, when the caller has it."""
+        if relative is None:
+            relative = self.sink.relative(path)
         other = self._claims.get(relative)
         if other is None:
             other = holders.holder_of(relative, loc) if holders is not None and holders.epoch == self._claims_epoch \
@@ -356,11 +359,12 @@ class Applier:
                 self._claims.clear()
                 self._claims_epoch += 1   # a PathHolders read before now may miss what was dropped
             self._claims[relative] = loc
-            result = FetchResult(loc, FetchOutcome.FAILED, detail="cancelled")
+            stored = False
             try:
                 result = await self.fetcher.fetch(loc, path, length=length, hashes=hashes)
+                stored = result.outcome == FetchOutcome.STORED
             finally:
-                if result.outcome != FetchOutcome.STORED and self._claims.get(relative) == loc:
+                if not stored and self._claims.get(relative) == loc:    # failed, or cancelled
                     del self._claims[relative]
         # a stored resource keeps no change to retry: the JSON is built only for the others
         want = None if result.outcome == FetchOutcome.STORED else \
@@ -393,13 +397,14 @@ class Applier:
         return PathHolders(self.state.holders(paths), self._claims_epoch)
 
     async def fetch_resource(self, resource: Resource, record: ResourceRecord | None, path: Path | str, *,
-                             placement: Placement | None = None, holders: PathHolders | None = None
-                             ) -> tuple[ResourceRecord, Outcome]:
-        """Fetch a listed resource to `path` (`placement`: the sink's, when the caller has it)."""
-        self._escaped(resource.loc, placement or self.sink.place(resource.loc), record)
+                             placement: Placement | None = None, holders: PathHolders | None = None,
+                             relative: str | None = None) -> tuple[ResourceRecord, Outcome]:
+        """Fetch a listed resource to `path` (`placement`, `relative`: the sink's, when the caller has them)."""
+        if placement is None or placement.escaped:
+            self._escaped(resource.loc, placement or self.sink.place(resource.loc), record)
         return await self._fetch(resource.loc, "baseline", path, record, record.changed_at if record else None,
-                                 resource.lastmod, resource.length, resource.hashes, ChangeType.UPDATED.value,
-                                 None, holders)
+                                 resource.lastmod, resource.length, resource.hashes, _UPDATED,
+                                 None, holders, relative)
 
 
 def record_from_fetch(result: FetchResult, relative: str, previous: ResourceRecord | None, *,

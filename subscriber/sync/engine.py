@@ -35,7 +35,6 @@ from ..errors import DiscoveryError, SubscriberError
 from ..settings import SubscriberSettings
 from . import events as ev
 from .apply import Applier
-from .audit import AuditReport, run_audit
 from .baseline import run_baseline
 from .catchup import CatchupImpossibleError, catch_up
 from .context import SyncContext, SyncOptions
@@ -49,6 +48,7 @@ from .sink import FolderSink
 from .state import RETRIED_STATES, STATE_DIR, SyncState
 
 if TYPE_CHECKING:  # start_push imports it: `sync --once` and `audit` serve no callbacks
+    from .audit import AuditReport   # audit() imports it: a sync that audits nothing needs none of it
     from .push import Push
 
 log = logging.getLogger(__name__)
@@ -516,6 +516,7 @@ class SyncEngine:
     async def audit(self, *, deep: bool = False, repair: bool = False, trigger: str = "command") -> AuditReport:
         """Audit against the Resource List (read-only beside a running sync: no run recorded)."""
         assert self.ctx is not None
+        from .audit import run_audit
         report = await run_audit(self.ctx, deep=deep, repair=repair, record=not self.read_only)
         self.events.emit(ev.AUDIT_DONE, trigger=trigger, deep=deep, in_sync=report.in_sync, **report.to_json())
         return report

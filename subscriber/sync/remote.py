@@ -85,7 +85,7 @@ class RemoteList:
     async def chunks(self, size: int = 1000) -> AsyncIterator[list[Entry]]:
         try:
             while True:
-                chunk = await asyncio.get_running_loop().run_in_executor(self._thread, _take, self._stream, size)
+                chunk = await asyncio.get_running_loop().run_in_executor(self._thread, self._stream.take, size)
                 if not chunk:
                     return
                 yield chunk
@@ -98,11 +98,3 @@ class RemoteList:
         self._file.close()
         self._thread.shutdown(wait=False)
 
-
-def _take(stream: ListStream, size: int) -> list[Entry]:
-    chunk = []
-    for entry in stream:
-        chunk.append(entry)
-        if len(chunk) >= size:
-            break
-    return chunk

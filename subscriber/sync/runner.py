@@ -25,7 +25,6 @@ from rsnotify.netguard import Network
 
 from ..errors import SubscriberError
 from ..settings import SubscriberSettings
-from .audit import AuditReport
 from .context import SyncOptions
 from .engine import (
     EXIT_DIFFERENCES,
@@ -380,6 +379,7 @@ def _handed_result(reporter: Reporter, result: dict[str, Any], *, deep: bool) ->
     if "error" in result:
         reporter.status(f"the running sync could not audit: {result['error']}")
         return EXIT_UNREACHABLE if result.get("unreachable") else EXIT_DIFFERENCES
+    from .audit import AuditReport   # here: `rsnotify sync` audits nothing
     data = result["report"]
     report = AuditReport(**{k: v for k, v in data.items() if k in _REPORT_COUNTS})
     reporter.event(SyncEvent(AUDIT_DONE_EVENT, {"trigger": "request", "deep": deep, **data}))

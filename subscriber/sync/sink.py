@@ -51,6 +51,19 @@ _UNPLAIN = re.compile(r"[?#\t\r\n]")   # what makes urlsplit more than a split a
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
+# This process's id in the temp files' names, read once (getpid is a system call per file) and
+# again in a forked child, whose temp names must not be its parent's.
+_pid = os.getpid()
+
+
+def _note_pid() -> None:
+    global _pid
+    _pid = os.getpid()
+
+
+os.register_at_fork(after_in_child=_note_pid)
+
+
 class LocRefusedError(ValueError):
     """A loc that gets no place under DIR; `rule` says which trust rule."""
 
@@ -333,9 +346,11 @@ class FolderSink:
         try:
             fd, tmp = self._create_partial(folder)
             try:
-                view = memoryview(body)
-                while view:
-                    view = view[os.write(fd, view):]
+                written = os.write(fd, body)    # a small body goes in one write, but need not
+                if written < len(body):
+                    view = memoryview(body)[written:]
+                    while view:
+                        view = view[os.write(fd, view):]
             finally:
                 os.close(fd)
             if not beneath.rename_new(folder, tmp, parts[-1]):
@@ -356,7 +371,7 @@ class FolderSink:
 
     def _create_partial(self, folder: int) -> tuple[int, str]:
         for _ in range(3):
-            tmp = f"{PARTIAL_PREFIX}{os.getpid()}-{next(self._counter)}"
+            tmp = f"{PARTIAL_PREFIX}{_pid}-{next(self._counter)}"
             try:
                 return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644,
                                dir_fd=folder), tmp

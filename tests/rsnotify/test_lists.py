@@ -127,6 +127,43 @@ def test_a_long_list_streams_in_order() -> None:
     assert [entry.length for entry in stream] == list(range(5000))
 
 
+def test_entries_before_a_bad_one_come_first_and_the_tree_stays_small() -> None:
+    # Entries are read a batch of parser events at a time; the ones before a bad entry are
+    # still handed out first, then its error, then nothing; stray and nested elements are
+    # skipped, and what was read is dropped from the tree as the list goes on.
+    entries = "".join(f'<url><loc>http://e.org/{n}</loc><rs:md length="{n}"/></url>' for n in range(3000))
+    data = (RL_OPEN + '<stray/>' + entries + '<url><loc>http://e.org/nested</loc><x><url><loc>http://e.org/in</loc>'
+            '</url></x></url>' + '<url><loc>http://e.org/bad</loc><rs:md length="-1"/></url>'
+            + '<url><loc>http://e.org/after</loc></url></urlset>').encode()
+    stream = open_list(io.BytesIO(data))
+    read = []
+    sizes = []
+    with pytest.raises(DocumentParseError, match=r"length='-1'.*\(line 1\)"):
+        for entry in stream:
+            read.append(entry.loc)
+            root = stream._root
+            assert root is not None
+            sizes.append(len(root))
+    assert read == [f"http://e.org/{n}" for n in range(3000)] + ["http://e.org/nested"]
+    assert max(sizes) < 1000         # one batch of events at most, never the whole list
+    assert list(stream) == []
+
+
+def test_take_hands_out_chunks_in_order_and_raises_for_a_bad_entry_in_its_chunk() -> None:
+    data = _write(ListInfo("resourcelist", at=T), _resources(2500))
+    stream = open_list(io.BytesIO(data))
+    chunks = [stream.take(1000) for _ in range(4)]
+    assert [len(c) for c in chunks] == [1000, 1000, 500, 0]
+    assert [e.length for c in chunks for e in c] == list(range(2500))
+    entries = "".join(f'<url><loc>http://e.org/{n}</loc></url>' for n in range(1500))
+    bad = (RL_OPEN + entries + '<url><loc>http://e.org/bad</loc><rs:md length="x"/></url></urlset>').encode()
+    stream = open_list(io.BytesIO(bad))
+    assert len(stream.take(1000)) == 1000
+    with pytest.raises(DocumentParseError, match="length='x'"):
+        stream.take(1000)        # as list(islice(stream, 1000)) would: the chunk's good entries go with it
+    assert stream.take(1000) == []
+
+
 def test_urlset_rooted_index_is_read_as_an_index() -> None:
     data = (
         b'<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">'

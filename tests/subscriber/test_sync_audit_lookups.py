@@ -130,3 +130,24 @@ def test_stored_datetimes_are_the_fixed_width_utc_text_for_every_offset_and_year
         assert text == moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") and len(text) == 27
         assert from_text(text) == moment
     assert to_text(datetime(999, 12, 31, 23, 30, tzinfo=UTC)) == "999-12-31T23:30:00.000000Z"   # as before
+
+
+def test_records_of_both_shapes_commit_in_order_and_read_back_whole(tmp_path: Path) -> None:
+    # Settled records (no change held back) are written by a shorter insert; a batch that mixes
+    # them with held-back ones still commits in order, so a later record of a loc wins.
+    state = SyncState(tmp_path / "state.db")
+    try:
+        when = from_text("2026-11-21T10:00:00.000000Z")
+        settled = ResourceRecord("http://e.org/a", "e.org/a", ResourceState.OK, "m" * 32, "s" * 64, 3, when, None,
+                                 "baseline")
+        held = ResourceRecord("http://e.org/a", "e.org/a", ResourceState.FAILED, None, None, None, when, when,
+                              "updated", "md5:x", "GET answered 500", 2, 1234.5, '{"change": "updated"}')
+        other = ResourceRecord("http://e.org/b", "e.org/b", ResourceState.OK, "n" * 32, None, 0, None, None, "created")
+        state.commit([held, settled, other])              # held, then settled: the settled one wins
+        assert state.records(["http://e.org/a", "http://e.org/b"]) == {settled.loc: settled, other.loc: other}
+        state.commit([settled, other, held])              # and the other way round
+        assert state.record("http://e.org/a") == held
+        assert isinstance(state.record("http://e.org/a").state, ResourceState)   # type: ignore[union-attr]
+        assert state.counts_by_state() == {"failed": 1, "ok": 1}
+    finally:
+        state.close()

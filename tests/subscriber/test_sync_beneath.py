@@ -87,3 +87,23 @@ def test_the_calls_answer_only_the_plain_case(tmp_path: Path) -> None:
         os.close(fd)
     for folders in (("link", "b"), ("a", "missing"), ("a", "file"), ("..", "root", "a"), ()):
         assert beneath.open_folder(str(root), folders) is None, folders
+
+
+@pytest.mark.skipif(not LINUX, reason="openat2 and renameat2 are Linux calls")
+def test_a_root_named_through_a_link_is_followed_and_links_below_it_still_refused(tmp_path: Path) -> None:
+    # The one call from DIR's full path refuses every link on it; DIR's own path as the user
+    # named it may hold one, which is followed (as before), while a link below DIR never is.
+    root = tmp_path / "root"
+    (root / "a" / "b").mkdir(parents=True)
+    (root / "link").symlink_to(root / "a")
+    named = tmp_path / "named"
+    named.symlink_to(root, target_is_directory=True)
+    for given in (root, named):
+        fd = beneath.open_folder(str(given), ("a", "b"))
+        assert fd is not None, given
+        try:
+            assert os.path.samestat(os.fstat(fd), os.stat(root / "a" / "b"))
+        finally:
+            os.close(fd)
+        for folders in (("link", "b"), ("a", "..", ".."), ("a/../..", "x"), ("a", "b", "..", "..", "..")):
+            assert beneath.open_folder(str(given), folders) is None, (given, folders)   # a link, or out of DIR
