@@ -10,6 +10,7 @@ resources (sync/fetcher.py calls `apply` before each GET).
 from __future__ import annotations
 
 import re
+from abc import ABC, abstractmethod
 from collections.abc import MutableMapping, Sequence
 from urllib.parse import urlsplit
 
@@ -54,13 +55,14 @@ def origin(url: str) -> Origin:
     return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
 
 
-class RequestRule:
+class RequestRule(ABC):
     """What a sync does to each of its requests before sending it: `apply` may add header
     fields or wait. An instance is also an aiohttp client middleware doing the same, so the
     session of the Source's lists and the fetcher's lean client follow one definition."""
 
+    @abstractmethod
     async def apply(self, url: str, headers: MutableMapping[str, str]) -> None:
-        raise NotImplementedError
+        """Add header fields to, or wait before, a request to `url`."""
 
     async def __call__(self, request: ClientRequest, handler: ClientHandlerType) -> ClientResponse:
         await self.apply(str(request.url), request.headers)
