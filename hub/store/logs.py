@@ -23,13 +23,13 @@ from ..keys import (
     topic_log_key,
     topic_publish_key,
     topic_seq_key,
+    topic_subs_changes_key,
     topics_key,
 )
 from ..lua import Script
 from ..records import (
     AppendedNotification,
     LogEntry,
-    stream_pairs,
     text,
 )
 
@@ -192,9 +192,54 @@ async def count_topics(redis: Redis) -> int:
     return int(await redis.scard(topics_key()))
 
 
-async def wait_for_entries(redis: Redis, tid: str, after: str, count: int, block_ms: int) -> list[LogEntry]:
-    """Entries of the topic's log after `after`, waiting up to `block_ms` for one (XREAD BLOCK)."""
-    answer: Any = await redis.xread({topic_log_key(tid): after}, count=count, block=block_ms)
+class LogFollower:
+    """A follower's blocking reads of one topic's log (XREAD BLOCK), on a connection it keeps from
+    one read to the next, each read with the topic's subscription change counter in the same
+    round trip.
+
+    A busy topic's follower reads hundreds of times a second: through the client, each read took
+    a connection from the pool and gave it back, and its reply went through redis-py's parsing
+    into dicts (~30 µs a read); here it is one pipelined exchange parsed straight into LogEntry.
+    The connection goes back to the pool at `release` (the follower does so every lease renewal,
+    so a Sentinel pool's check for a new primary still runs about once a second), and after any
+    failure (disconnected first: a reply cut short must not reach the next user)."""
+
+    def __init__(self, redis: Redis, tid: str) -> None:
+        self._pool = redis.connection_pool
+        self._conn: Any = None
+        self._log_key, self._changes_key = topic_log_key(tid), topic_subs_changes_key(tid)
+
+    async def wait(self, after: str, count: int, block_ms: int) -> tuple[list[LogEntry], bytes | None]:
+        """(entries after `after`, oldest first, at most `count`; waiting up to `block_ms` for one,
+        the topic's subscription change counter read just after them)."""
+        if self._conn is None:
+            self._conn = await self._pool.get_connection()
+        conn = self._conn
+        commands = (("XREAD", "COUNT", count, "BLOCK", block_ms, "STREAMS", self._log_key, after),
+                    ("GET", self._changes_key))
+
+        async def exchange() -> tuple[Any, Any]:
+            await conn.send_packed_command(conn.pack_commands(commands))
+            return await conn.read_response(), await conn.read_response()
+
+        try:
+            # the client's own retry policy (a worker's rides out a failover), as a command through it would
+            answer, changes = await conn.retry.call_with_retry(exchange, lambda _: conn.disconnect())
+        except BaseException:
+            await conn.disconnect()
+            await self.release()
+            raise
+        return _stream_entries(answer), changes
+
+    async def release(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            await self._pool.release(conn)
+
+
+def _stream_entries(answer: Any) -> list[LogEntry]:
+    """The entries of an XREAD reply on one stream (RESP2: [[key, entries]], RESP3: {key: entries})."""
     if not answer:
         return []
-    return [LogEntry.from_stream(entry_id, dict(stream_pairs(fields))) for entry_id, fields in answer[0][1]]
+    entries = next(iter(answer.values())) if isinstance(answer, dict) else answer[0][1]
+    return [LogEntry.from_stream(entry_id, dict(zip(flat[::2], flat[1::2]))) for entry_id, flat in entries]
