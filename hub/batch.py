@@ -3,11 +3,13 @@ web process), sent together."""
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Sequence
 from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import NoScriptError, RedisError, ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from .lua import Script
 
@@ -78,17 +80,24 @@ class RedisBatcher:
         conn = await pool.get_connection()
 
         async def round_trip() -> list[Any]:
-            await conn.send_packed_command(conn.pack_commands(commands))
-            replies: list[Any] = []
-            for _ in commands:
-                try:
-                    replies.append(await conn.read_response())
-                except ResponseError as exc:        # an error reply: the connection reads on
-                    replies.append(exc)
-            return replies
+            # the replies are awaited under one deadline for the batch (the connection's socket
+            # timeout), not each under a timer of its own (~3 us a reply)
+            try:
+                async with asyncio.timeout(conn.socket_timeout):
+                    await conn.send_packed_command(conn.pack_commands(commands))
+                    replies: list[Any] = []
+                    for _ in commands:
+                        try:
+                            replies.append(await conn.read_response(timeout=math.inf))
+                        except ResponseError as exc:        # an error reply: the connection reads on
+                            replies.append(exc)
+                    return replies
+            except TimeoutError:
+                raise RedisTimeoutError(f"Redis did not answer {len(commands)} commands within "
+                                        f"{conn.socket_timeout} s") from None
 
         try:
-            # the client's retry policy, as its pipeline had it (the worker's rides out a failover)
+            # the client's retry policy, as its pipeline had it
             return await conn.retry.call_with_retry(round_trip, lambda _: conn.disconnect())
         except BaseException:
             await conn.disconnect()         # a reply cut short must not reach the next user

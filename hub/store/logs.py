@@ -4,6 +4,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
+import math
 import os
 import secrets
 import time
@@ -11,6 +12,7 @@ from typing import Any
 
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from ..batch import RedisBatcher
 from ..errors import AppendUnknownError, IdempotencyConflictError
@@ -224,8 +226,15 @@ class LogFollower:
                     ("GET", self._changes_key))
 
         async def exchange() -> tuple[Any, Any]:
-            await conn.send_packed_command(conn.pack_commands(commands))
-            return await conn.read_response(), await conn.read_response()
+            # one deadline for the exchange, past the block (each reply under a timer of its own
+            # cost ~3 us); a Redis that stopped answering fails it as a command through the client would
+            timeout = None if conn.socket_timeout is None else conn.socket_timeout + block_ms / 1000
+            try:
+                async with asyncio.timeout(timeout):
+                    await conn.send_packed_command(conn.pack_commands(commands))
+                    return await conn.read_response(timeout=math.inf), await conn.read_response(timeout=math.inf)
+            except TimeoutError:
+                raise RedisTimeoutError(f"Redis did not answer a read of the log within {timeout} s") from None
 
         try:
             # the client's own retry policy (a worker's rides out a failover), as a command through it would

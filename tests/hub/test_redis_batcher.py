@@ -5,10 +5,12 @@ not used again. Against the suite's real Redis server."""
 from __future__ import annotations
 
 import asyncio
+import time
 
 import pytest
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ResponseError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from rsnotify.hub import redis_clients
 from rsnotify.hub.batch import RedisBatcher
@@ -66,4 +68,23 @@ async def test_a_dropped_connection_is_not_used_again_and_a_dead_server_fails_ev
                                        return_exceptions=True)
         assert all(isinstance(reply, RedisConnectionError) for reply in replies), replies
     finally:
+        await client.aclose()
+
+
+async def test_a_batch_redis_does_not_answer_in_time_fails_as_a_redis_timeout(redis_url: str, redis) -> None:
+    # the web process's client: every command bounded by --redis-timeout (here 0.3 s)
+    client = redis_clients.async_client(redis_url, 2, command_timeout=True, connect_timeout=0.3)
+    batch = RedisBatcher(client)
+    try:
+        assert await batch.execute("SET", "k", "v")
+        redis.client_pause(1500)                                   # Redis holds every client's commands
+        started = time.monotonic()
+        replies = await asyncio.gather(batch.execute("GET", "k"), batch.script(ECHO, ["n"], ["x"]),
+                                       return_exceptions=True)
+        assert all(isinstance(reply, RedisTimeoutError) for reply in replies), replies
+        assert time.monotonic() - started < 1.2
+        redis.client_unpause()
+        assert await batch.execute("GET", "k") == b"v"            # the connection it gave up on is not reused
+    finally:
+        redis.client_unpause()
         await client.aclose()
