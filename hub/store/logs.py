@@ -237,7 +237,7 @@ class LogFollower:
                 raise RedisTimeoutError(f"Redis did not answer a read of the log within {timeout} s") from None
 
         try:
-            # the client's own retry policy (a worker's rides out a failover), as a command through it would
+            # the client's own retry policy, as a command through the client has it
             answer, changes = await conn.retry.call_with_retry(exchange, lambda _: conn.disconnect())
         except BaseException:
             await conn.disconnect()
