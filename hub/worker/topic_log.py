@@ -67,7 +67,9 @@ class TopicLog:
         is one of them, so holding as many means holding them all. A run leaves `holders` before
         it lets its claim go (its release looks at the log once more), so one that is letting
         go is never counted on to send what comes next."""
-        return (self.passed_subscriptions > 0 and changes == self.passed_changes
+        # a topic whose subscriptions have not changed since the counter came has none ("" in the
+        # pass's answer, None from the follower's read): the same
+        return (self.passed_subscriptions > 0 and (changes or b"") == (self.passed_changes or b"")
                 and len(self.holders) >= self.passed_subscriptions)
 
     @property
