@@ -33,6 +33,10 @@ def topic_subs_key(tid: str) -> str:        # set of active subscription ids of 
     return f"{PREFIX}topic:{tid}:subs"
 
 
+def topic_subs_changes_key(tid: str) -> str:  # INCR counter: bumped whenever topic_subs_key gains or loses a member
+    return f"{PREFIX}topic:{tid}:subs-changes"
+
+
 def sub_key(sid: str) -> str:               # hash: see records.Subscription
     return f"{PREFIX}sub:{sid}"
 

@@ -51,13 +51,13 @@ from .letters import (
     resend_dead_letter,
 )
 from .logs import (
+    LogFollower,
     append_notification,
     append_notification_once,
     count_topics,
     get_notification,
     topic_ids,
     unique_token,
-    wait_for_entries,
 )
 from .subscriptions import (
     activate_subscription,
@@ -94,6 +94,7 @@ __all__ = [
     "VERIFY_QUEUED_TTL",
     "HealthCounts",
     "Lane",
+    "LogFollower",
     "activate_subscription",
     "activity_replies",
     "append_notification",
@@ -156,5 +157,4 @@ __all__ = [
     "topic_subscription_ids",
     "totals",
     "unique_token",
-    "wait_for_entries",
 ]

@@ -8,7 +8,6 @@ from redis.asyncio import Redis
 
 from ..batch import RedisBatcher
 from ..keys import (
-    PREFIX,
     delivery_keys,
     due_key,
     intent_key,
@@ -21,6 +20,7 @@ from ..keys import (
     topic_key,
     topic_log_key,
     topic_seq_key,
+    topic_subs_changes_key,
     topic_subs_key,
     topics_key,
     verification_field,
@@ -34,7 +34,7 @@ from ..records import (
     to_int,
 )
 
-# KEYS: sub, topic subs, leases, log, topics, topic, seq, due, lock[, taken, intent, stats]
+# KEYS: sub, topic subs, leases, log, topics, topic, seq, due, lock, topic subs changes[, taken, intent, stats]
 # ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now, start cursor, start seq, replay,
 # replayed[, challenge, counter field if new, counter field if renewed]: `replayed`, the entries a replay
 # re-sends, is added to the subscription's count of them ("" for none).
@@ -72,15 +72,15 @@ else
 end
 redis.call('HSET', KEYS[1], 'secret', ARGV[5], 'lease_seconds', ARGV[6], 'expires', ARGV[7])
 if ARGV[12] ~= '' then redis.call('HINCRBY', KEYS[1], 'replayed', ARGV[12]) end
-redis.call('SADD', KEYS[2], ARGV[1])
+if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then redis.call('INCR', KEYS[10]) end
 redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
 if redis.call('SADD', KEYS[5], ARGV[4]) == 1 then
   redis.call('HSET', KEYS[6], 'url', ARGV[2], 'created', ARGV[8])
 end
-if KEYS[10] then
-  redis.call('LREM', KEYS[10], 1, ARGV[13])
-  redis.call('DEL', KEYS[11])
-  redis.call('HINCRBY', KEYS[12], is_new and ARGV[14] or ARGV[15], 1)
+if KEYS[11] then
+  redis.call('LREM', KEYS[11], 1, ARGV[13])
+  redis.call('DEL', KEYS[12])
+  redis.call('HINCRBY', KEYS[13], is_new and ARGV[14] or ARGV[15], 1)
 end
 if is_new then return 1 end
 return 0
@@ -88,19 +88,21 @@ return 0
 
 
 # KEYS: sub, leases, due, then every per-subscription key to delete (delivery_keys)
-# ARGV: sid, topic-subs key prefix, topic-subs key suffix[, now]
+# ARGV: sid, topic-subs key prefix and suffix, topic-subs-changes key prefix and suffix[, now]
 # With `now`, only a subscription still expired at that moment goes (a renewal may have raced).
 _REMOVE = Script("""
-if ARGV[4] then
+if ARGV[6] then
   local expires = tonumber(redis.call('HGET', KEYS[1], 'expires') or '0')
-  if expires >= tonumber(ARGV[4]) then return 0 end
+  if expires >= tonumber(ARGV[6]) then return 0 end
 end
 local tid = redis.call('HGET', KEYS[1], 'tid')
 redis.call('ZREM', KEYS[2], ARGV[1])
 redis.call('ZREM', KEYS[3], ARGV[1])
 for i = 4, #KEYS do redis.call('DEL', KEYS[i]) end
 if not tid then return 0 end
-redis.call('SREM', ARGV[2] .. tid .. ARGV[3], ARGV[1])
+if redis.call('SREM', ARGV[2] .. tid .. ARGV[3], ARGV[1]) == 1 then
+  redis.call('INCR', ARGV[4] .. tid .. ARGV[5])
+end
 redis.call('DEL', KEYS[1])
 return 1
 """)
@@ -126,7 +128,7 @@ async def activate_subscription(
     sid, tid = subscription_id(topic, callback), topic_id(topic)
     expires = int(now) + lease_seconds
     keys = [sub_key(sid), topic_subs_key(tid), leases_key(), topic_log_key(tid), topics_key(), topic_key(tid),
-            topic_seq_key(tid), due_key(), sub_lock_key(sid)]
+            topic_seq_key(tid), due_key(), sub_lock_key(sid), topic_subs_changes_key(tid)]
     args: list[Any] = [sid, topic, callback, tid, secret, lease_seconds, expires, int(now), *(start or ("", ""))]
     args += ["1", max(0, replayed)] if replay and start is not None else ["0", ""]
     if taken is not None:
@@ -207,6 +209,12 @@ def _entry(raw: Any) -> tuple[str, int]:
     return text(entry_id), to_int(fields.get(b"seq"))
 
 
+# a topic's subscription set and its change counter around the topic id, for the script that
+# learns the topic id only from the subscription's hash
+_TOPIC_SUBS = tuple(topic_subs_key("|").split("|"))
+_TOPIC_SUBS_CHANGES = tuple(topic_subs_changes_key("|").split("|"))
+
+
 async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | None = None,
                               batch: RedisBatcher | None = None) -> bool:
     """Remove a subscription (unsubscribe, expiry, 410, admin): hash, topic set, lease, delivery keys.
@@ -217,7 +225,7 @@ async def remove_subscription(redis: Redis, sid: str, *, if_expired_at: float | 
     Returns False when nothing was removed. Safe to call twice.
     """
     keys = [sub_key(sid), leases_key(), due_key(), *delivery_keys(sid)]
-    args: list[Any] = [sid, f"{PREFIX}topic:", ":subs"]
+    args: list[Any] = [sid, *_TOPIC_SUBS, *_TOPIC_SUBS_CHANGES]
     if if_expired_at is not None:
         args.append(int(if_expired_at))
     return bool(await (batch.script(_REMOVE, keys, args) if batch is not None else _REMOVE(redis, keys, args)))

@@ -25,6 +25,7 @@ from ..keys import (
     sub_lock_key,
     sub_resend_key,
     topic_log_key,
+    topic_subs_changes_key,
     topic_subs_key,
     worker_alive_key,
 )
@@ -128,40 +129,54 @@ end
 return 1
 """)
 
-# KEYS: topic subs, log, followers ; ARGV: token prefix, ttl_ms, now, limit, sub key prefix, now_ms, share,
-#       alive key prefix, alive key suffix
+# KEYS: topic subs, log, followers, topic subs changes ; ARGV: token prefix, ttl_ms, now, limit, sub key
+#       prefix, now_ms, share, alive key prefix, alive key suffix
 # One pass over a topic's subscriptions, in Redis: claim every active one that lags the log and
 # is not backing off, and return its DELIVERY_FIELDS; each claim's token is the prefix + sid.
 # At most `limit` (free slots; more = 1 when that cut it short). With share = 1, a follower
-# takes only its part: the lagging subscriptions divided by the live followers of the topic,
-# and the others take the rest. Returns {log's last id, {sid, fields...}, more, busy}.
+# takes only its part: the lagging subscriptions (those live runs hold included) divided by the
+# live followers of the topic, and the others take the rest. Returns {log's last id, {sid,
+# fields...}, more, busy (held by live runs, or taken meanwhile), subscriptions, changes}: the last
+# two are the topic's subscriptions and its change counter as the pass saw them.
 CLAIM_LAGGING_SCRIPT = Script(_TAKE + """
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-if #last == 0 then return {'', {}, 0, 0} end
+if #last == 0 then return {'', {}, 0, 0, 0, ''} end
 local last_id = last[1][1]
 local lms, lseq = string.match(last_id, '(%d+)-(%d+)')
 lms, lseq = tonumber(lms), tonumber(lseq)
 local now, limit = tonumber(ARGV[3]), tonumber(ARGV[4])
-local lagging = {}
-for _, sid in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+local lagging, held, alive = {}, 0, {}
+local members = redis.call('SMEMBERS', KEYS[1])
+for _, sid in ipairs(members) do
   local key = ARGV[5] .. sid
-  local f = redis.call('HMGET', key, 'topic', 'callback', 'tid', 'secret', 'state', 'expires', 'cursor',
-                       'cursor_seq', 'attempts', 'retry_at', 'resend')
-  if f[2] and (f[5] or 'active') == 'active' and tonumber(f[6] or '0') >= now
-     and tonumber(f[10] or '0') <= now then
-    local cms, cseq = string.match(f[7] or '0-0', '(%d+)-(%d+)')
-    cms, cseq = tonumber(cms), tonumber(cseq)
-    if cms < lms or (cms == lms and cseq < lseq) or tonumber(f[11] or '0') > 0 then
-      lagging[#lagging + 1] = {sid, key, f}
+  -- a subscription a live run holds is that run's to deliver: counted (it lags, or will at the
+  -- next entry), not read, so a followed topic's pass costs one GET for each of them
+  local holder = redis.call('GET', key .. ':lock')
+  local wid = holder and string.match(holder, '^([^:]+):')
+  if wid and alive[wid] == nil then
+    alive[wid] = redis.call('EXISTS', ARGV[8] .. wid .. ARGV[9]) == 1
+  end
+  if wid and alive[wid] then
+    held = held + 1
+  else
+    local f = redis.call('HMGET', key, 'topic', 'callback', 'tid', 'secret', 'state', 'expires', 'cursor',
+                         'cursor_seq', 'attempts', 'retry_at', 'resend')
+    if f[2] and (f[5] or 'active') == 'active' and tonumber(f[6] or '0') >= now
+       and tonumber(f[10] or '0') <= now then
+      local cms, cseq = string.match(f[7] or '0-0', '(%d+)-(%d+)')
+      cms, cseq = tonumber(cms), tonumber(cseq)
+      if cms < lms or (cms == lms and cseq < lseq) or tonumber(f[11] or '0') > 0 then
+        lagging[#lagging + 1] = {sid, key, f}
+      end
     end
   end
 end
 local part = #lagging
 if ARGV[7] == '1' then
   local followers = redis.call('ZCOUNT', KEYS[3], ARGV[6], '+inf')
-  if followers > 1 then part = math.ceil(#lagging / followers) end
+  if followers > 1 then part = math.ceil((#lagging + held) / followers) end
 end
-local out, claimed, more, busy = {}, 0, 0, 0
+local out, claimed, more, busy = {}, 0, 0, held
 for _, item in ipairs(lagging) do
   if claimed >= part then break end
   if claimed >= limit then more = 1; break end
@@ -173,7 +188,7 @@ for _, item in ipairs(lagging) do
     busy = busy + 1
   end
 end
-return {last_id, out, more, busy}
+return {last_id, out, more, busy, #members, redis.call('GET', KEYS[4]) or ''}
 """)
 
 # KEYS: followers, flag ; ARGV: token, until_ms, lease_ms, now_ms. A worker follows the topic (or
@@ -254,7 +269,7 @@ async def resent(batch: RedisBatcher, sid: str, token: str, nid: str) -> None:
 async def claim_lagging(batch: RedisBatcher, tid: str, prefix: str, ttl_ms: int, now: float, limit: int,
                         share: bool) -> list[Any]:
     """Claim up to `limit` of the topic's lagging subscriptions (see CLAIM_LAGGING_SCRIPT)."""
-    keys = [topic_subs_key(tid), topic_log_key(tid), fanout_followers_key(tid)]
+    keys = [topic_subs_key(tid), topic_log_key(tid), fanout_followers_key(tid), topic_subs_changes_key(tid)]
     return list(await batch.script(CLAIM_LAGGING_SCRIPT, keys, [prefix, ttl_ms, repr(now), limit, f"{PREFIX}sub:",
                                                                 int(time.time() * 1000), int(share), *_ALIVE]))
 

@@ -90,6 +90,7 @@ async def _dispatch(ctx: WorkerContext, topic_log: TopicLog, report: FanOutRepor
         answer = await claims.claim_lagging(ctx.batch, tid, prefix, ttl_ms, ctx.now(), free, share)
         last_id, flat, more = text(answer[0]), answer[1], answer[2]
         report.busy += int(answer[3])
+        topic_log.note_pass(int(answer[4]), answer[5])
         runs = [d.run_from(text(sid), prefix + text(sid), dict(zip(DELIVERY_FIELDS, fields)))
                 for sid, fields in zip(flat[::2], flat[1::2])]
         for run in runs:
@@ -122,6 +123,7 @@ async def follow(ctx: WorkerContext, tid: str, topic_log: TopicLog | None = None
     if last_id is None:
         last_id = await batched.last_log_id(ctx.batch, tid) or "0-0"
     token, lease_ms = d.new_token(), int(FOLLOW_LEASE * 1000)
+    reader = store.LogFollower(ctx.redis, tid)
     d.following.add(tid)
     try:
         quiet_until = time.monotonic() + d.follow_seconds
@@ -130,23 +132,30 @@ async def follow(ctx: WorkerContext, tid: str, topic_log: TopicLog | None = None
             now = time.monotonic()
             if now >= renew_at:
                 # renewed a third of a lease ahead, not at every read: a busy topic's reads come
-                # back at once, and a script per read was a third of the follower's Redis calls
+                # back at once, and a script per read was a third of the follower's Redis calls.
+                # The reader's connection goes back to the pool meanwhile (see LogFollower).
+                await reader.release()
                 topic_log.followers = max(1, int(await claims.follow(ctx.batch, tid, token, lease_ms)))
                 renew_at = now + FOLLOW_LEASE / 3
             wait = quiet_until - time.monotonic()
             if wait <= 0:
                 break
             block_ms = max(1, int(min(wait, renew_at - time.monotonic()) * 1000))
-            entries = await store.wait_for_entries(ctx.redis, tid, last_id, WINDOW, block_ms)
+            entries, changes = await reader.wait(last_id, WINDOW, block_ms)
             if entries:
                 topic_log.feed(last_id, entries)
                 last_id = entries[-1].notification_id
                 quiet_until = time.monotonic() + d.follow_seconds
-                await _dispatch(ctx, topic_log, FanOutReport(tid), share=True)
+                # a topic whose every subscription this worker's runs hold (lingering on the
+                # window just fed) has nothing to claim: no pass, which was a script per read
+                # scanning all its subscriptions
+                if not topic_log.holds_all(changes):
+                    await _dispatch(ctx, topic_log, FanOutReport(tid), share=True)
     except RedisError as exc:
         log.error("stopped following topic %s: Redis failed: %s", tid, exc)
     finally:
         d.following.discard(tid)
+        await reader.release()
         await _unfollow(ctx, tid, token, last_id)
 
 
@@ -240,6 +249,9 @@ async def _serve(ctx: WorkerContext, run: SubRun, topic_log: TopicLog, report: F
                 # Only after a failed attempt: an idle run with a past next_attempt has nothing
                 # to send, and waking it at once would claim it again and again.
                 due_at = max(run.next_attempt, now)
+            # out of the holders before letting go: the follower counts on a holder for what
+            # it reads next (TopicLog.holds_all), and this run looks at the log only once more
+            topic_log.holders.discard(run.sid)
             answer = await d.checkpoint(run, release=True, due_at=due_at)
             if verdict != "idle" or answer[0] != 1 or run.stop or d.stopping:
                 return

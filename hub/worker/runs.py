@@ -30,29 +30,41 @@ class Item:
 
 def make_item(entry: LogEntry, topic: str, hub_url: str, key: tuple[int, int] | None = None, *,
               is_resend: bool = False) -> Item:
-    """The item of a log entry (or a dead letter). What cannot be sent (a Link target or a
+    """The item of a log entry (or a dead letter), with the headers every subscriber gets with it
+    (the signature is added per subscriber). What cannot be sent (a Link target or a
     Content-Type no header may carry, stored by an older hub) becomes an item whose attempts
     fail, so it ends as a dead letter instead of jamming the topic."""
     key = key or parse_entry_id(entry.notification_id)
-    try:
-        headers = notification_headers(entry, topic, hub_url)
-    except (WireError, ValueError) as exc:
-        return Item(entry, {}, key, is_resend, problem=f"cannot be sent: {exc}")
-    if any(_CONTROL.search(value) for value in headers.values()):
-        return Item(entry, {}, key, is_resend, problem="cannot be sent: a header would carry a control character "
-                                                       f"({headers['Content-Type']!r})")
-    return Item(entry, headers, key, is_resend)
-
-
-def notification_headers(entry: LogEntry, topic: str, hub_url: str) -> dict[str, str]:
-    """The headers every subscriber gets with `entry` (the signature is added per subscriber)."""
-    return {"Content-Type": entry.content_type, "Link": _link_header(topic, hub_url, entry.resourcesync),
-            NOTIFICATION_ID_HEADER: entry.notification_id, SEQUENCE_HEADER: str(entry.sequence)}
+    link, problem = _checked_link(topic, hub_url, entry.resourcesync, entry.content_type)
+    if not problem and _CONTROL.search(entry.notification_id):
+        problem = _control_problem(entry.content_type)
+    if problem:
+        return Item(entry, {}, key, is_resend, problem=problem)
+    return Item(entry, {"Content-Type": entry.content_type, "Link": link, NOTIFICATION_ID_HEADER: entry.notification_id,
+                        SEQUENCE_HEADER: str(entry.sequence)}, key, is_resend)
 
 
 # A character no header value may carry (a C0 control or DEL): one regex scan per value, where a
 # loop over the characters in Python cost a fifth of a worker's time with one busy subscriber.
 _CONTROL = re.compile("[\x00-\x1f\x7f]")
+
+
+@functools.lru_cache(maxsize=1024)
+def _checked_link(topic: str, hub_url: str, resourcesync: str, content_type: str) -> tuple[str, str]:
+    # (Link header, why these headers cannot be sent or ""): the same few values for every
+    # notification of a topic, so built and checked once, not per entry (the sequence is a number
+    # and the id is checked per entry)
+    try:
+        link = _link_header(topic, hub_url, resourcesync)
+    except (WireError, ValueError) as exc:
+        return "", f"cannot be sent: {exc}"
+    if _CONTROL.search(content_type) or _CONTROL.search(link):
+        return "", _control_problem(content_type)
+    return link, ""
+
+
+def _control_problem(content_type: str) -> str:
+    return f"cannot be sent: a header would carry a control character ({content_type!r})"
 
 
 @functools.lru_cache(maxsize=1024)

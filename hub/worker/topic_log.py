@@ -40,6 +40,11 @@ class TopicLog:
         self.followers = 1
         self.subscriptions = 0
         self.holders: set[str] = set()
+        # the topic's subscriptions and their change counter as the last claim pass saw them
+        # (fanout._dispatch): while the counter stays and this worker's runs hold that many, every
+        # subscription of the topic is served from this window and a pass could claim none
+        self.passed_subscriptions = 0
+        self.passed_changes: bytes | None = None
 
     def item(self, entry: LogEntry, key: tuple[int, int] | None = None) -> Item:
         return make_item(entry, self.topic, self.hub_url, key)
@@ -50,6 +55,22 @@ class TopicLog:
         if self.followers <= 1 or not self.subscriptions:
             return None
         return -(-self.subscriptions // self.followers)
+
+    def note_pass(self, subscriptions: int, changes: bytes | None) -> None:
+        """A claim pass saw `subscriptions` subscriptions of the topic and its change counter at `changes`."""
+        self.passed_subscriptions, self.passed_changes = subscriptions, changes
+
+    def holds_all(self, changes: bytes | None) -> bool:
+        """Every subscription of the topic is held by a run of this window, with the topic's
+        change counter read at `changes` (after the entries just read): no claim pass is needed
+        for them. The set is the one the last pass saw while the counter stays, and a held one
+        is one of them, so holding as many means holding them all. A run leaves `holders` before
+        it lets its claim go (its release looks at the log once more), so one that is letting
+        go is never counted on to send what comes next."""
+        # a topic whose subscriptions have not changed since the counter came has none ("" in the
+        # pass's answer, None from the follower's read): the same
+        return (self.passed_subscriptions > 0 and (changes or b"") == (self.passed_changes or b"")
+                and len(self.holders) >= self.passed_subscriptions)
 
     @property
     def is_primed(self) -> bool:

@@ -480,3 +480,19 @@ async def test_an_append_whose_answer_was_lost_still_has_its_fan_out_queued(inta
                                         now=clock(), max_len=100, publish_key="retried", key_ttl=60,
                                         fan_out_flag_ttl=60, fan_out_token="x")
     assert not await intake_ctx.redis.exists(flag)
+
+
+async def test_appends_register_their_topic_and_count_each_minute_that_then_expires(intake_ctx, clock):
+    # the append makes few calls for a steady publish (the topic is registered by its first entry,
+    # a minute's activity gets its expiry when it is created): what the status page reads stays
+    tid = keys.topic_id(TOPIC)
+    for n in range(3):
+        await store.append_notification(intake_ctx.redis, TOPIC, NOTIFICATION, content_type="application/xml",
+                                        now=clock(), max_len=100, publish_key=f"k{n}", key_ttl=60)
+    redis = intake_ctx.redis
+    minute = keys.activity_key(int(clock()) // 60)
+    assert await redis.smembers(keys.topics_key()) == {tid.encode()}
+    assert await redis.hget(keys.topic_key(tid), "url") == TOPIC.encode()
+    assert await redis.zscore(minute, tid) == 3 and await redis.zscore(minute, "*") == 3
+    assert 3600 < await redis.ttl(minute) <= 3720
+    assert await redis.hget(keys.stats_key(), "publishes") == b"3"
