@@ -27,6 +27,7 @@ from redis.driver_info import DriverInfo
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import ReadOnlyError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.retry import Retry
 from redis.utils import HIREDIS_AVAILABLE, get_lib_version
 
@@ -248,7 +249,8 @@ def _common_kwargs(target: RedisTarget, command_timeout: bool) -> dict[str, Any]
         # a request answers 503 past --redis-timeout: one try, bounded; the client retries
         kwargs.update(socket_timeout=target.timeout, retry=Retry(NoBackoff(), 0))
     else:
-        # a worker rides out a failover: a few quick retries across the promotion
+        # a worker's RQ loop (synchronous client) rides out a failover: a few quick retries
+        # across the promotion (async_client replaces this: its commands are never retried)
         kwargs["retry"] = Retry(ExponentialBackoff(cap=1.0, base=0.1), 3)
     return kwargs
 
@@ -274,6 +276,12 @@ def async_client(target: Target, max_connections: int, *, command_timeout: bool 
     `connect_timeout` replaces the target's timeout (for connecting, and for commands with `command_timeout`)."""
     t = _target(target, connect_timeout)
     common = _common_kwargs(t, command_timeout)
+    # An asyncio client never retries a command itself. redis-py's asyncio clients need its
+    # asyncio Retry (the synchronous one handed them returns the command's coroutine unawaited:
+    # it never retried anything, which the engine has relied on): a command whose reply was lost
+    # may have run, and a script such as a claim or an outcome must not run twice. Their callers
+    # wait out a failover instead (the reconciler finds unfinished work again).
+    common["retry"] = AsyncRetry(NoBackoff(), 0)
     if t.address.is_sentinel:
         sentinels, on_sentinels, data = _sentinel_kwargs(t)
         manager = sentinel_async.Sentinel(sentinels, sentinel_kwargs=on_sentinels, **data, **common)
