@@ -9,6 +9,7 @@ import asyncio
 import functools
 import json
 import logging
+import math
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -68,7 +69,10 @@ CHALLENGE_BYTES = 32
 IDEMPOTENCY_HEADER = "Idempotency-Key"      # a publisher's name for one publish, kept for log_max_age
 REPLAYED_HEADER = "Idempotent-Replayed"     # "true" on the answer to a repeat: nothing was stored
 MAX_IDEMPOTENCY_KEY = 200
-OWN_KEY_TTL = 300                           # s the key the hub gives a publish without one is kept
+# s the key the hub gives a publish without one is kept at least: it only has to outlive the
+# append's own retries (for --redis-timeout, each try up to --redis-timeout long; see
+# own_key_ttl). Every such publish stores one: at 3,500 publishes/s, 300 s meant ~1M keys.
+OWN_KEY_TTL = 60
 
 
 # --- the hub endpoint ---------------------------------------------------------------------
@@ -294,7 +298,7 @@ async def submission(request: web.Request) -> web.Response:
         app[REDIS], links.topic, body, content_type=request.headers["Content-Type"],
         resourcesync=links.resourcesync, now=app[CLOCK](), max_len=settings.log_max_len,
         publish_key=f"{publisher_scope(request)} {given_key}" if given_key else f"hub:{store.unique_token()}",
-        key_ttl=settings.log_max_age if given_key else OWN_KEY_TTL, fan_out_flag_ttl=enqueue.QUEUED_TTL,
+        key_ttl=settings.log_max_age if given_key else own_key_ttl(settings), fan_out_flag_ttl=enqueue.QUEUED_TTL,
         retry_for=settings.redis_timeout, batch=app[BATCH])
     # the append set the topic's "fan-out queued" flag in its own round trip (ensure_fan_out's
     # first step); only when it was not set already is there a job to queue
@@ -310,6 +314,12 @@ async def submission(request: web.Request) -> web.Response:
     if appended.is_repeat:
         headers[REPLAYED_HEADER] = "true"
     return web.Response(status=200, text=json.dumps(answer), content_type="application/json", headers=headers)
+
+
+def own_key_ttl(settings: HubSettings) -> int:
+    """Seconds the hub's own key for a publish is kept: past the last retry of its append, which
+    starts within --redis-timeout and takes at most --redis-timeout."""
+    return max(OWN_KEY_TTL, math.ceil(3 * settings.redis_timeout))
 
 
 def publisher_scope(request: web.Request) -> str:

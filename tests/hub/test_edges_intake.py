@@ -134,6 +134,18 @@ def test_a_reused_idempotency_key_with_another_body_is_refused_and_not_stored(st
     assert len(stored_bodies(redis)) == 2
 
 
+def test_the_key_a_publish_without_one_gets_is_kept_only_past_its_own_retries(start, redis) -> None:
+    """Every publish without an Idempotency-Key stores a key of the hub's: it guards the append's
+    own retries (--redis-timeout), so it is kept ~1 minute, not the log's age (a busy hub would
+    hold millions); a publisher's own key is kept as long as the log (--log-max-age)."""
+    hub = start("--log-max-age", "7200")
+    assert publish(hub.url, notification("http://data.example.org/own")).status == 200
+    assert publish(hub.url, notification("http://data.example.org/given"), None,
+                   {"Idempotency-Key": "publish-0002"}).status == 200
+    ttls = sorted(redis.ttl(key) for key in redis.scan_iter("rsnotify:topic:*:idem:*"))
+    assert len(ttls) == 2 and 0 < ttls[0] <= 60 and 7000 < ttls[1] <= 7200, ttls
+
+
 # --- 4. rate-limit keys: IPv6 networks, registrable domains, resolved addresses -------------
 
 
