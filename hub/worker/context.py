@@ -1,5 +1,5 @@
 """The worker process's context: one event loop in a thread of its own, one outbound client for
-the deliveries, verifications and denials (hub/outbound.py), one aiohttp.ClientSession for
+the deliveries, verifications and denials (rsnotify/outbound.py), one aiohttp.ClientSession for
 thin-ping fetches (they need the answer's headers), one async Redis client, the settings — kept
 for the life of the process, so connections to subscribers are reused across jobs.
 

@@ -2,7 +2,7 @@
 
 `verify_intent(ctx, challenge)` GETs the callback with the challenge; only a 2xx whose body
 is exactly the challenge changes state. `ctx` has settings, redis (asyncio), outbound (the
-guarded keep-alive client, hub/outbound.py), fernet and now() (epoch seconds). No RQ here.
+guarded keep-alive client, rsnotify/outbound.py), fernet and now() (epoch seconds). No RQ here.
 """
 from __future__ import annotations
 
