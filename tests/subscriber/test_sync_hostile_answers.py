@@ -347,7 +347,7 @@ class RawSource:
             if not head:
                 return
             path = head.split(b" ", 2)[1].decode()
-            answer = self.list_answer(path) or self.resources.get(path)
+            answer = self.resources.get(path) or self.list_answer(path)
             if answer is None:
                 writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
             elif callable(answer):
@@ -445,3 +445,14 @@ def test_sync_once_reports_each_hostile_answer_and_stores_the_good_ones(raw_sour
     assert took < 60, took
     assert not [p for p in dest.rglob("*") if p.name.startswith(".partial-")]
     assert os.path.isdir(folder)
+
+
+def test_a_list_redirected_to_no_url_is_refused_with_a_message(raw_source, tmp_path):
+    # get_in_origin's urljoin raised ValueError on "http://[::1/x" (an unclosed IPv6 bracket): a traceback
+    source = raw_source({"/resourcelist.xml": b"HTTP/1.1 302 Found\r\nLocation: http://[::1/x\r\nContent-Length: 0\r\n\r\n"})
+    done = subprocess.run([RSNOTIFY, "sync", "--capability-list", source.base + "/caps.xml", "--dir",
+                           str(tmp_path / "dest"), "--once", "--tries", "1", "--timeout", "1"],
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode != 0 and "'http://[::1/x', another scheme, host or port, or not a URL; refused" in done.stderr, \
+        (done.returncode, done.stderr)
