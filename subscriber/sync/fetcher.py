@@ -107,9 +107,10 @@ async def get_in_origin(session: aiohttp.ClientSession, url: str) -> aiohttp.Cli
             return response
         response.release()
         target = _redirect_target(url, location)
-        if target is None or not _same_origin(target, url):
-            raise RedirectRefusedError(f"{url} redirected to {target or location[:200]!r}, another scheme, host "
-                                       "or port, or not a URL; refused")
+        if target is None:
+            raise RedirectRefusedError(f"{url} redirected to {location[:200]!r}, not a URL; refused")
+        if not _same_origin(target, url):
+            raise RedirectRefusedError(f"{url} redirected to {target}, another scheme, host or port; refused")
         url = target
     raise RedirectRefusedError(f"{url} redirected more than {MAX_REDIRECTS} times")
 

@@ -454,5 +454,5 @@ def test_a_list_redirected_to_no_url_is_refused_with_a_message(raw_source, tmp_p
                            str(tmp_path / "dest"), "--once", "--tries", "1", "--timeout", "1"],
                           capture_output=True, text=True, timeout=120, check=False)
     assert "Traceback" not in done.stderr, done.stderr
-    assert done.returncode != 0 and "'http://[::1/x', another scheme, host or port, or not a URL; refused" in done.stderr, \
+    assert done.returncode != 0 and "redirected to 'http://[::1/x', not a URL; refused" in done.stderr, \
         (done.returncode, done.stderr)
