@@ -109,6 +109,10 @@ class Connection(asyncio.Protocol):
         if self.is_paused and self.transport is not None:
             self.is_paused = False
             self.transport.resume_reading()
+            if self.clock is not None:
+                # the time paused for our reader is not the server's slowness: the rate floor's
+                # window starts again here
+                self._window_start, self._window_received = self.clock(), self.received
 
     def watch(self, loop: asyncio.AbstractEventLoop, read_timeout: float | None, deadline: float | None,
               min_rate: float | None = None) -> None:
