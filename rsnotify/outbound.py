@@ -48,6 +48,10 @@ class Limits:
     max_body: int                # bytes of the answer's body read (coded, for open()); past them the rest is not
     # open() only: s without a byte of the answer, from the request sent to the body's end
     read_timeout: float | None = None
+    # open() only, with read_timeout: bytes a second the answer must bring over each window of at
+    # least read_timeout s (curl's --speed-limit), so a drip that keeps every read in time still
+    # ends; None: no floor
+    min_rate: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +270,7 @@ class OutboundClient:
         read_timeout = limits.read_timeout
         conn.begin_streamed(waiter, head_waiter, limits.max_body, None if read_timeout is None else loop.time)
         self._busy.add(conn)
-        conn.watch(loop, read_timeout, deadline)
+        conn.watch(loop, read_timeout, deadline, limits.min_rate)
         try:
             transport = conn.transport
             if transport is None or transport.is_closing():
@@ -481,6 +485,9 @@ def _why_cut(conn: Connection, limits: Limits) -> str:
     """Why an open() exchange ended without its whole answer."""
     if conn.read_timed_out:
         return f"no data for {limits.read_timeout:g} s (read timeout)"
+    if conn.too_slow:
+        return (f"under {limits.min_rate:g} bytes/s for {limits.read_timeout:g} s or more "
+                f"(too slow; {conn.received} bytes of the answer came)")
     if conn.timed_out:
         return f"no whole answer within {limits.total_timeout:g} s"
     if conn.failure:

@@ -19,6 +19,11 @@ import httptools
 # check runs per read (uvloop reads up to 256 KiB at once) without any memory at stake.
 MAX_HEAD_BYTES = 64 * 1024
 MAX_HEADERS = 100       # header fields a HeadedConnection keeps; more end the exchange with an error
+# Bytes after the head that carry no body (chunk-size lines, chunk extensions, trailers) an
+# answer may send in a row: past them it ends with an error. Without this bound a Source could
+# keep a GET open forever, every read in time, by sending framing that never delivers a byte of
+# the body, and httptools would hold a trailer's value in memory however long it grew.
+MAX_FRAMING_BYTES = 64 * 1024
 # Body bytes a streamed answer keeps while nobody reads them yet (its reader is still opening a
 # file, say); past them the socket is not read until the reader comes (TCP flow control).
 PAUSE_AT = 1024 * 1024
@@ -50,6 +55,7 @@ class Connection(asyncio.Protocol):
         self._keep_alive = False
         self.failure = ""               # why no status came (or why the answer was cut), for the caller
         self.timed_out = False
+        self._framing = 0               # bytes after the head since the last body byte (MAX_FRAMING_BYTES)
         # open() (streamed answers) only: a future done at the final head, the body's reader, the
         # loop's clock for an inactivity timeout, and the loop time of the last read
         self.head_waiter: asyncio.Future[None] | None = None
@@ -60,6 +66,12 @@ class Connection(asyncio.Protocol):
         self.last_read = 0.0
         self.read_timed_out = False
         self._timer: asyncio.TimerHandle | None = None
+        # the slow-answer floor (`watch`'s min_rate): when the current window began, and the
+        # bytes received by then
+        self._window_start = 0.0
+        self._window_received = 0
+        self._min_rate: float | None = None
+        self.too_slow = False
 
     # -- what outbound.py calls
 
@@ -69,9 +81,10 @@ class Connection(asyncio.Protocol):
         self.status, self._interim, self._parts, self._room = None, False, [], max_body
         self.received, self.is_complete, self._keep_alive, self.failure, self.timed_out = 0, False, False, "", False
         self._is_past_end = False
+        self._framing = 0
         self.requests += 1
         self.head_waiter = self._sink = None
-        self.clock, self.read_timed_out = None, False
+        self.clock, self.read_timed_out, self.too_slow = None, False, False
 
     def begin_streamed(self, waiter: asyncio.Future[None], head_waiter: asyncio.Future[None], max_body: int,
                        clock: Callable[[], float] | None) -> None:
@@ -81,7 +94,8 @@ class Connection(asyncio.Protocol):
         self.begin(waiter, max_body)
         self.head_waiter, self._max_body, self.clock = head_waiter, max_body, clock
         if clock is not None:
-            self.last_read = clock()
+            self.last_read = self._window_start = clock()
+            self._window_received = 0
 
     def attach(self, sink: Callable[[bytes], bool]) -> None:
         """Hand the body to `sink` from now on (the bytes kept so far first); `sink` returns False
@@ -95,14 +109,21 @@ class Connection(asyncio.Protocol):
         if self.is_paused and self.transport is not None:
             self.is_paused = False
             self.transport.resume_reading()
+            if self.clock is not None:
+                # the time paused for our reader is not the server's slowness: the rate floor's
+                # window starts again here
+                self._window_start, self._window_received = self.clock(), self.received
 
-    def watch(self, loop: asyncio.AbstractEventLoop, read_timeout: float | None, deadline: float | None) -> None:
+    def watch(self, loop: asyncio.AbstractEventLoop, read_timeout: float | None, deadline: float | None,
+              min_rate: float | None = None) -> None:
         """End the exchange when no byte came for `read_timeout` s (while the body is not
-        paused for its reader), or at `deadline` (loop time); None: no such bound."""
+        paused for its reader), when fewer than `min_rate` bytes a second came over a window of
+        at least `read_timeout` s, or at `deadline` (loop time); None: no such bound."""
         if read_timeout is None:
             if deadline is not None:
                 self._timer = loop.call_at(deadline, self.expire)
             return
+        self._min_rate = min_rate
         self._timer = loop.call_at(self._next_check(read_timeout, deadline), self._check, loop, read_timeout,
                                    deadline)
 
@@ -124,10 +145,21 @@ class Connection(asyncio.Protocol):
             return
         if self.is_paused:
             self.last_read = now         # waiting for our reader is not the server's silence
+            self._window_start, self._window_received = now, self.received
         if now - self.last_read >= read_timeout:
             self.read_timed_out = True
             self.expire()
             return
+        if self._min_rate is not None and now - self._window_start >= read_timeout:
+            # A read in time is not enough: one byte every read_timeout - 1 s would hold the
+            # GET (and its worker) forever. Like curl's --speed-limit/--speed-time, each window
+            # of at least read_timeout s must bring min_rate bytes a second, head and framing
+            # included; so an answer lasts at most about its size / min_rate.
+            if self.received - self._window_received < self._min_rate * (now - self._window_start):
+                self.too_slow = True
+                self.expire()
+                return
+            self._window_start, self._window_received = now, self.received
         self._timer = loop.call_at(self._next_check(read_timeout, deadline), self._check, loop, read_timeout,
                                    deadline)
 
@@ -183,6 +215,7 @@ class Connection(asyncio.Protocol):
         self.received += len(data)
         if self.clock is not None:
             self.last_read = self.clock()
+        after_head, room = self.status is not None, self._room
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -190,11 +223,19 @@ class Connection(asyncio.Protocol):
         except httptools.HttpParserError as exc:
             self.close()
             if not self.is_complete:
-                self._fail(f"invalid HTTP answer: {exc}" if self.status is None else "")
+                # a bad chunk size or trailer after the head: still a clear reason, never "closed"
+                self._fail(f"invalid HTTP answer{'' if self.status is None else ' body'}: {exc}")
             # after a complete answer: bytes beyond it; the answer stands, the connection goes
         if self.status is None and self.received > MAX_HEAD_BYTES and not waiter.done():
             self.close()
             self._fail(f"answer's head is over {MAX_HEAD_BYTES // 1024} KiB")
+        elif after_head and not waiter.done():
+            # a read wholly after the head that moved no body byte is framing (or trailers)
+            self._framing = 0 if self._room != room else self._framing + len(data)
+            if self._framing > MAX_FRAMING_BYTES:
+                self.close()
+                self._fail(f"answer sent over {MAX_FRAMING_BYTES // 1024} KiB of chunk framing or trailers "
+                           "without a byte of its body")
         elif self._room < 0 or self._is_past_end:
             self.close()                    # past the body limit (the rest is never read) or past the answer
             self._end()
@@ -291,11 +332,12 @@ class HeadedConnection(Connection):
         super().__init__()
         self.headers: dict[str, str] = {}
         self._field_bytes = 0
+        self._fields = 0                # fields seen, a repeated one counted each time
 
     def begin(self, waiter: asyncio.Future[None], max_body: int) -> None:
         super().begin(waiter, max_body)
         self.headers = {}
-        self._field_bytes = 0
+        self._field_bytes = self._fields = 0
 
     def on_header(self, name: bytes, value: bytes) -> None:
         if self._is_past_end or self.status is not None:
@@ -303,10 +345,13 @@ class HeadedConnection(Connection):
         headers = self.headers
         # what is kept is bounded whatever the reads: a head that came in one read of 256 KiB
         # passes data_received's check, which looks only between reads
-        self._field_bytes += len(name) + len(value)
-        if len(headers) >= MAX_HEADERS or self._field_bytes > MAX_HEAD_BYTES:
+        # a repeated field counts each time, with its ", ": joining 10,000 copies of one name is
+        # no cheaper to keep (or to build, a join per copy) than 10,000 names
+        self._field_bytes += len(name) + len(value) + 2
+        self._fields += 1
+        if self._fields > MAX_HEADERS or self._field_bytes > MAX_HEAD_BYTES:
             self.close()
-            self._fail(f"answer has more than {MAX_HEADERS} header fields" if len(headers) >= MAX_HEADERS
+            self._fail(f"answer has more than {MAX_HEADERS} header fields" if self._fields > MAX_HEADERS
                        else f"answer's head is over {MAX_HEAD_BYTES // 1024} KiB")
             self._is_past_end = True        # the rest of this answer changes nothing
             return
@@ -318,4 +363,4 @@ class HeadedConnection(Connection):
         super().on_headers_complete()
         if self._interim:
             self.headers = {}               # a 1xx's fields are not the final answer's
-            self._field_bytes = 0
+            self._field_bytes = self._fields = 0

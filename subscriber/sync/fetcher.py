@@ -60,6 +60,12 @@ MAX_REDIRECTS = 5
 MAX_RETRY_WAIT = 300.0  # s: the longest wait between two tries of one resource (also for Retry-After)
 _REDIRECTS = (301, 302, 303, 307, 308)
 DEFAULT_MAX_BYTES = 1024**3      # --max-resource-size
+# bytes/s a resource's answer must average over each window of --timeout seconds. aiohttp's
+# sock_read bounded only the gap between two reads, so one byte every timeout - 1 s held a GET
+# (and its slot) forever; this floor makes any answer end within about its size / MIN_RATE
+# (1 GiB: 12 days at worst, a typical 100 KB resource: timeout + 100 s), while a slow but real link
+# (a dial-up modem does 5 KiB/s) is never cut.
+MIN_RATE = 1024.0
 # What each resource GET sends besides the client's own User-Agent and Accept: the codings
 # aiohttp asked for before (the body is decoded, so hashes and lengths are the resource's).
 _GET_HEADERS: dict[str, str] = {"Accept-Encoding": "gzip, deflate"}
@@ -100,7 +106,9 @@ async def get_in_origin(session: aiohttp.ClientSession, url: str) -> aiohttp.Cli
         if response.status not in _REDIRECTS or not location:
             return response
         response.release()
-        target = urljoin(url, location)
+        target = _redirect_target(url, location)
+        if target is None:
+            raise RedirectRefusedError(f"{url} redirected to {location[:200]!r}, not a URL; refused")
         if not _same_origin(target, url):
             raise RedirectRefusedError(f"{url} redirected to {target}, another scheme, host or port; refused")
         url = target
@@ -115,7 +123,7 @@ class Fetcher:
                  concurrency: int = 16,
                  timeout: float = 30.0, tries: int = 5, retry_base: float = 1.0,
                  max_bytes: int = DEFAULT_MAX_BYTES, announced_by: str = "the Source announced",
-                 middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()) -> None:
+                 middlewares: Sequence[aiohttp.ClientMiddlewareType] = (), min_rate: float = MIN_RATE) -> None:
         self.sink = sink
         self.writer = BatchWriter(sink)   # small files for a slow disk, many per thread hand-off
         self.announced_by = announced_by
@@ -137,7 +145,8 @@ class Fetcher:
         # The body's bytes as sent: a coded body may be a little longer than the resource (gzip
         # of incompressible data), never much; past this it is cut as a decoded one is past its
         # cap (`_receive` gives the decoded cap, the announced length or max_bytes, per resource).
-        self.limits = Limits(timeout, None, max_bytes + max_bytes // 8 + 65536, read_timeout=timeout)
+        self.limits = Limits(timeout, None, max_bytes + max_bytes // 8 + 65536, read_timeout=timeout,
+                             min_rate=min_rate)
         self.rules = _request_rules(middlewares)
         self._active = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
@@ -284,7 +293,10 @@ class Fetcher:
                 status = response.status
                 location = response.headers.get("location")
                 if status in _REDIRECTS and location:
-                    target = urljoin(url, location)
+                    target = _redirect_target(url, location)
+                    if target is None:
+                        raise FetchError(f"GET {url} redirected to {location[:200]!r}, not a URL; refused",
+                                         retry=False, rule=Refusal.REDIRECT)
                     if not _same_origin(target, url):
                         raise FetchError(f"GET {url} redirected to another host ({target}); refused",
                                          retry=False, rule=Refusal.REDIRECT)
@@ -474,6 +486,15 @@ def _content_length(value: str | None) -> int | None:
         return None
 
 
+def _redirect_target(url: str, location: str) -> str | None:
+    """`location` resolved against `url`, or None when it is no URL: urljoin raises ValueError
+    for a Source's "http://[::1/x" (an unclosed IPv6 bracket), which must be a refusal, not a traceback."""
+    try:
+        return urljoin(url, location)
+    except ValueError:
+        return None
+
+
 def _same_origin(a: str, b: str) -> bool:
     try:
         return origin(a) == origin(b)
@@ -485,7 +506,8 @@ def _retry_after(value: str | None) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():
+        # isascii first: "\xb2" (a latin-1 "²") is a digit to str.isdigit, and float() raised on it
         return float(value)
     try:
         when = parsedate_to_datetime(value)

@@ -137,7 +137,8 @@ async def test_a_slow_drip_is_stored_and_a_silent_body_fails_at_the_read_timeout
 
     source.routes["/drip"] = dripping(stall=False)
     source.routes["/stall"] = dripping(stall=True)
-    async with Fetcher(FolderSink(tmp_path), allowed_networks=LOOPBACK, timeout=0.6, tries=1) as fetcher:
+    # ~80 bytes/s: below the default floor (MIN_RATE, tested in test_sync_hostile_answers.py), so a lower one here
+    async with Fetcher(FolderSink(tmp_path), allowed_networks=LOOPBACK, timeout=0.6, tries=1, min_rate=10) as fetcher:
         started = time.monotonic()
         assert (await fetch(fetcher, source.url("/drip"), length=len(body))).outcome == "stored"
         assert time.monotonic() - started > 1.0                     # longer than the timeout, all of it
