@@ -215,8 +215,9 @@ class OutboundClient:
         # a CR or LF inside a name or value would let it write headers (or a request) of its own
         if lines.count("\n") != len(headers) or lines.count("\r") != len(headers):
             raise RequestFailedError("cannot send: a header name or value holds a line break")
-        if url.raw_user is not None and "Authorization" not in headers:
-            # a callback's user:password@ becomes Basic credentials, as aiohttp made them before
+        if url.raw_user is not None and not any(name.lower() == "authorization" for name in headers):
+            # a callback's user:password@ becomes Basic credentials, as aiohttp made them before;
+            # an Authorization given (in any case: `sync --header`) wins, never two of them
             lines += f"Authorization: {_basic_credentials(url)}\r\n"
         target = url.raw_path_qs or "/"
         framing = "" if length == 0 and method == "GET" else f"Content-Length: {length}\r\n"

@@ -103,6 +103,15 @@ async def test_credentials_in_the_callback_url_are_sent_as_basic_auth(serve, cli
     assert "Authorization: Basic " + base64.b64encode("sub@x:päss".encode("latin-1")).decode() in lines
 
 
+async def test_an_authorization_given_in_any_case_is_the_only_one_sent(serve, client) -> None:
+    server = await serve(answering(OK))
+    url = URL(f"http://sub:pw@127.0.0.1:{server.port}/cb", encoded=True)
+    assert (await post(client(), url, headers={**HEADERS, "authorization": "Bearer given"})).status == 200
+    [(head, _)] = server.requests
+    fields = [line for line in head.decode().split("\r\n") if line.lower().startswith("authorization:")]
+    assert fields == ["authorization: Bearer given"]
+
+
 async def test_a_header_with_a_line_break_is_not_sent(serve, client) -> None:
     server = await serve(answering(OK))
     answer = await post(client(), server.url(), headers={"Link": "<x>\r\nX-Injected: 1"})
