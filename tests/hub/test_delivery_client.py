@@ -20,11 +20,13 @@ from rsnotify.netguard import parse_networks, refusal_message
 from rsnotify.outbound import Answer, Limits, OutboundClient
 from tests.support.ports import free_port
 from tests.support.rawhttp import (
+    LOOPS,
     Certificates,
-    Handler,
     RawServer,
     answering,
+    loop_policy,
     make_certificates,
+    raw_servers,
 )
 
 LOOPBACK = parse_networks(["127.0.0.0/8"])
@@ -33,28 +35,15 @@ HEADERS = {"Content-Type": "application/xml", "Link": '<http://example.org/t>; r
 BODY = b"<urlset>\xc3\xa9 exact bytes\r\n</urlset>"
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
-@pytest.fixture(params=["asyncio", "uvloop"])
+@pytest.fixture(params=LOOPS)
 def event_loop_policy(request) -> asyncio.AbstractEventLoopPolicy:
-    """Every test on asyncio's loop and on uvloop's, which the worker runs (rsnotify.eventloop):
-    their transports differ in how they report a peer's close and a write after it."""
-    if request.param == "uvloop":
-        import uvloop
-        return uvloop.EventLoopPolicy()
-    return asyncio.DefaultEventLoopPolicy()
+    return loop_policy(request.param)
 
 
 @pytest.fixture
 async def serve():
-    servers: list[RawServer] = []
-
-    async def start(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> RawServer:
-        server = await RawServer(handler).start(ssl_context)
-        servers.append(server)
-        return server
-
-    yield start
-    for server in servers:
-        await server.stop()
+    async with raw_servers() as start:
+        yield start
 
 
 @pytest.fixture

@@ -19,11 +19,14 @@ from rsnotify.netguard import parse_networks
 from rsnotify.outbound import Limits, OutboundClient, RequestFailedError
 from rsnotify.outbound_answer import BodyTooLongError, ContentEncodingError
 from tests.support.rawhttp import (
+    LOOPS,
     Certificates,
     Handler,
     RawServer,
     answering,
+    loop_policy,
     make_certificates,
+    raw_servers,
 )
 
 LOOPBACK = parse_networks(["127.0.0.0/8"])
@@ -31,25 +34,15 @@ HINT = "allow it with --allow-network CIDR"
 LIMITS = Limits(connect_timeout=1.0, total_timeout=None, max_body=64 * 1024 * 1024, read_timeout=1.0)
 
 
-@pytest.fixture(params=["asyncio", "uvloop"])
+@pytest.fixture(params=LOOPS)
 def event_loop_policy(request) -> asyncio.AbstractEventLoopPolicy:
-    if request.param == "uvloop":
-        import uvloop
-        return uvloop.EventLoopPolicy()
-    return asyncio.DefaultEventLoopPolicy()
+    return loop_policy(request.param)
 
 
 @pytest.fixture
 async def serve():
-    servers: list[RawServer] = []
-
-    async def start(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> RawServer:
-        servers.append(await RawServer(handler).start(ssl_context))
-        return servers[-1]
-
-    yield start
-    for server in servers:
-        await server.stop()
+    async with raw_servers() as start:
+        yield start
 
 
 @pytest.fixture

@@ -5,10 +5,11 @@ tests' own."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
 import ipaddress
 import ssl
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -133,3 +134,35 @@ def make_certificates(folder: Path) -> Certificates:
     seen: list[str | None] = []
     server.sni_callback = lambda sock, name, context: seen.append(name)   # type: ignore[assignment, misc]
     return Certificates(folder / "ca.pem", server, seen)
+
+
+# -- what the client tests' fixtures are made of
+
+
+LOOPS = ("asyncio", "uvloop")   # the outbound client runs on both: the hub's worker on uvloop
+
+
+def loop_policy(name: str) -> asyncio.AbstractEventLoopPolicy:
+    """The policy of one of LOOPS: their transports differ in how they report a peer's close and
+    a write after it."""
+    if name == "uvloop":
+        import uvloop
+        return uvloop.EventLoopPolicy()
+    return asyncio.DefaultEventLoopPolicy()
+
+
+@contextlib.asynccontextmanager
+async def raw_servers() -> AsyncIterator[Callable[..., Awaitable[RawServer]]]:
+    """start(handler, ssl_context=None) -> a running RawServer; all of them stopped at the end."""
+    servers: list[RawServer] = []
+
+    async def start(handler: Handler, ssl_context: ssl.SSLContext | None = None) -> RawServer:
+        server = await RawServer(handler).start(ssl_context)
+        servers.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            await server.stop()
