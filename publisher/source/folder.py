@@ -162,6 +162,17 @@ class Folder:
             for known in before:
                 if known not in found:
                     gone.add(self._known.pop(known).loc)
+        # A file looked at twice in one batch (its folder walked, and its own event) may have
+        # been deleted or made between the two looks: both answers at once would publish it as
+        # present while forgetting it, and its deletion would then never go out (nothing known
+        # is left to be gone). It is looked at once more: what is there now counts.
+        for loc in gone & present.keys():
+            state = present[loc]
+            if state.path.is_file():
+                gone.discard(loc)
+                self._known[state.path] = state
+            else:
+                del present[loc]
         return present, gone
 
     def _under(self, folder: Path) -> list[Path]:

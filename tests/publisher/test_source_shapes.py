@@ -81,3 +81,30 @@ def test_a_file_still_being_written_is_never_listed_with_a_length_its_hash_does_
             assert state.hash == f"md5:{hashlib.md5(prefix).hexdigest()} sha-256:{hashlib.sha256(prefix).hexdigest()}", \
                 f"listed length {state.length} with the hashes of other bytes"
         assert seen[-1].length == len(final)     # once settled, the whole file is listed
+
+
+class _DeletedWhileWalked(Folder):
+    """A Folder whose folder walk deletes `victim` right after listing it, as a test's quick
+    create-then-delete can do between the watcher's two looks at one batch."""
+
+    victim: Path
+
+    def _walk(self, top):
+        for path in super()._walk(top):
+            yield path
+            if path == self.victim:
+                path.unlink()
+
+
+def test_a_file_deleted_between_two_looks_in_one_batch_is_published_as_gone(tmp_path):
+    folder = _DeletedWhileWalked(tmp_path, BASE)
+    recorded = {loc: state.hash for loc, state in folder.scan().items()}
+    (tmp_path / "new").mkdir()
+    for name in ("keep.txt", "brief.txt"):
+        (tmp_path / "new" / name).write_text(name)
+    folder.victim = tmp_path / "new" / "brief.txt"
+    # the batch names the new folder and the file: the walk saw it, its own look did not
+    present, gone = folder.states([tmp_path / "new", tmp_path / "new" / "brief.txt"])
+    assert sorted(loc.removeprefix(BASE) for loc in present) == ["new/keep.txt"] and gone == {BASE + "new/brief.txt"}
+    assert [(c.loc.removeprefix(BASE), c.change.value)
+            for c in changes_against(present, recorded, complete=False, gone=gone)] == [("new/keep.txt", "created")]
