@@ -25,7 +25,7 @@ import click
 from rsnotify import eventloop
 from rsnotify.clitypes import FiniteFloatRange
 from rsnotify.errors import WireError
-from rsnotify.websub import check_url
+from rsnotify.websub import check_url, idna_host
 
 from .errors import SubscriberError
 from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
@@ -424,7 +424,7 @@ def _source_options(command: Callable[..., Any]) -> Callable[..., Any]:
     command = click.option("--allow-host", "allow_host", metavar="HOST", multiple=True,
                            envvar="RSNOTIFY_SYNC_ALLOW_HOST", show_envvar=True,
                            help="Also fetch (and delete) resources whose locs are on HOST (any port) or HOST:PORT "
-                                "('*': any host). Repeatable.")(command)
+                                "('*': any host; a non-ASCII HOST matches its IDNA form too). Repeatable.")(command)
     command = click.option("--concurrency", type=click.IntRange(1, 256), default=16, show_default=True,
                            envvar="RSNOTIFY_SYNC_CONCURRENCY", show_envvar=True,
                            help="Resource GETs in flight at most.")(command)
@@ -521,8 +521,23 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
     options = SyncOptions(concurrency=concurrency, keep_deleted=extra.get("keep_deleted", False),
                           dry_run=extra.get("dry_run", False), max_resource_size=_parse_size(max_resource_size),
                           exclude=tuple(exclude))
-    return _SyncCommand(directory, source, capability_list, options, networks, tuple(allow_host),
+    return _SyncCommand(directory, source, capability_list, options, networks, _allowed_hosts(allow_host),
                         json_events=json_events, headers=tuple(headers), timeout=timeout, tries=tries, rate=rate)
+
+
+def _allowed_hosts(values: tuple[str, ...]) -> tuple[str, ...]:
+    """--allow-host values, a non-ASCII host also in its IDNA form: a Source's locs name such a
+    host as DNS does (xn--...), a person as they read it; either matches."""
+    hosts: list[str] = []
+    for value in values:
+        hosts.append(value)
+        host, colon, port = value.partition(":")
+        if not host.isascii() and not value.startswith("["):
+            try:
+                hosts.append(idna_host("--allow-host", host, value) + colon + port)
+            except WireError as exc:
+                raise click.BadParameter(str(exc), param_hint="--allow-host") from None
+    return tuple(hosts)
 
 
 @click.group(invoke_without_command=True)

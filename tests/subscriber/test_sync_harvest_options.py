@@ -16,6 +16,9 @@ from aiohttp import web
 
 from rsnotify.lists import ListInfo, Resource
 from rsnotify.notification import CapabilityEntry, CapabilityList, SourceDescription
+from rsnotify.subscriber.cli import _allowed_hosts
+from rsnotify.subscriber.sync.fetcher import Fetcher
+from rsnotify.subscriber.sync.sink import FolderSink
 from rsnotify.xml import capability_list_to_xml, source_description_to_xml
 from tests.support import cli
 from tests.support.ports import free_port
@@ -226,3 +229,21 @@ def test_rate_spaces_the_requests_to_one_host(tmp_path):
         assert bad.returncode == 2 and "--rate" in bad.stderr
     finally:
         server.stop()
+
+
+def test_an_allowed_host_written_as_people_read_it_admits_its_dns_spelling(tmp_path):
+    loc = "http://xn--bcher-kva.example/books/1.txt"      # how a Source's list spells bücher.example
+    bad = cli.run("sync", "--dir", str(tmp_path / "d"), "--source", f"http://127.0.0.1:{free_port()}/",
+                  "--once", "--allow-host", "bad..hosté")
+    assert bad.returncode == 2 and "--allow-host has an invalid internationalized host name" in bad.stderr, bad.stderr
+    assert "Traceback" not in bad.stderr and not (tmp_path / "d").exists()
+
+    async def verdicts() -> list[object]:
+        found = []
+        for given in ((), ("Bücher.example",), ("bücher.example:80",), ("bücher.example:8080",)):
+            async with Fetcher(FolderSink(tmp_path / "copy"), allowed_hosts=_allowed_hosts(given)) as fetcher:
+                refusal = fetcher.refusal(loc)
+                found.append(None if refusal is None else refusal[0].value)
+        return found
+
+    assert asyncio.run(verdicts()) == ["host", None, None, "host"]
