@@ -15,9 +15,9 @@ import asyncio
 import base64
 import socket
 import ssl
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from yarl import URL
 
@@ -35,6 +35,7 @@ MAX_ORIGINS = 10_000    # origins remembered; past it, those without idle connec
 
 AddrInfo = tuple[Any, ...]
 OriginKey = tuple[str, str, "int | None"]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,22 +135,13 @@ class OutboundClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + limits.total_timeout
         try:
-            origin = self._origins.get((url.scheme, url.raw_host or "", url.port)) or self._origin(url)
+            origin = self._origin_of(url)
             head = self._head(method, url, origin, headers, len(body))
-            fresh = False
-            for _ in range(2):
-                conn = None if fresh else self._take_idle(origin, loop.time())
-                if conn is None:
-                    conn = await self._connection(loop, origin, limits, deadline, fresh=fresh)
-                answered = await self._exchange(loop, conn, head, body, limits, deadline)
-                if answered is not None:
-                    return answered
-                # a reused connection was closed by the server before any byte of an answer (its
-                # keep-alive timeout raced our request): send once more on a fresh connection. The
-                # subscriber may have got the request; deliveries are at least once, and the
-                # notification id in the headers lets a subscriber drop a repeat.
-                fresh = True
-            return Answer(None, b"", "connection closed before an answer")
+            # The subscriber may get a request sent once more (see _on_a_connection); deliveries
+            # are at least once, and the notification id in the headers lets it drop a repeat.
+            return await self._on_a_connection(
+                loop, origin, limits, deadline,
+                lambda conn: self._exchange(loop, conn, head, body, limits, deadline))
         except RequestFailedError as exc:
             return Answer(None, b"", str(exc), exc.is_refused)
 
@@ -164,18 +156,10 @@ class OutboundClient:
             raise ValueError("OutboundClient.open does not do HEAD")
         loop = asyncio.get_running_loop()
         deadline = None if limits.total_timeout is None else loop.time() + limits.total_timeout
-        origin = self._origins.get((url.scheme, url.raw_host or "", url.port)) or self._origin(url)
+        origin = self._origin_of(url)
         head = self._head(method, url, origin, headers, 0)
-        fresh = False
-        for _ in range(2):
-            conn = None if fresh else self._take_idle(origin, loop.time())
-            if conn is None:
-                conn = await self._connection(loop, origin, limits, deadline, fresh=fresh)
-            response = await self._exchange_head(loop, conn, head, limits, deadline)
-            if response is not None:
-                return response
-            fresh = True     # a reused connection closed before an answer: once more on a new one (GET)
-        raise RequestFailedError("connection closed before an answer")
+        return await self._on_a_connection(loop, origin, limits, deadline,
+                                           lambda conn: self._exchange_head(loop, conn, head, limits, deadline))
 
     async def close(self) -> None:
         """Close every connection, idle and busy; requests after this fail."""
@@ -193,7 +177,27 @@ class OutboundClient:
             if not waiter.done():
                 waiter.set_result(None)
 
+    async def _on_a_connection(self, loop: asyncio.AbstractEventLoop, origin: _Origin, limits: Limits,
+                               deadline: float | None,
+                               exchange: Callable[[Connection], Awaitable[_T | None]]) -> _T:
+        """`exchange` on an idle connection to `origin`, else a new one. An exchange answers None
+        when a reused connection was closed by the server before any byte of an answer (its
+        keep-alive timeout raced our request): it runs once more on a fresh connection."""
+        fresh = False
+        for _ in range(2):
+            conn = None if fresh else self._take_idle(origin, loop.time())
+            if conn is None:
+                conn = await self._connection(loop, origin, limits, deadline, fresh=fresh)
+            result = await exchange(conn)
+            if result is not None:
+                return result
+            fresh = True
+        raise RequestFailedError("connection closed before an answer")
+
     # -- building the request
+
+    def _origin_of(self, url: URL) -> _Origin:
+        return self._origins.get((url.scheme, url.raw_host or "", url.port)) or self._origin(url)
 
     def _origin(self, url: URL) -> _Origin:
         scheme, host = url.scheme, url.raw_host or ""
