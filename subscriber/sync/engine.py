@@ -41,6 +41,7 @@ from .context import SyncContext, SyncOptions
 from .events import Events
 from .exclude import Exclusions
 from .fetcher import USER_AGENT, Fetcher
+from .headers import RequestRule
 from .live import GAP, WAIT, drain
 from .remote import SourceDocumentError, SourceUnreachableError
 from .session import make_session, source_networks
@@ -80,7 +81,7 @@ class SyncEngine:
                  allow_hosts: Iterable[str] = (), push_settings: SubscriberSettings | None = None,
                  status: Callable[[str], None] = lambda message: None, request_timeout: float = 30.0,
                  poll_interval: float = 60.0, retry_base: float = 1.0, audit_every: float | None = None,
-                 tries: int = 5, middlewares: Sequence[aiohttp.ClientMiddlewareType] = ()) -> None:
+                 tries: int = 5, rules: Sequence[RequestRule] = ()) -> None:
         self.root = Path(root)
         self.source = source
         self.capability_list = capability_list
@@ -94,7 +95,7 @@ class SyncEngine:
         self.retry_base = retry_base
         self.audit_every = audit_every       # seconds between audits run by the live process
         self.tries = tries                      # attempts per resource GET
-        self.middlewares = tuple(middlewares)   # e.g. the Source's own headers (sync/headers.py)
+        self.rules = tuple(rules)   # --rate, --header (sync/headers.py): lists and resources alike
         self.events = Events()
         # A dry run works on a private copy of the state, so it runs exactly like a real one
         # while DIR (files, state, lock) is never written.
@@ -130,7 +131,7 @@ class SyncEngine:
             raise SourceDocumentError("no Source: give --source or --capability-list")
         networks = self.allow_networks + await source_networks(start)
         session = make_session(networks, limit=8, limit_per_host=8, timeout=self.request_timeout,
-                               user_agent=USER_AGENT, middlewares=self.middlewares)
+                               user_agent=USER_AGENT, middlewares=self.rules)
         try:
             await self._discover(session)
         except BaseException:
@@ -147,7 +148,7 @@ class SyncEngine:
         fetcher = Fetcher(sink, allowed_networks=networks, allowed_hosts=None if "*" in hosts else hosts,
                           allowed_origins=origins, concurrency=self.options.concurrency,
                           timeout=self.request_timeout, retry_base=self.retry_base, tries=self.tries,
-                          middlewares=self.middlewares, max_bytes=self.options.max_resource_size)
+                          rules=self.rules, max_bytes=self.options.max_resource_size)
         self.ctx = SyncContext(self.state, sink, fetcher, Applier(self.state, sink, fetcher,
                                                                    dry_run=self.options.dry_run),
                                session, self.events, options=self.options,

@@ -123,7 +123,7 @@ class Fetcher:
                  concurrency: int = 16,
                  timeout: float = 30.0, tries: int = 5, retry_base: float = 1.0,
                  max_bytes: int = DEFAULT_MAX_BYTES, announced_by: str = "the Source announced",
-                 middlewares: Sequence[aiohttp.ClientMiddlewareType] = (), min_rate: float = MIN_RATE) -> None:
+                 rules: Sequence[RequestRule] = (), min_rate: float = MIN_RATE) -> None:
         self.sink = sink
         self.writer = BatchWriter(sink)   # small files for a slow disk, many per thread hand-off
         self.announced_by = announced_by
@@ -147,7 +147,7 @@ class Fetcher:
         # cap (`_receive` gives the decoded cap, the announced length or max_bytes, per resource).
         self.limits = Limits(timeout, None, max_bytes + max_bytes // 8 + 65536, read_timeout=timeout,
                              min_rate=min_rate)
-        self.rules = _request_rules(middlewares)
+        self.rules = tuple(rules)   # --rate, --header: the list session has them as middlewares
         self._active = 0
         self._waiters: deque[asyncio.Future[None]] = deque()
         self._successes = 0
@@ -465,15 +465,6 @@ def _fixity_problem(size: int, computed: dict[str, str], length: int | None,
         if actual is not None and actual != expected.lower():
             return f"{algorithm} is {actual}; {announced_by} {expected}", f"{algorithm}:{expected}"
     return None
-
-
-def _request_rules(middlewares: Sequence[aiohttp.ClientMiddlewareType]) -> tuple[RequestRule, ...]:
-    """The sync's rules (--header, --rate) for the resource GETs: the very objects the list
-    session has as middlewares. Any other middleware could not be applied here: a bug."""
-    rules = tuple(m for m in middlewares if isinstance(m, RequestRule))
-    if len(rules) != len(middlewares):
-        raise TypeError("the fetcher applies only RequestRule middlewares (sync/headers.py)")
-    return rules
 
 
 def _content_length(value: str | None) -> int | None:

@@ -16,7 +16,6 @@ from urllib.parse import urlsplit
 
 from aiohttp import (
     ClientHandlerType,
-    ClientMiddlewareType,
     ClientRequest,
     ClientResponse,
 )
@@ -85,10 +84,4 @@ class SourceHeaders(RequestRule):
                 headers[name] = value
 
 
-def source_header_middleware(source_url: str, headers: Sequence[Header]) -> ClientMiddlewareType:
-    """A client middleware (and RequestRule) adding `headers` to requests to `source_url`'s
-    origin, and to no other."""
-    return SourceHeaders(source_url, headers)
-
-
-__all__ = ["Header", "Origin", "RequestRule", "SourceHeaders", "origin", "parse_header", "source_header_middleware"]
+__all__ = ["Header", "Origin", "RequestRule", "SourceHeaders", "origin", "parse_header"]

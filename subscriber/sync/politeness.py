@@ -9,8 +9,6 @@ import asyncio
 import time
 from collections.abc import Callable, MutableMapping
 
-from aiohttp import ClientMiddlewareType
-
 from .headers import Origin, RequestRule, origin
 
 
@@ -32,10 +30,4 @@ class RateLimit(RequestRule):
             await asyncio.sleep(start - now)
 
 
-def rate_limit_middleware(rate: float, clock: Callable[[], float] = time.monotonic) -> ClientMiddlewareType:
-    """A client middleware (and RequestRule): requests to one origin start at least 1/`rate`
-    seconds apart."""
-    return RateLimit(rate, clock)
-
-
-__all__ = ["RateLimit", "rate_limit_middleware"]
+__all__ = ["RateLimit"]

@@ -18,8 +18,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
-from aiohttp import ClientMiddlewareType
-
 from rsnotify.datetimes import format_datetime
 from rsnotify.netguard import Network
 
@@ -38,8 +36,8 @@ from .events import AUDIT_DONE as AUDIT_DONE_EVENT
 from .events import DEGRADED as DEGRADED_EVENT
 from .events import PLAN as PLAN_EVENT
 from .events import SyncEvent
-from .headers import Header, source_header_middleware
-from .politeness import rate_limit_middleware
+from .headers import Header, RequestRule, SourceHeaders
+from .politeness import RateLimit
 from .remote import SourceDocumentError, SourceUnreachableError
 from .state import STATE_DIR, STATE_FILE, SyncState
 
@@ -67,14 +65,14 @@ class SyncCommand:
         """A SyncEngine on DIR and the Source with this command's trust and request options
         (timeout, tries, the Source's headers, the rate); `mode`: what sync or audit adds."""
         source = self.source or self.capability_list
-        middlewares: list[ClientMiddlewareType] = []
+        rules: list[RequestRule] = []
         if self.rate is not None:   # first: a throttled request waits before anything is added to it
-            middlewares.append(rate_limit_middleware(self.rate))
+            rules.append(RateLimit(self.rate))
         if self.headers and source:
-            middlewares.append(source_header_middleware(source, self.headers))
+            rules.append(SourceHeaders(source, self.headers))
         return SyncEngine(self.root, source=self.source, capability_list=self.capability_list, options=self.options,
                           allow_networks=self.allow_networks, allow_hosts=self.allow_hosts,
-                          request_timeout=self.timeout, tries=self.tries, middlewares=tuple(middlewares), **mode)
+                          request_timeout=self.timeout, tries=self.tries, rules=tuple(rules), **mode)
 
 
 class Reporter:

@@ -18,8 +18,8 @@ from aiohttp.test_utils import TestServer
 
 from rsnotify.netguard import parse_networks
 from rsnotify.subscriber.sync.fetcher import Fetcher
-from rsnotify.subscriber.sync.headers import source_header_middleware
-from rsnotify.subscriber.sync.politeness import rate_limit_middleware
+from rsnotify.subscriber.sync.headers import SourceHeaders
+from rsnotify.subscriber.sync.politeness import RateLimit
 from rsnotify.subscriber.sync.sink import FolderSink
 from tests.support.ports import free_port
 
@@ -152,8 +152,8 @@ async def test_header_reaches_the_source_and_its_redirects_but_never_another_ori
     source.routes["/moved"] = lambda _: web.HTTPFound("/here")
     source.routes["/here"] = lambda _: web.Response(body=b"here")
     elsewhere.routes["/there"] = lambda _: web.Response(body=b"there")
-    rules = [source_header_middleware(source.url("/"), [("Authorization", TOKEN)])]
-    async with Fetcher(FolderSink(tmp_path), allowed_networks=LOOPBACK, middlewares=rules) as fetcher:
+    rules = [SourceHeaders(source.url("/"), [("Authorization", TOKEN)])]
+    async with Fetcher(FolderSink(tmp_path), allowed_networks=LOOPBACK, rules=rules) as fetcher:
         assert (await fetch(fetcher, source.url("/moved"))).outcome == "stored"
         assert (await fetch(fetcher, elsewhere.url("/there"))).outcome == "stored"
     assert [(path, auth) for path, auth, _ in source.seen] == [("/moved", TOKEN), ("/here", TOKEN)]
@@ -162,8 +162,8 @@ async def test_header_reaches_the_source_and_its_redirects_but_never_another_ori
 
 async def test_a_redirect_to_another_origin_is_refused_and_never_followed(source, elsewhere, tmp_path):
     source.routes["/away"] = lambda _: web.HTTPFound(elsewhere.url("/trap"))
-    rules = [source_header_middleware(source.url("/"), [("Authorization", TOKEN)])]
-    async with Fetcher(FolderSink(tmp_path), allowed_networks=LOOPBACK, middlewares=rules) as fetcher:
+    rules = [SourceHeaders(source.url("/"), [("Authorization", TOKEN)])]
+    async with Fetcher(FolderSink(tmp_path), allowed_networks=LOOPBACK, rules=rules) as fetcher:
         result = await fetch(fetcher, source.url("/away"))
     assert result.outcome == "refused" and result.rule == "redirect"
     assert f"redirected to another host ({elsewhere.url('/trap')}); refused" in result.detail
@@ -188,7 +188,7 @@ async def test_rate_spaces_the_resource_gets_to_one_origin(source, tmp_path):
     for n in range(5):
         source.routes[f"/r{n}"] = lambda _: web.Response(body=b"r")
     async with Fetcher(FolderSink(tmp_path), allowed_networks=LOOPBACK, concurrency=8,
-                       middlewares=[rate_limit_middleware(10)]) as fetcher:
+                       rules=[RateLimit(10)]) as fetcher:
         results = await asyncio.gather(*(fetch(fetcher, source.url(f"/r{n}")) for n in range(5)))
     assert all(r.outcome == "stored" for r in results)
     times = sorted(t for _, _, t in source.seen)
