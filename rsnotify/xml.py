@@ -389,24 +389,9 @@ def _read_plain_notification(root: etree._Element) -> ChangeNotification | None:
         from_time, until_time = parse_w3c_datetime(from_text), parse_w3c_datetime(until_text)
     except DatetimeError:
         return None
-    if not _is_in_order(from_time, until_time, changes):
+    if change_order_problems(from_time, until_time, changes):   # no message is built when none
         return None
     return prechecked_notification(from_time, until_time, tuple(changes), up, tuple(links), capability)
-
-
-def _is_in_order(from_time: datetime, until_time: datetime, changes: list[ResourceChange]) -> bool:
-    """True when change_order_problems finds nothing: from <= until, and the datetimes that are
-    set lie in [from, until] in forward order (each at least its predecessor, the first at least from)."""
-    if until_time < from_time:
-        return False
-    previous = from_time
-    for change in changes:
-        when = change.changed_at
-        if when is not None:
-            if when < previous or when > until_time:
-                return False
-            previous = when
-    return True
 
 
 def _read_plain_link(element: etree._Element) -> Link | None:
