@@ -11,10 +11,12 @@ an await, so an inbox insert from the callback handler is never blocked by a bat
 """
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import sqlite3
 import tempfile
+import operator
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -211,18 +213,12 @@ _INSERT_SETTLED = (f"INSERT OR REPLACE INTO resources({_RESOURCE_COLUMNS}) "
 def _record_statements(records: Iterable[ResourceRecord]) -> list[tuple[str, Any]]:
     """The inserts of `records`, in their order (a later record of a loc replaces an earlier
     one): one executemany per run of records of one shape, settled or not."""
-    statements: list[tuple[str, Any]] = []
-    rows: list[tuple[Any, ...]] = []
-    settled = True
-    for record in records:
-        if record.is_settled != settled:
-            if rows:
-                statements.append((_INSERT_SETTLED if settled else _INSERT_RECORD, rows))
-            rows, settled = [], not settled
-        rows.append(record.settled_row() if settled else record.row())
-    if rows:
-        statements.append((_INSERT_SETTLED if settled else _INSERT_RECORD, rows))
-    return statements
+    return [(_INSERT_SETTLED, [record.settled_row() for record in run]) if settled
+            else (_INSERT_RECORD, [record.row() for record in run])
+            for settled, run in itertools.groupby(records, _IS_SETTLED)]
+
+
+_IS_SETTLED = operator.attrgetter("is_settled")
 
 
 class SyncState:
