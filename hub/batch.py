@@ -78,32 +78,36 @@ class RedisBatcher:
         here read raw replies."""
         pool = self.redis.connection_pool
         conn = await pool.get_connection()
-
-        async def round_trip() -> list[Any]:
-            # the replies are awaited under one deadline for the batch (the connection's socket
-            # timeout), not each under a timer of its own (~3 us a reply)
-            try:
-                async with asyncio.timeout(conn.socket_timeout):
-                    await conn.send_packed_command(conn.pack_commands(commands))
-                    replies: list[Any] = []
-                    for _ in commands:
-                        try:
-                            replies.append(await conn.read_response(timeout=math.inf))
-                        except ResponseError as exc:        # an error reply: the connection reads on
-                            replies.append(exc)
-                    return replies
-            except TimeoutError:
-                raise RedisTimeoutError(f"Redis did not answer {len(commands)} commands within "
-                                        f"{conn.socket_timeout} s") from None
-
         try:
             # the client's retry policy, as its pipeline applied it
-            return await conn.retry.call_with_retry(round_trip, lambda _: conn.disconnect())
+            return await conn.retry.call_with_retry(
+                lambda: exchange(conn, commands, conn.socket_timeout, f"{len(commands)} commands"),
+                lambda _: conn.disconnect())
         except BaseException:
             await conn.disconnect()         # a reply cut short must not reach the next user
             raise
         finally:
             await pool.release(conn)
+
+
+async def exchange(conn: Any, commands: Sequence[tuple[Any, ...]], timeout: float | None, what: str) -> list[Any]:
+    """Send `commands` at once on the pooled connection `conn` and read their replies, as Redis
+    sends them, under one deadline of `timeout` s (each reply under a timer of its own cost ~3 us);
+    an error reply is its exception in the list (the connection reads on). RedisTimeoutError
+    naming `what` past the deadline; the caller disconnects `conn` after any failure (a reply cut
+    short must not reach its next user)."""
+    try:
+        async with asyncio.timeout(timeout):
+            await conn.send_packed_command(conn.pack_commands(commands))
+            replies: list[Any] = []
+            for _ in commands:
+                try:
+                    replies.append(await conn.read_response(timeout=math.inf))
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+    except TimeoutError:
+        raise RedisTimeoutError(f"Redis did not answer {what} within {timeout} s") from None
 
 
 def _fail(future: asyncio.Future[Any], exc: BaseException) -> None:

@@ -4,17 +4,15 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import itertools
-import math
 import os
 import secrets
 import time
 from typing import Any
 
 from redis.asyncio import Redis
-from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import RedisError, ResponseError
 
-from ..batch import RedisBatcher
+from ..batch import RedisBatcher, exchange
 from ..errors import AppendUnknownError, IdempotencyConflictError
 from ..keys import (
     activity_key,
@@ -224,21 +222,16 @@ class LogFollower:
         conn = self._conn
         commands = (("XREAD", "COUNT", count, "BLOCK", block_ms, "STREAMS", self._log_key, after),
                     ("GET", self._changes_key))
-
-        async def exchange() -> tuple[Any, Any]:
-            # one deadline for the exchange, past the block (each reply under a timer of its own
-            # cost ~3 us); a Redis that stopped answering fails it as a command through the client would
-            timeout = None if conn.socket_timeout is None else conn.socket_timeout + block_ms / 1000
-            try:
-                async with asyncio.timeout(timeout):
-                    await conn.send_packed_command(conn.pack_commands(commands))
-                    return await conn.read_response(timeout=math.inf), await conn.read_response(timeout=math.inf)
-            except TimeoutError:
-                raise RedisTimeoutError(f"Redis did not answer a read of the log within {timeout} s") from None
-
+        # one deadline past the block: a Redis that stopped answering fails the read as a command
+        # through the client would
+        timeout = None if conn.socket_timeout is None else conn.socket_timeout + block_ms / 1000
         try:
             # the client's own retry policy, as a command through the client has it
-            answer, changes = await conn.retry.call_with_retry(exchange, lambda _: conn.disconnect())
+            answer, changes = await conn.retry.call_with_retry(
+                lambda: exchange(conn, commands, timeout, "a read of the log"), lambda _: conn.disconnect())
+            for reply in (answer, changes):
+                if isinstance(reply, ResponseError):
+                    raise reply
         except BaseException:
             await conn.disconnect()
             await self.release()
