@@ -22,6 +22,7 @@ from .errors import (
     NotificationParseError,
     ValidationError,
 )
+from .notification_scan import Entry, scan_notification
 from .notification import (
     CAPABILITY_LIST,
     CHANGE_NOTIFICATION,
@@ -97,7 +98,33 @@ def parse_notification(data: bytes | str, *, max_bytes: int | None = None) -> Ch
     `ValidationError` listing every broken rule otherwise. The legacy capability
     `changelist-notification` (Change Notification 1.0) is accepted and kept in `.capability`.
     """
+    if isinstance(data, bytes) and (found := scan_notification(data, max_bytes)) is not None:
+        scanned = _scanned_notification(*found)
+        if scanned is not None:
+            return scanned
     return read_notification(parse_root(data, max_bytes=max_bytes, error=NotificationParseError))
+
+
+def _scanned_notification(md: tuple[str, str, str], link_values: list[tuple[str, str]],
+                          entries: list[Entry]) -> ChangeNotification | None:
+    """The notification that notification_scan found, held to _read_plain_notification's rules
+    (its links, entries and rs:md read as from a tree); None when any is unusual or wrong."""
+    up = None
+    links: list[Link] = []
+    for rel, href in link_values:
+        if (link := _plain_link(rel, href)) is None:
+            return None
+        if link.rel == "up" and up is None:
+            up = link.href
+        else:
+            links.append(link)
+    locs: list[str] = []
+    changes: list[ResourceChange] = []
+    for loc, change, when, hash_value, length_value, media_type in entries:
+        if (read := _plain_change(loc.strip(), change, when, hash_value, length_value, media_type, locs)) is None:
+            return None
+        changes.append(read)
+    return _plain_notification(*md, changes, locs, up, links)
 
 
 def read_notification(root: etree._Element) -> ChangeNotification:
@@ -307,8 +334,15 @@ def _read_plain_change(url: etree._Element, locs: list[str] | None = None) -> Re
         if not attrs.keys() <= _CHANGE_ATTRIBUTES:
             return None
         change, when, hash_value, length_value, media_type = map(attrs.get, _USUAL_MD)
+    return _plain_change((loc_element.text or "").strip(), change, when, hash_value, length_value, media_type,
+                         locs)
+
+
+def _plain_change(loc: str, change: str | None, when: str | None, hash_value: str | None,
+                  length_value: str | None, media_type: str | None, locs: list[str] | None) -> ResourceChange | None:
+    """The change an entry's stripped loc text and rs:md attribute values (None: absent) make, by
+    _read_plain_change's rules; None when anything about them is unusual or wrong."""
     change_type = _CHANGE_TYPES.get(change)     # type: ignore[arg-type]
-    loc = (loc_element.text or "").strip()
     if change_type is None or not loc:
         return None
     if locs is not None:
@@ -380,9 +414,19 @@ def _read_plain_notification(root: etree._Element) -> ChangeNotification | None:
                 up = link.href
             else:
                 links.append(link)
-    if md is None or len(changes) > MAX_ENTRIES or has_loc_problem(locs):
+    if md is None:
         return None
-    capability, from_text, until_text = md.get("capability"), md.get("from"), md.get("until")
+    return _plain_notification(md.get("capability"), md.get("from"), md.get("until"), changes, locs, up, links)
+
+
+def _plain_notification(capability: str | None, from_text: str | None, until_text: str | None,
+                        changes: list[ResourceChange], locs: list[str], up: str | None,
+                        links: list[Link]) -> ChangeNotification | None:
+    """The notification that the <urlset>'s rs:md values (None: absent) and its entries, read by
+    _plain_change with their locs gathered in `locs`, make, by _read_plain_notification's rules;
+    None when anything about them is unusual or wrong."""
+    if len(changes) > MAX_ENTRIES or has_loc_problem(locs):
+        return None
     if capability not in (CHANGE_NOTIFICATION, LEGACY_CHANGE_NOTIFICATION) or from_text is None or until_text is None:
         return None
     try:
@@ -401,11 +445,14 @@ def _read_plain_link(element: etree._Element) -> Link | None:
         return None
     (first, first_value), (second, second_value) = attrs
     if (first, second) == ("rel", "href"):
-        rel, href = first_value.strip(), second_value.strip()
-    elif (first, second) == ("href", "rel"):
-        rel, href = second_value.strip(), first_value.strip()
-    else:
-        return None
+        return _plain_link(first_value, second_value)
+    if (first, second) == ("href", "rel"):
+        return _plain_link(second_value, first_value)
+    return None
+
+
+def _plain_link(rel: str, href: str) -> Link | None:
+    rel, href = rel.strip(), href.strip()
     return Link(rel, href) if rel and href else None
 
 

@@ -178,6 +178,7 @@ def test_a_notification_read_in_one_pass_is_what_the_step_by_step_reading_gives(
     quick = [xml._read_plain_notification(root) for root in roots]
     fast = [parse_outcome(body) for body in bodies]
     monkeypatch.setattr(xml, "_read_plain_notification", lambda root: None)
+    monkeypatch.setattr(xml, "scan_notification", lambda data, max_bytes=None: None)
     slow = [parse_outcome(body) for body in bodies]
     assert fast == slow
     # the one pass read a good share, only where the step-by-step reading found nothing wrong, and
