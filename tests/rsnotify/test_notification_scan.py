@@ -16,7 +16,7 @@ from rsnotify.safexml import RS_NS, SITEMAP_NS
 
 from .test_quick_reading import START, make_document, parse_outcome
 
-FIXTURES = Path(__file__).resolve().parents[3] / "shared" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 
 
 def both_ways(monkeypatch: pytest.MonkeyPatch, bodies: list[bytes]) -> tuple[list[object], list[object]]:
