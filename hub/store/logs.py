@@ -34,11 +34,12 @@ from ..records import (
 )
 
 # KEYS: log, seq, topics, topic, stats, activity, fan-out flag[, publish key] ; ARGV: body, ctype, rs, at_ms,
-# maxlen, tid, url, now_s, flag ttl, flag token[, publish key ttl, body digest]. seq and the stream id are
-# assigned together, so both grow in the same order. With a publish key (an Idempotency-Key) a repeat with
-# the same body digest stores nothing and returns the first id and seq (repeat 1); one with another body
+# maxlen, tid, url, now_s, flag ttl, flag token[, publish key ttl, body digest, look]. seq and the stream id
+# are assigned together, so both grow in the same order. With a publish key (an Idempotency-Key) a repeat
+# with the same body digest stores nothing and returns the first id and seq (repeat 1); one with another body
 # stores nothing either and returns repeat 2, a conflict (a key kept by an older hub, "id seq" without a
-# digest, counts as a repeat). The counters for /metrics and the status page ride in the same call.
+# digest, counts as a repeat). look is "new" for the first attempt of a publish under the hub's own key,
+# which no earlier call can have stored: the key is set without being read first. The counters for /metrics and the status page ride in the same call.
 # With a flag ttl > 0, a stored notification or a repeat also sets the topic's "fan-out queued" flag
 # (hub/store/queued.py) in the same round trip, to the caller's token; flagged is 1 when the caller must
 # queue the fan-out job: it set the flag now, or an earlier attempt of the same publish (same token, its
@@ -55,7 +56,7 @@ local function flag()
   redis.call('SET', KEYS[7], ARGV[10], 'EX', ARGV[9])
   return 1
 end
-if KEYS[8] then
+if KEYS[8] and ARGV[13] ~= 'new' then
   local first = redis.call('GET', KEYS[8])
   if first then
     local space = string.find(first, ' ')
@@ -107,6 +108,7 @@ async def append_notification(
     redis: Redis, topic: str, body: bytes, *, content_type: str, resourcesync: str = "",
     now: float, max_len: int, publish_key: str | None = None, key_ttl: int = 0,
     fan_out_flag_ttl: int = 0, fan_out_token: str = "", batch: RedisBatcher | None = None,
+    own_key: str = "", is_first_attempt: bool = False,
 ) -> AppendedNotification:
     """Append the exact `body` and the headers to relay to the topic's log (one script call; with
     `batch`, in the pipeline of the appends issued meanwhile, on `batch`'s client).
@@ -119,6 +121,10 @@ async def append_notification(
     With `fan_out_flag_ttl` > 0 the same call also sets the topic's "fan-out queued" flag to
     `fan_out_token`, as enqueue.ensure_fan_out would in a round trip of its own; is_fan_out_flagged
     then says the caller must queue the job (enqueue.queue_flagged_fan_out).
+
+    Instead of a `publish_key`, `own_key` is a unique token the hub drew for one publish, so that
+    its own retries store it once: kept as it is (no digest of a key nobody else chose) with
+    none of the body (each attempt sends the same), and not looked up on the first attempt.
     """
     tid = topic_id(topic)
     keys = [topic_log_key(tid), topic_seq_key(tid), topics_key(), topic_key(tid), stats_key(),
@@ -128,7 +134,10 @@ async def append_notification(
                        max(0, fan_out_flag_ttl), fan_out_token or "-"]
     if publish_key is not None:
         keys.append(topic_publish_key(tid, hashlib.sha256(publish_key.encode()).hexdigest()[:32]))
-        args += [max(1, key_ttl), hashlib.sha256(body).hexdigest()]
+        args += [max(1, key_ttl), hashlib.sha256(body).hexdigest(), "look"]
+    elif own_key:
+        keys.append(topic_publish_key(tid, f"hub.{own_key}"))
+        args += [max(1, key_ttl), "-", "new" if is_first_attempt else "look"]
     entry_id, seq, repeat, flagged = await (batch.script(_APPEND, keys, args) if batch is not None
                                             else _APPEND(redis, keys, args))
     if int(repeat) == 2:
@@ -140,11 +149,12 @@ async def append_notification(
 
 async def append_notification_once(
     redis: Redis, topic: str, body: bytes, *, content_type: str, resourcesync: str = "",
-    now: float, max_len: int, publish_key: str, key_ttl: int, fan_out_flag_ttl: int = 0,
+    now: float, max_len: int, publish_key: str | None, key_ttl: int, fan_out_flag_ttl: int = 0,
     retry_for: float = APPEND_RETRY_FOR, batch: RedisBatcher | None = None,
 ) -> AppendedNotification:
     """append_notification for a publish, tried again (with the same key, so at most once) while
-    Redis fails, for up to `retry_for` seconds.
+    Redis fails, for up to `retry_for` seconds. Without a `publish_key` (the publisher gave no
+    Idempotency-Key) the key is the hub's own for this publish, kept `key_ttl` seconds.
 
     With `fan_out_flag_ttl` > 0 every attempt flags the topic's fan-out with one token of this
     publish, so an attempt whose answer was lost still leaves is_fan_out_flagged right on the next.
@@ -156,13 +166,17 @@ async def append_notification_once(
     deadline = time.monotonic() + retry_for
     delay, reached = 0.1, False
     token = unique_token()
+    is_first_attempt = True
     while True:
         try:
             return await append_notification(redis, topic, body, content_type=content_type,
                                              resourcesync=resourcesync, now=now, max_len=max_len,
                                              publish_key=publish_key, key_ttl=key_ttl,
-                                             fan_out_flag_ttl=fan_out_flag_ttl, fan_out_token=token, batch=batch)
+                                             fan_out_flag_ttl=fan_out_flag_ttl, fan_out_token=token, batch=batch,
+                                             own_key="" if publish_key is not None else token,
+                                             is_first_attempt=is_first_attempt)
         except (RedisError, OSError) as exc:
+            is_first_attempt = False
             reached = reached or not _never_sent(exc)
             if time.monotonic() + delay > deadline:
                 if reached:

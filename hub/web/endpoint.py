@@ -289,15 +289,15 @@ async def submission(request: web.Request) -> web.Response:
     body = await read_body(request, settings.max_body)
     await validate_notification(body, datetime.fromtimestamp(app[CLOCK](), UTC), settings.future_skew)
     given_key = idempotency_key(request)
-    # without a key of its own the publish gets one for this request: the hub's own retries of
-    # the append (store.append_notification_once) then never store it twice either. A given key
+    # without a key of its own the publish gets one for this request (store.append_notification_once
+    # draws it): the hub's own retries of the append then never store it twice either. A given key
     # is scoped to the publisher's credential (the topic scopes it in the store): another
     # publisher's same key is another key. The appends of concurrent publishes share a pipeline
     # (app[BATCH]): each is still its own script, answered before its 200.
     appended = await store.append_notification_once(
         app[REDIS], links.topic, body, content_type=request.headers["Content-Type"],
         resourcesync=links.resourcesync, now=app[CLOCK](), max_len=settings.log_max_len,
-        publish_key=f"{publisher_scope(request)} {given_key}" if given_key else f"hub:{store.unique_token()}",
+        publish_key=f"{publisher_scope(request)} {given_key}" if given_key else None,
         key_ttl=settings.log_max_age if given_key else own_key_ttl(settings), fan_out_flag_ttl=enqueue.QUEUED_TTL,
         retry_for=settings.redis_timeout, batch=app[BATCH])
     # the append set the topic's "fan-out queued" flag in its own round trip (ensure_fan_out's

@@ -482,6 +482,25 @@ async def test_an_append_whose_answer_was_lost_still_has_its_fan_out_queued(inta
     assert not await intake_ctx.redis.exists(flag)
 
 
+async def test_a_retry_under_the_hubs_own_key_finds_the_first_attempt(intake_ctx, clock):
+    # a publish without an Idempotency-Key is stored under a token the hub drew for it: the first
+    # attempt sets the key without reading it, a retry (its answer lost) reads it and stores nothing
+    async def append(token: str, *, first: bool) -> AppendedNotification:
+        return await store.append_notification(intake_ctx.redis, TOPIC, NOTIFICATION, content_type="application/xml",
+                                               now=clock(), max_len=100, key_ttl=60, fan_out_flag_ttl=60,
+                                               fan_out_token=token, own_key=token, is_first_attempt=first)
+
+    first = await append("p1", first=True)
+    retried = await append("p1", first=False)
+    assert not first.is_repeat and retried.is_repeat and retried.is_fan_out_flagged
+    assert (retried.notification_id, retried.sequence) == (first.notification_id, first.sequence)
+    other = await append("p2", first=True)
+    assert not other.is_repeat and other.sequence == first.sequence + 1
+    tid = keys.topic_id(TOPIC)
+    assert await intake_ctx.redis.xlen(keys.topic_log_key(tid)) == 2
+    assert 0 < await intake_ctx.redis.ttl(keys.topic_publish_key(tid, "hub.p1")) <= 60
+
+
 async def test_appends_register_their_topic_and_count_each_minute_that_then_expires(intake_ctx, clock):
     # the append makes few calls for a steady publish (the topic is registered by its first entry,
     # a minute's activity gets its expiry when it is created): what the status page reads stays
