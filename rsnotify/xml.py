@@ -2,9 +2,11 @@
 Descriptions, both directions.
 
 Parsing goes through the one safe parser in `rsnotify.safexml` (one lxml parse, no XSD: this
-is the hub's hot path). A usual change notification is then read in one pass over the tree
-(_read_plain_notification); any other, or one with anything wrong, is read step by step, which
-words every problem. Documents are built with lxml element calls. No I/O here.
+is the hub's hot path). A change notification of the usual shape is read from its bytes without
+a tree (rsnotify.notification_scan); one of any other shape is parsed and read in one pass over
+the tree (_read_plain_notification); both hold the values to the same rules (_plain_change,
+_plain_notification). Any other, or one with anything wrong, is read step by step, which words
+every problem. Documents are built with lxml element calls. No I/O here.
 """
 from __future__ import annotations
 
@@ -22,7 +24,6 @@ from .errors import (
     NotificationParseError,
     ValidationError,
 )
-from .notification_scan import Entry, scan_notification
 from .notification import (
     CAPABILITY_LIST,
     CHANGE_NOTIFICATION,
@@ -39,6 +40,7 @@ from .notification import (
     prechecked_change,
     prechecked_notification,
 )
+from .notification_scan import Entry, scan_notification
 from .safexml import (
     LASTMOD,
     LOC,

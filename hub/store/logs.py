@@ -39,7 +39,8 @@ from ..records import (
 # with the same body digest stores nothing and returns the first id and seq (repeat 1); one with another body
 # stores nothing either and returns repeat 2, a conflict (a key kept by an older hub, "id seq" without a
 # digest, counts as a repeat). look is "new" for the first attempt of a publish under the hub's own key,
-# which no earlier call can have stored: the key is set without being read first. The counters for /metrics and the status page ride in the same call.
+# which no earlier call can have stored: the key is set without being read first. The counters for
+# /metrics and the status page ride in the same call.
 # With a flag ttl > 0, a stored notification or a repeat also sets the topic's "fan-out queued" flag
 # (hub/store/queued.py) in the same round trip, to the caller's token; flagged is 1 when the caller must
 # queue the fan-out job: it set the flag now, or an earlier attempt of the same publish (same token, its
