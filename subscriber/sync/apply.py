@@ -29,13 +29,20 @@ from .events import Events
 from .exclude import Exclusions
 from .fetcher import Fetcher, FetchResult
 from .outcomes import ChangeOutcome, FetchOutcome, Refusal, ResourceState
-from .sink import FolderSink, Placement, SymlinkRefusedError
+from .sink import FolderSink, Placement, SymlinkRefusedError, write_problem
 from .state import RETRIED_STATES, ResourceRecord, SyncState, from_text, to_text
 
 log = logging.getLogger(__name__)
 
 RETRY_CAP = 6 * 3600.0       # seconds: the longest wait between two tries of one change
 _RETRY_BASE = {ResourceState.CONFLICT: 1.0, ResourceState.STALE: 30.0, ResourceState.FAILED: 10.0}
+# A change the Destination's own disk refused (full, read-only, permissions, I/O): tried again
+# after 2 s doubling to 5 min, not 6 h. Nothing about the Source says to wait; what ends it is
+# an operator freeing space or fixing a mount, after which the copy should be whole again within
+# minutes. Each try costs one GET (the body is not kept), so at the cap a few held-back
+# resources cost the Source a dozen GETs an hour each.
+LOCAL_RETRY_BASE = 2.0
+LOCAL_RETRY_CAP = 300.0
 _LINES_PER_MINUTE = 20       # stderr lines about single resources, per kind
 SWEEP_GAP = 10.0             # seconds: a baseline or sweep this recent makes another sweep pointless
 _UPDATED = ChangeType.UPDATED.value
@@ -84,21 +91,40 @@ def want_of(kind: str, changed_at: datetime | None, lastmod: datetime | None,
                        "hashes": [list(pair) for pair in hashes], "length": length})
 
 
+def wants_delete(record: ResourceRecord) -> bool:
+    """The record holds back a delete (its file could not be removed: a read-only disk)."""
+    return record.state == ResourceState.FAILED and record.want is not None \
+        and json.loads(record.want).get("change") == ChangeType.DELETED.value
+
+
 def change_from_want(record: ResourceRecord) -> ResourceChange:
     want = json.loads(record.want or "{}")
     kind = want.get("change")
-    return ResourceChange(record.loc, ChangeType(kind) if kind in ("created", "updated") else ChangeType.UPDATED,
+    return ResourceChange(record.loc, ChangeType(kind) if kind in ("created", "updated", "deleted") else ChangeType.UPDATED,
                           changed_at=from_text(want.get("datetime")), lastmod=from_text(want.get("lastmod")),
                           hashes=tuple(tuple(pair) for pair in want.get("hashes") or ()),  # type: ignore[misc]
                           length=want.get("length"))
 
 
-def retry_delay(state: ResourceState, attempts: int) -> float:
+def retry_delay(state: ResourceState, attempts: int, *, local: bool = False) -> float:
     """Seconds before the next try: doubling from a base by state (a conflict may clear at
-    once, a server error less so), capped at RETRY_CAP. The shared schedule without its jitter
+    once, a server error less so), capped at RETRY_CAP; a local disk error (`local`) from
+    LOCAL_RETRY_BASE to LOCAL_RETRY_CAP. The shared schedule without its jitter
     (rand=1.0: the whole ceiling): these are one Destination's own held-back changes, no crowd
     of clients to spread out, and the "next try" times `sync status` shows stay exact."""
+    if local:
+        return backoff_delay(max(1, attempts), LOCAL_RETRY_BASE, LOCAL_RETRY_CAP, rand=1.0)
     return backoff_delay(max(1, attempts), _RETRY_BASE.get(state, 10.0), RETRY_CAP, rand=1.0)
+
+
+def held_delete(record: ResourceRecord, changed_at: datetime | None, detail: str) -> ResourceRecord:
+    """The record of a delete whose file could not be removed (the disk refused): the file is
+    still this resource's, and the delete is kept (`want`) to be tried again."""
+    attempts = (record.attempts if record.state in RETRIED_STATES else 0) + 1
+    return replace(record, state=ResourceState.FAILED, changed_at=_later(record.changed_at, changed_at),
+                   last_change=ChangeType.DELETED.value, last_error=detail[:500], attempts=attempts,
+                   next_retry_at=time.time() + retry_delay(ResourceState.FAILED, attempts, local=True),
+                   want=want_of(ChangeType.DELETED.value, changed_at, None, (), None))
 
 
 class PathHolders:
@@ -207,6 +233,14 @@ class Applier:
                        retry_in_seconds=retry)
             self._say("failed", f"{outcome.outcome}: {outcome.loc}: {outcome.detail}"
                       + (f" (retry in {retry:.0f} s)" if retry is not None else ""))
+
+    def hold_delete(self, record: ResourceRecord, changed_at: datetime | None, exc: OSError) -> ResourceRecord:
+        """A delete the disk refused: its record (to commit), reported as a failure."""
+        assert record.path is not None
+        detail = write_problem(exc, self.sink.absolute(record.path), "remove")
+        held = held_delete(record, changed_at, detail)
+        self._problem(Outcome(record.loc, ChangeType.DELETED.value, ChangeOutcome.FAILED, record.path, detail), held)
+        return held
 
     # --- changes (notifications, Change Lists) ----------------------------------------------
 
@@ -317,7 +351,7 @@ class Applier:
                 self.plan("delete", change.loc, record.path)
                 return None, Outcome(change.loc, kind, ChangeOutcome.WOULD_DELETE, record.path)
             return None, Outcome(change.loc, kind, ChangeOutcome.ABSENT, relative)
-        if record is None or not record.holds_file:
+        if record is None or not (record.holds_file or wants_delete(record)):
             # Only files the state tracks for this loc are ever removed.
             if record is None and await asyncio.to_thread(self.sink.is_file, placement.path):
                 detail = f"{relative} is not a file this sync made; left as it is"
@@ -332,6 +366,10 @@ class Applier:
         except SymlinkRefusedError as exc:
             self.refuse(Refusal.SYMLINK, change.loc, str(exc))
             return tomb, Outcome(change.loc, kind, ChangeOutcome.REFUSED, record.path, str(exc))
+        except OSError as exc:
+            # The disk refused (read-only, permissions, I/O): the file stays, and so does the delete.
+            held = self.hold_delete(record, change.changed_at, exc)
+            return held, Outcome(change.loc, kind, ChangeOutcome.FAILED, record.path, held.last_error or "")
         return tomb, Outcome(change.loc, kind, ChangeOutcome.DELETED if existed else ChangeOutcome.ABSENT, record.path)
 
     async def _fetch(self, loc: str, kind: str, path: Path | str, record: ResourceRecord | None,
@@ -428,7 +466,8 @@ def record_from_fetch(result: FetchResult, relative: str, previous: ResourceReco
     timed = state != ResourceState.REFUSED and want is not None
     return replace(base, path=relative, state=state, changed_at=changed_at, last_change=last_change,
                    expected_hash=result.expected, last_error=result.detail[:500] or result.outcome,
-                   attempts=attempts, next_retry_at=time.time() + retry_delay(state, attempts) if timed else None,
+                   attempts=attempts,
+                   next_retry_at=time.time() + retry_delay(state, attempts, local=result.local) if timed else None,
                    want=want)
 
 

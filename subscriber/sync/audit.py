@@ -225,6 +225,11 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
                     await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
                 except SymlinkRefusedError as exc:
                     ctx.applier.refuse(Refusal.SYMLINK, record.loc, str(exc))
+                except OSError as exc:     # the disk refused: the delete is held back and tried again
+                    ctx.state.commit([ctx.applier.hold_delete(record, record.changed_at, exc)])
+                    report.repair_failed += 1
+                    report.note("repair_failed", record.loc)
+                    continue
             ctx.state.commit([ResourceRecord(record.loc, record.path, ResourceState.DELETED,
                                              changed_at=record.changed_at, last_change="deleted")])
             report.repaired += 1

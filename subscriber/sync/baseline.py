@@ -254,6 +254,10 @@ async def _delete_unlisted(ctx: SyncContext, report: BaselineReport, batch: _Bat
                 freed.append(record.path)
             except SymlinkRefusedError as exc:
                 ctx.applier.refuse(Refusal.SYMLINK, record.loc, str(exc))
+            except OSError as exc:     # the disk refused: the delete is held back and tried again
+                batch.add(ctx.applier.hold_delete(record, record.changed_at, exc))
+                report.failed += 1
+                continue
         batch.add(ResourceRecord(record.loc, record.path, ResourceState.DELETED, changed_at=record.changed_at,
                                  last_change="deleted"))
         report.deleted += 1

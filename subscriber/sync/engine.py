@@ -417,6 +417,8 @@ class SyncEngine:
                 if clock.next_audit is not None:
                     timeout = max(0.0, min(timeout, clock.next_audit - time.monotonic()))
                 await _wait_any(stop, self.wake, timeout)
+                if self.push is not None and self.push.receiver.fatal is not None:
+                    raise self.push.receiver.fatal   # the inbox cannot be written: stop (runner says why)
                 if time.monotonic() - clock.last_prune > 3600:
                     self.state.prune_inbox()   # applied deliveries are kept a day, then dropped
                     clock.last_prune = time.monotonic()

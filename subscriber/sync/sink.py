@@ -80,6 +80,17 @@ class SymlinkRefusedError(OSError):
     """A symlink stands in the loc's path inside DIR: refused, never followed."""
 
 
+def write_problem(exc: OSError, path: Path | str, verb: str = "write") -> str:
+    """One line naming the file and the cause of a local write (or remove) failure: a full or
+    read-only disk, a folder without permission, an I/O error."""
+    cause = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        cause = f"{cause} (the disk is full)"
+    elif exc.errno == errno.EFBIG:
+        cause = f"{cause} (a file size limit)"
+    return f"cannot {verb} {path}: {cause}"
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where a loc lands, and why any of its names had to be escaped."""
@@ -346,13 +357,17 @@ class FolderSink:
         try:
             fd, tmp = self._create_partial(folder)
             try:
-                written = os.write(fd, body)    # a small body goes in one write, but need not
-                if written < len(body):
-                    view = memoryview(body)[written:]
-                    while view:
-                        view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
+                try:
+                    written = os.write(fd, body)    # a small body goes in one write, but need not
+                    if written < len(body):
+                        view = memoryview(body)[written:]
+                        while view:
+                            view = view[os.write(fd, view):]
+                finally:
+                    os.close(fd)
+            except BaseException:
+                _unlink_quietly(folder, tmp)     # a full disk must not keep half a file beside the copy
+                raise
             if not beneath.rename_new(folder, tmp, parts[-1]):
                 self._install_at(folder, tmp, parts[-1])
         finally:
