@@ -272,4 +272,5 @@ def _count(report: BaselineReport, ctx: SyncContext, outcome: Outcome) -> None:
     else:
         report.failed += 1
         ctx.progress.failed += 1
-        log.warning("baseline: %s %s: %s", outcome.loc, outcome.outcome, outcome.detail)
+        # the Applier already said it on stderr (a line each, at most 20 a minute) and as an event
+        log.info("baseline: %s %s: %s", outcome.loc, outcome.outcome, outcome.detail)
