@@ -166,6 +166,59 @@ class Applier:
         self.swept_at = -SWEEP_GAP   # time.monotonic() of the last pass over every resource (a sweep or a baseline)
         self.exclusions = Exclusions()        # --exclude, read against the Source's base (set by the engine)
         self.planned = {"fetch": 0, "delete": 0, "excluded": 0}   # --dry-run counts
+        # An audit runs beside live applies (engine.py: a task of its own). While one watches,
+        # every loc a change writes or deletes is noted: the audit neither reports nor repairs
+        # such a loc (what it judged is older than the copy now). A repair in flight holds its
+        # locs, and a change for one waits for it, so the newer change always lands last.
+        self._watching = 0
+        self._touched: set[str] = set()
+        self._repairing: dict[str, asyncio.Event] = {}
+
+    # --- audits beside live applies ----------------------------------------------------------
+
+    def watch_changes(self) -> None:
+        """Start noting the locs changes touch (one call per audit; `unwatch_changes` after)."""
+        self._watching += 1
+
+    def unwatch_changes(self) -> None:
+        self._watching -= 1
+        if self._watching <= 0:
+            self._watching = 0
+            self._touched.clear()
+
+    def touched(self, loc: str) -> bool:
+        """A change wrote or deleted `loc` (or is doing so) since the watching began."""
+        return loc in self._touched
+
+    def note_change(self, loc: str) -> None:
+        if self._watching:
+            self._touched.add(loc)
+
+    def is_claimed(self, path: str) -> bool:
+        """`path` is being written, or written and its record not yet committed."""
+        return path in self._claims
+
+    def hold_for_repair(self, locs: Iterable[str]) -> None:
+        """A repair of these locs starts: changes for them wait until `release_repair`."""
+        for loc in locs:
+            self._repairing[loc] = asyncio.Event()
+
+    def release_repair(self, locs: Iterable[str]) -> None:
+        """The repair's records are committed: the changes that waited go on (and win)."""
+        for loc in locs:
+            event = self._repairing.pop(loc, None)
+            if event is not None:
+                event.set()
+
+    async def _before_change(self, loc: str, record: ResourceRecord | None) -> ResourceRecord | None:
+        """Note `loc` touched (before any await: an audit checking it next sees it), wait for a
+        repair of it in flight; the record to build on (read again after such a wait)."""
+        self.note_change(loc)
+        event = self._repairing.get(loc)
+        if event is None:
+            return record
+        await event.wait()
+        return self.state.records([loc]).get(loc)
 
     # --- what the user sees ----------------------------------------------------------------
 
@@ -343,6 +396,8 @@ class Applier:
         if refused is not None:     # the same host rule as for fetches
             self.refuse(refused[0], change.loc, refused[1])
             return None, Outcome(change.loc, kind, ChangeOutcome.REFUSED, relative, refused[1])
+        if not self.dry_run:
+            record = await self._before_change(change.loc, record)
         tomb = ResourceRecord(change.loc, record.path if record and record.path else relative,
                               ResourceState.DELETED, changed_at=change.changed_at or (record.changed_at if record else None),
                               last_change=kind)
@@ -375,11 +430,15 @@ class Applier:
     async def _fetch(self, loc: str, kind: str, path: Path | str, record: ResourceRecord | None,
                      changed_at: datetime | None, lastmod: datetime | None, length: int | None,
                      hashes: tuple[tuple[str, str], ...], want_kind: str, want_at: datetime | None,
-                     holders: PathHolders | None = None, relative: str | None = None) -> tuple[ResourceRecord, Outcome]:
+                     holders: PathHolders | None = None, relative: str | None = None,
+                     repair: bool = False) -> tuple[ResourceRecord, Outcome]:
         """Fetch one loc into `path` unless another loc holds that path. `want_kind` and
         `want_at`: the change a failed fetch keeps to retry (its JSON is only built then).
         `holders`: who held which path when the caller's batch was read (else one query here);
-        `relative`: `path` relative to DIR, when the caller has it."""
+        `relative`: `path` relative to DIR, when the caller has it; `repair`: an audit's repair,
+        which holds the loc itself (hold_for_repair)."""
+        if not repair and (self._watching or self._repairing):
+            record = await self._before_change(loc, record)
         if relative is None:
             relative = self.sink.relative(path)
         other = self._claims.get(relative)
@@ -436,13 +495,14 @@ class Applier:
 
     async def fetch_resource(self, resource: Resource, record: ResourceRecord | None, path: Path | str, *,
                              placement: Placement | None = None, holders: PathHolders | None = None,
-                             relative: str | None = None) -> tuple[ResourceRecord, Outcome]:
-        """Fetch a listed resource to `path` (`placement`, `relative`: the sink's, when the caller has them)."""
+                             relative: str | None = None, repair: bool = False) -> tuple[ResourceRecord, Outcome]:
+        """Fetch a listed resource to `path` (`placement`, `relative`: the sink's, when the
+        caller has them; `repair`: an audit's repair of a loc it holds)."""
         if placement is None or placement.escaped:
             self._escaped(resource.loc, placement or self.sink.place(resource.loc), record)
         return await self._fetch(resource.loc, "baseline", path, record, record.changed_at if record else None,
                                  resource.lastmod, resource.length, resource.hashes, _UPDATED,
-                                 None, holders, relative)
+                                 None, holders, relative, repair)
 
 
 def record_from_fetch(result: FetchResult, relative: str, previous: ResourceRecord | None, *,

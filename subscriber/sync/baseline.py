@@ -249,6 +249,7 @@ async def _delete_unlisted(ctx: SyncContext, report: BaselineReport, batch: _Bat
                 ctx.applier.plan("delete", record.loc, record.path)
             continue
         if record.path and record.holds_file:
+            ctx.applier.note_change(record.loc)    # an audit running beside this leaves it alone
             try:
                 await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
                 freed.append(record.path)
