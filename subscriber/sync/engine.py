@@ -493,10 +493,14 @@ class SyncEngine:
             raise exc
 
     async def _stop_audit(self) -> None:
-        task, self._audit_task = self._audit_task, None
+        """Cancel an audit under way when the live loop ends; one that already ended is reaped
+        (its error said or raised, never left for asyncio to print at exit)."""
+        task = self._audit_task
         if task is not None and not task.done():
+            self._audit_task = None
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
+        self._reap_audit()
 
     async def _watch_requests(self) -> None:
         """Wake the live loop when another process asks for work (audit --repair) and no audit

@@ -129,3 +129,34 @@ async def test_live_changes_land_during_an_audit_which_neither_reports_nor_overw
             gate.set()
         await asyncio.wait_for(live, 10)
         await engine.close()
+
+
+async def test_a_periodic_audit_lets_notifications_through_while_it_waits_for_the_list(gated, tmp_path):
+    source = gated
+    source.resources = {f"/r{i}.txt": f"resource {i}".encode() for i in range(3)}
+    source.changelists = [(T0, None, [])]
+    engine = SyncEngine(tmp_path, capability_list=source.url("/caps.xml"), options=SyncOptions(settle=0.0),
+                        retry_base=0.05, poll_interval=600, audit_every=0.5)
+    await engine.open()
+    events: list[dict] = []
+    engine.events.listeners.append(lambda e: events.append(e.to_json()))
+    list_gate = asyncio.Event()
+    stop = asyncio.Event()
+    live = asyncio.create_task(engine.run(stop))
+    try:
+        await until(lambda: any(e["event"] == "live" for e in events), "live")
+        source.requests.clear()
+        source.gates = {"/resourcelist.xml": list_gate}     # the next audit's list waits
+        await until(lambda: "/resourcelist.xml" in source.requests, "the periodic audit to ask for the list")
+        deliver(engine, source, 1, 1, "/r0.txt", b"r0 changed while auditing")
+        await until(lambda: copy(tmp_path, source) == source.resources, "the live change during the audit", 3.0)
+        assert not any(e["event"] == "audit.done" for e in events)
+        list_gate.set()
+        await until(lambda: any(e["event"] == "audit.done" for e in events), "the audit's end")
+        [done] = [e for e in events if e["event"] == "audit.done"][:1]
+        assert done["trigger"] == "every" and done["in_sync"], done
+    finally:
+        stop.set()
+        list_gate.set()
+        await asyncio.wait_for(live, 10)
+        await engine.close()
