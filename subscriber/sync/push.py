@@ -10,8 +10,8 @@ hub keeps the subscription's place in its log.
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import logging
+import sqlite3
 from collections.abc import Callable
 from urllib.parse import urlsplit
 

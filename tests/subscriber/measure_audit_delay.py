@@ -18,7 +18,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.e2e.test_e2e_sync import RSNOTIFY, answers, spawn, tree, wait_until, write_files
+from tests.e2e.test_e2e_sync import (
+    RSNOTIFY,
+    answers,
+    spawn,
+    tree,
+    wait_until,
+    write_files,
+)
 from tests.support.ports import free_port
 
 
