@@ -29,7 +29,13 @@ from .events import Events
 from .exclude import Exclusions
 from .fetcher import Fetcher, FetchResult
 from .outcomes import ChangeOutcome, FetchOutcome, Refusal, ResourceState
-from .sink import FolderSink, Placement, SymlinkRefusedError, write_problem
+from .sink import (
+    WRITE_PROBLEM,
+    FolderSink,
+    Placement,
+    SymlinkRefusedError,
+    write_problem,
+)
 from .state import RETRIED_STATES, ResourceRecord, SyncState, from_text, to_text
 
 log = logging.getLogger(__name__)
@@ -331,14 +337,44 @@ class Applier:
         """Try again the changes these records hold back; the records to commit."""
         if not records or self.dry_run:
             return []
-        changes = [change_from_want(r) for r in records if r.want and not self.exclusions.excludes(r.loc)]
+        records = [r for r in records if r.want and not self.exclusions.excludes(r.loc)]
+        records, still_refused = await self._still_refused_by_disk(records)
+        changes = [change_from_want(r) for r in records]
         new_records, outcomes = await self._apply_batch(changes, {r.loc: r for r in records})
         fixed = sum(o.outcome in (ChangeOutcome.STORED, ChangeOutcome.UNCHANGED) for o in outcomes)
         self.flush_refusals()
-        self._emit(ev.RETRY_DONE, retried=len(outcomes), fixed=fixed, still_failing=len(outcomes) - fixed)
+        tried = len(outcomes) + len(still_refused)
+        self._emit(ev.RETRY_DONE, retried=tried, fixed=fixed, still_failing=tried - fixed)
         if fixed:
-            self._say("retry", f"retried {len(outcomes):,} held-back change(s): {fixed:,} applied now")
-        return new_records
+            self._say("retry", f"retried {tried:,} held-back change(s): {fixed:,} applied now")
+        return new_records + still_refused
+
+    async def _still_refused_by_disk(self, records: list[ResourceRecord]
+                                     ) -> tuple[list[ResourceRecord], list[ResourceRecord]]:
+        """Split off the fetches the disk refused last time and still refuses (a probe beside
+        the file, no GET): a full disk with thousands of held-back resources costs the Source
+        nothing until it has room again. Those come back rescheduled; the rest are to retry."""
+        local = [r for r in records if r.state == ResourceState.FAILED and r.path
+                 and (r.last_error or "").startswith(WRITE_PROBLEM) and not wants_delete(r)]
+        if not local:
+            return records, []
+        # the announced length, else one byte: a disk with no block left refuses even that
+        sizes = [json.loads(r.want or "{}").get("length") or 1 for r in local]
+        paths = [self.sink.absolute(r.path or "") for r in local]
+        refusals = await asyncio.to_thread(lambda: [self.sink.disk_refusal(p, n) for p, n in zip(paths, sizes)])
+        still: list[ResourceRecord] = []
+        for record, path, refusal in zip(local, paths, refusals, strict=True):
+            if refusal is not None:
+                attempts = record.attempts + 1
+                still.append(replace(record, attempts=attempts, last_error=write_problem(refusal, path)[:500],
+                                     next_retry_at=time.time() + retry_delay(ResourceState.FAILED, attempts,
+                                                                                   local=True)))
+        if still:
+            self._say("failed", f"{len(still):,} held-back change(s) still cannot be written "
+                                f"({still[0].last_error}); next try in "
+                                f"{retry_delay(ResourceState.FAILED, still[0].attempts, local=True):.0f} s")
+        refused = {r.loc for r in still}
+        return [r for r in records if r.loc not in refused], still
 
     async def retry_due(self, *, everything: bool = False) -> int:
         """Retry (and commit) held-back changes whose time has come (`everything`: all of them,

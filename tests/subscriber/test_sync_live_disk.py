@@ -7,7 +7,9 @@ source` over a folder, `rsnotify hub`, the `rsnotify sync` CLI; the e2e suite's 
   the other changes go on, the sync keeps running, and once the disk is writable again the
   held-back change is retried and `diff -r` is clean;
 - the state database that cannot be written stops the sync: one line, exit 1, no traceback,
-  and the next start resumes and converges.
+  and the next start resumes and converges;
+- a held-back resource the disk still refuses is not fetched again (a probe beside the file
+  says so), so a full disk costs the Source no GETs until it has room.
 """
 from __future__ import annotations
 
@@ -18,13 +20,18 @@ import subprocess
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
+from rsnotify.subscriber.sync.apply import SWEEP_GAP
 from tests.e2e.test_e2e_sync import Site, hub, site, tree, wait_until  # noqa: F401 - the fixtures
+from tests.subscriber import test_sync_engine as engine_tests
+from tests.subscriber.test_sync_engine import T0, copy, engine_for
 
 pytestmark = pytest.mark.timeout(240)
+source = engine_tests.source     # the loopback Source fixture, shared
 
 
 def _can_mount() -> bool:
@@ -183,3 +190,37 @@ def test_a_state_database_that_cannot_be_written_stops_the_sync_in_one_line_and_
         wait_until(s.equal, "equal after the restart", 60, again)
         assert again.stop() == 0
         assert tree(s.src) == tree(s.copy)
+
+
+@pytest.mark.skipif(not CAN_MOUNT, reason="needs root with mount(2): a full tmpfs under one folder of the copy")
+async def test_a_held_back_resource_is_not_fetched_again_while_the_disk_still_refuses_it(source, tmp_path):
+    # In-process engine against the loopback Source of test_sync_engine, which counts its GETs.
+    source.resources = {f"/d/r{i}.txt": f"resource {i}".encode() for i in range(3)}
+    engine = await engine_for(source, tmp_path)
+    try:
+        assert await engine.sync_once() == 0
+        folder = tmp_path / source.base.split("//")[1].replace(":", "_") / "d"
+        with tmpfs_over(folder, "64k"):
+            filler = fill(folder)
+            t1 = T0 + timedelta(minutes=1)
+            source.changelists = [(T0, None, [source.change("/d/r1.txt", b"too big for what is left " * 400, t1)])]
+            engine.ctx.changelist_url = source.url("/changelist.xml")
+            source.requests.clear()
+            assert await engine.sync_once() == 1
+            assert source.requests.count("/d/r1.txt") == 1
+            [held] = engine.state.due_retries(None)
+            assert held.state == "failed" and "No space left on device" in (held.last_error or "")
+            for _ in range(3):       # at each start and poll every held-back change is tried again
+                engine.ctx.applier.swept_at = -SWEEP_GAP
+                await engine.ctx.applier.retry_due(everything=True)
+            assert source.requests.count("/d/r1.txt") == 1, source.requests   # no GET: the disk said no
+            [held] = engine.state.due_retries(None)
+            assert held.attempts == 4 and "No space left on device" in (held.last_error or "")
+            filler.unlink()
+            engine.ctx.applier.swept_at = -SWEEP_GAP
+            await engine.ctx.applier.retry_due(everything=True)
+            assert source.requests.count("/d/r1.txt") == 2
+            assert engine.state.due_retries(None) == []
+            assert copy(tmp_path, source) == source.resources
+    finally:
+        await engine.close()
