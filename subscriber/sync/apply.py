@@ -45,8 +45,7 @@ _RETRY_BASE = {ResourceState.CONFLICT: 1.0, ResourceState.STALE: 30.0, ResourceS
 # A change the Destination's own disk refused (full, read-only, permissions, I/O): tried again
 # after 2 s doubling to 5 min, not 6 h. Nothing about the Source says to wait; what ends it is
 # an operator freeing space or fixing a mount, after which the copy should be whole again within
-# minutes. Each try costs one GET (the body is not kept), so at the cap a few held-back
-# resources cost the Source a dozen GETs an hour each.
+# minutes. A try asks the disk first (Applier._still_refused_by_disk): no GET while it still refuses.
 LOCAL_RETRY_BASE = 2.0
 LOCAL_RETRY_CAP = 300.0
 _LINES_PER_MINUTE = 20       # stderr lines about single resources, per kind
@@ -373,8 +372,10 @@ class Applier:
             self._say("failed", f"{len(still):,} held-back change(s) still cannot be written "
                                 f"({still[0].last_error}); next try in "
                                 f"{retry_delay(ResourceState.FAILED, still[0].attempts, local=True):.0f} s")
-        refused = {r.loc for r in still}
-        return [r for r in records if r.loc not in refused], still
+        # The probe ran in a thread: read the others again, so a change applied meanwhile (an
+        # audit's repair) is built on, and a record no longer held back is left alone.
+        now = self.state.records(r.loc for r in records if r.loc not in {s.loc for s in still})
+        return [r for r in now.values() if r.state in RETRIED_STATES and r.want], still
 
     async def retry_due(self, *, everything: bool = False) -> int:
         """Retry (and commit) held-back changes whose time has come (`everything`: all of them,
