@@ -475,7 +475,12 @@ class Applier:
         `relative`: `path` relative to DIR, when the caller has it; `repair`: an audit's repair,
         which holds the loc itself (hold_for_repair)."""
         if not repair and (self._watching or self._repairing):
-            record = await self._before_change(loc, record)
+            fresh = await self._before_change(loc, record)
+            if fresh is not record and fresh is not None and changed_at is not None \
+                    and fresh.changed_at is not None and changed_at < fresh.changed_at:
+                # a newer change landed while this one waited for a repair: it stays
+                return fresh, Outcome(loc, kind, ChangeOutcome.SKIPPED_OLDER, fresh.path)
+            record = fresh
         if relative is None:
             relative = self.sink.relative(path)
         other = self._claims.get(relative)
