@@ -29,13 +29,25 @@ from .events import Events
 from .exclude import Exclusions
 from .fetcher import Fetcher, FetchResult
 from .outcomes import ChangeOutcome, FetchOutcome, Refusal, ResourceState
-from .sink import FolderSink, Placement, SymlinkRefusedError
+from .sink import (
+    WRITE_PROBLEM,
+    FolderSink,
+    Placement,
+    SymlinkRefusedError,
+    write_problem,
+)
 from .state import RETRIED_STATES, ResourceRecord, SyncState, from_text, to_text
 
 log = logging.getLogger(__name__)
 
 RETRY_CAP = 6 * 3600.0       # seconds: the longest wait between two tries of one change
 _RETRY_BASE = {ResourceState.CONFLICT: 1.0, ResourceState.STALE: 30.0, ResourceState.FAILED: 10.0}
+# A change the Destination's own disk refused (full, read-only, permissions, I/O): tried again
+# after 2 s doubling to 5 min, not 6 h. Nothing about the Source says to wait; what ends it is
+# an operator freeing space or fixing a mount, after which the copy should be whole again within
+# minutes. A try asks the disk first (Applier._still_refused_by_disk): no GET while it still refuses.
+LOCAL_RETRY_BASE = 2.0
+LOCAL_RETRY_CAP = 300.0
 _LINES_PER_MINUTE = 20       # stderr lines about single resources, per kind
 SWEEP_GAP = 10.0             # seconds: a baseline or sweep this recent makes another sweep pointless
 _UPDATED = ChangeType.UPDATED.value
@@ -84,21 +96,40 @@ def want_of(kind: str, changed_at: datetime | None, lastmod: datetime | None,
                        "hashes": [list(pair) for pair in hashes], "length": length})
 
 
+def wants_delete(record: ResourceRecord) -> bool:
+    """The record holds back a delete (its file could not be removed: a read-only disk)."""
+    return record.state == ResourceState.FAILED and record.want is not None \
+        and json.loads(record.want).get("change") == ChangeType.DELETED.value
+
+
 def change_from_want(record: ResourceRecord) -> ResourceChange:
     want = json.loads(record.want or "{}")
     kind = want.get("change")
-    return ResourceChange(record.loc, ChangeType(kind) if kind in ("created", "updated") else ChangeType.UPDATED,
+    return ResourceChange(record.loc, ChangeType(kind) if kind in ("created", "updated", "deleted") else ChangeType.UPDATED,
                           changed_at=from_text(want.get("datetime")), lastmod=from_text(want.get("lastmod")),
                           hashes=tuple(tuple(pair) for pair in want.get("hashes") or ()),  # type: ignore[misc]
                           length=want.get("length"))
 
 
-def retry_delay(state: ResourceState, attempts: int) -> float:
+def retry_delay(state: ResourceState, attempts: int, *, local: bool = False) -> float:
     """Seconds before the next try: doubling from a base by state (a conflict may clear at
-    once, a server error less so), capped at RETRY_CAP. The shared schedule without its jitter
+    once, a server error less so), capped at RETRY_CAP; a local disk error (`local`) from
+    LOCAL_RETRY_BASE to LOCAL_RETRY_CAP. The shared schedule without its jitter
     (rand=1.0: the whole ceiling): these are one Destination's own held-back changes, no crowd
     of clients to spread out, and the "next try" times `sync status` shows stay exact."""
+    if local:
+        return backoff_delay(max(1, attempts), LOCAL_RETRY_BASE, LOCAL_RETRY_CAP, rand=1.0)
     return backoff_delay(max(1, attempts), _RETRY_BASE.get(state, 10.0), RETRY_CAP, rand=1.0)
+
+
+def held_delete(record: ResourceRecord, changed_at: datetime | None, detail: str) -> ResourceRecord:
+    """The record of a delete whose file could not be removed (the disk refused): the file is
+    still this resource's, and the delete is kept (`want`) to be tried again."""
+    attempts = (record.attempts if record.state in RETRIED_STATES else 0) + 1
+    return replace(record, state=ResourceState.FAILED, changed_at=_later(record.changed_at, changed_at),
+                   last_change=ChangeType.DELETED.value, last_error=detail[:500], attempts=attempts,
+                   next_retry_at=time.time() + retry_delay(ResourceState.FAILED, attempts, local=True),
+                   want=want_of(ChangeType.DELETED.value, changed_at, None, (), None))
 
 
 class PathHolders:
@@ -140,6 +171,59 @@ class Applier:
         self.swept_at = -SWEEP_GAP   # time.monotonic() of the last pass over every resource (a sweep or a baseline)
         self.exclusions = Exclusions()        # --exclude, read against the Source's base (set by the engine)
         self.planned = {"fetch": 0, "delete": 0, "excluded": 0}   # --dry-run counts
+        # An audit runs beside live applies (engine.py: a task of its own). While one watches,
+        # every loc a change writes or deletes is noted: the audit neither reports nor repairs
+        # such a loc (what it judged is older than the copy now). A repair in flight holds its
+        # locs, and a change for one waits for it, so the newer change always lands last.
+        self._watching = 0
+        self._touched: set[str] = set()
+        self._repairing: dict[str, asyncio.Event] = {}
+
+    # --- audits beside live applies ----------------------------------------------------------
+
+    def watch_changes(self) -> None:
+        """Start noting the locs changes touch (one call per audit; `unwatch_changes` after)."""
+        self._watching += 1
+
+    def unwatch_changes(self) -> None:
+        self._watching -= 1
+        if self._watching <= 0:
+            self._watching = 0
+            self._touched.clear()
+
+    def touched(self, loc: str) -> bool:
+        """A change wrote or deleted `loc` (or is doing so) since the watching began."""
+        return loc in self._touched
+
+    def note_change(self, loc: str) -> None:
+        if self._watching:
+            self._touched.add(loc)
+
+    def is_claimed(self, path: str) -> bool:
+        """`path` is being written, or written and its record not yet committed."""
+        return path in self._claims
+
+    def hold_for_repair(self, locs: Iterable[str]) -> None:
+        """A repair of these locs starts: changes for them wait until `release_repair`."""
+        for loc in locs:
+            self._repairing[loc] = asyncio.Event()
+
+    def release_repair(self, locs: Iterable[str]) -> None:
+        """The repair's records are committed: the changes that waited go on (and win)."""
+        for loc in locs:
+            event = self._repairing.pop(loc, None)
+            if event is not None:
+                event.set()
+
+    async def _before_change(self, loc: str, record: ResourceRecord | None) -> ResourceRecord | None:
+        """Note `loc` touched (before any await: an audit checking it next sees it), wait for a
+        repair of it in flight; the record to build on (read again after such a wait)."""
+        self.note_change(loc)
+        event = self._repairing.get(loc)
+        if event is None:
+            return record
+        await event.wait()
+        return self.state.records([loc]).get(loc)
 
     # --- what the user sees ----------------------------------------------------------------
 
@@ -208,6 +292,14 @@ class Applier:
             self._say("failed", f"{outcome.outcome}: {outcome.loc}: {outcome.detail}"
                       + (f" (retry in {retry:.0f} s)" if retry is not None else ""))
 
+    def hold_delete(self, record: ResourceRecord, changed_at: datetime | None, exc: OSError) -> ResourceRecord:
+        """A delete the disk refused: its record (to commit), reported as a failure."""
+        assert record.path is not None
+        detail = write_problem(exc, self.sink.absolute(record.path), "remove")
+        held = held_delete(record, changed_at, detail)
+        self._problem(Outcome(record.loc, ChangeType.DELETED.value, ChangeOutcome.FAILED, record.path, detail), held)
+        return held
+
     # --- changes (notifications, Change Lists) ----------------------------------------------
 
     async def apply_changes(self, changes: Sequence[ResourceChange],
@@ -244,14 +336,46 @@ class Applier:
         """Try again the changes these records hold back; the records to commit."""
         if not records or self.dry_run:
             return []
-        changes = [change_from_want(r) for r in records if r.want and not self.exclusions.excludes(r.loc)]
+        records = [r for r in records if r.want and not self.exclusions.excludes(r.loc)]
+        records, still_refused = await self._still_refused_by_disk(records)
+        changes = [change_from_want(r) for r in records]
         new_records, outcomes = await self._apply_batch(changes, {r.loc: r for r in records})
         fixed = sum(o.outcome in (ChangeOutcome.STORED, ChangeOutcome.UNCHANGED) for o in outcomes)
         self.flush_refusals()
-        self._emit(ev.RETRY_DONE, retried=len(outcomes), fixed=fixed, still_failing=len(outcomes) - fixed)
+        tried = len(outcomes) + len(still_refused)
+        self._emit(ev.RETRY_DONE, retried=tried, fixed=fixed, still_failing=tried - fixed)
         if fixed:
-            self._say("retry", f"retried {len(outcomes):,} held-back change(s): {fixed:,} applied now")
-        return new_records
+            self._say("retry", f"retried {tried:,} held-back change(s): {fixed:,} applied now")
+        return new_records + still_refused
+
+    async def _still_refused_by_disk(self, records: list[ResourceRecord]
+                                     ) -> tuple[list[ResourceRecord], list[ResourceRecord]]:
+        """Split off the fetches the disk refused last time and still refuses (a probe beside
+        the file, no GET): a full disk with thousands of held-back resources costs the Source
+        nothing until it has room again. Those come back rescheduled; the rest are to retry."""
+        local = [r for r in records if r.state == ResourceState.FAILED and r.path
+                 and (r.last_error or "").startswith(WRITE_PROBLEM) and not wants_delete(r)]
+        if not local:
+            return records, []
+        # the announced length, else one byte: a disk with no block left refuses even that
+        sizes = [json.loads(r.want or "{}").get("length") or 1 for r in local]
+        paths = [self.sink.absolute(r.path or "") for r in local]
+        refusals = await asyncio.to_thread(lambda: [self.sink.disk_refusal(p, n) for p, n in zip(paths, sizes)])
+        still: list[ResourceRecord] = []
+        for record, path, refusal in zip(local, paths, refusals, strict=True):
+            if refusal is not None:
+                attempts = record.attempts + 1
+                still.append(replace(record, attempts=attempts, last_error=write_problem(refusal, path)[:500],
+                                     next_retry_at=time.time() + retry_delay(ResourceState.FAILED, attempts,
+                                                                                   local=True)))
+        if still:
+            self._say("failed", f"{len(still):,} held-back change(s) still cannot be written "
+                                f"({still[0].last_error}); next try in "
+                                f"{retry_delay(ResourceState.FAILED, still[0].attempts, local=True):.0f} s")
+        # The probe ran in a thread: read the others again, so a change applied meanwhile (an
+        # audit's repair) is built on, and a record no longer held back is left alone.
+        now = self.state.records(r.loc for r in records if r.loc not in {s.loc for s in still})
+        return [r for r in now.values() if r.state in RETRIED_STATES and r.want], still
 
     async def retry_due(self, *, everything: bool = False) -> int:
         """Retry (and commit) held-back changes whose time has come (`everything`: all of them,
@@ -309,6 +433,8 @@ class Applier:
         if refused is not None:     # the same host rule as for fetches
             self.refuse(refused[0], change.loc, refused[1])
             return None, Outcome(change.loc, kind, ChangeOutcome.REFUSED, relative, refused[1])
+        if not self.dry_run:
+            record = await self._before_change(change.loc, record)
         tomb = ResourceRecord(change.loc, record.path if record and record.path else relative,
                               ResourceState.DELETED, changed_at=change.changed_at or (record.changed_at if record else None),
                               last_change=kind)
@@ -317,7 +443,7 @@ class Applier:
                 self.plan("delete", change.loc, record.path)
                 return None, Outcome(change.loc, kind, ChangeOutcome.WOULD_DELETE, record.path)
             return None, Outcome(change.loc, kind, ChangeOutcome.ABSENT, relative)
-        if record is None or not record.holds_file:
+        if record is None or not (record.holds_file or wants_delete(record)):
             # Only files the state tracks for this loc are ever removed.
             if record is None and await asyncio.to_thread(self.sink.is_file, placement.path):
                 detail = f"{relative} is not a file this sync made; left as it is"
@@ -332,16 +458,29 @@ class Applier:
         except SymlinkRefusedError as exc:
             self.refuse(Refusal.SYMLINK, change.loc, str(exc))
             return tomb, Outcome(change.loc, kind, ChangeOutcome.REFUSED, record.path, str(exc))
+        except OSError as exc:
+            # The disk refused (read-only, permissions, I/O): the file stays, and so does the delete.
+            held = self.hold_delete(record, change.changed_at, exc)
+            return held, Outcome(change.loc, kind, ChangeOutcome.FAILED, record.path, held.last_error or "")
         return tomb, Outcome(change.loc, kind, ChangeOutcome.DELETED if existed else ChangeOutcome.ABSENT, record.path)
 
     async def _fetch(self, loc: str, kind: str, path: Path | str, record: ResourceRecord | None,
                      changed_at: datetime | None, lastmod: datetime | None, length: int | None,
                      hashes: tuple[tuple[str, str], ...], want_kind: str, want_at: datetime | None,
-                     holders: PathHolders | None = None, relative: str | None = None) -> tuple[ResourceRecord, Outcome]:
+                     holders: PathHolders | None = None, relative: str | None = None,
+                     repair: bool = False) -> tuple[ResourceRecord, Outcome]:
         """Fetch one loc into `path` unless another loc holds that path. `want_kind` and
         `want_at`: the change a failed fetch keeps to retry (its JSON is only built then).
         `holders`: who held which path when the caller's batch was read (else one query here);
-        `relative`: `path` relative to DIR, when the caller has it."""
+        `relative`: `path` relative to DIR, when the caller has it; `repair`: an audit's repair,
+        which holds the loc itself (hold_for_repair)."""
+        if not repair and (self._watching or self._repairing):
+            fresh = await self._before_change(loc, record)
+            if fresh is not record and fresh is not None and changed_at is not None \
+                    and fresh.changed_at is not None and changed_at < fresh.changed_at:
+                # a newer change landed while this one waited for a repair: it stays
+                return fresh, Outcome(loc, kind, ChangeOutcome.SKIPPED_OLDER, fresh.path)
+            record = fresh
         if relative is None:
             relative = self.sink.relative(path)
         other = self._claims.get(relative)
@@ -398,13 +537,14 @@ class Applier:
 
     async def fetch_resource(self, resource: Resource, record: ResourceRecord | None, path: Path | str, *,
                              placement: Placement | None = None, holders: PathHolders | None = None,
-                             relative: str | None = None) -> tuple[ResourceRecord, Outcome]:
-        """Fetch a listed resource to `path` (`placement`, `relative`: the sink's, when the caller has them)."""
+                             relative: str | None = None, repair: bool = False) -> tuple[ResourceRecord, Outcome]:
+        """Fetch a listed resource to `path` (`placement`, `relative`: the sink's, when the
+        caller has them; `repair`: an audit's repair of a loc it holds)."""
         if placement is None or placement.escaped:
             self._escaped(resource.loc, placement or self.sink.place(resource.loc), record)
         return await self._fetch(resource.loc, "baseline", path, record, record.changed_at if record else None,
                                  resource.lastmod, resource.length, resource.hashes, _UPDATED,
-                                 None, holders, relative)
+                                 None, holders, relative, repair)
 
 
 def record_from_fetch(result: FetchResult, relative: str, previous: ResourceRecord | None, *,
@@ -428,7 +568,8 @@ def record_from_fetch(result: FetchResult, relative: str, previous: ResourceReco
     timed = state != ResourceState.REFUSED and want is not None
     return replace(base, path=relative, state=state, changed_at=changed_at, last_change=last_change,
                    expected_hash=result.expected, last_error=result.detail[:500] or result.outcome,
-                   attempts=attempts, next_retry_at=time.time() + retry_delay(state, attempts) if timed else None,
+                   attempts=attempts,
+                   next_retry_at=time.time() + retry_delay(state, attempts, local=result.local) if timed else None,
                    want=want)
 
 

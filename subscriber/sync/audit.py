@@ -136,11 +136,17 @@ class _Seen:
 
 async def run_audit(ctx: SyncContext, *, deep: bool = False, repair: bool = False,
                     record: bool = True) -> AuditReport:
-    """`record`: add the run to the state's `runs` (False for a read-only audit beside a sync)."""
+    """`record`: add the run to the state's `runs` (False for a read-only audit beside a sync).
+
+    Live applies go on meanwhile (the engine runs it as a task of its own): a resource a change
+    touched since the audit began is counted `newer locally`, never a difference, and never
+    repaired; a repair holds its locs, so a change for one lands after it."""
     seen = _Seen()
+    ctx.applier.watch_changes()
     try:
         return await _audit(ctx, seen, deep=deep, repair=repair, keep_run=record)
     finally:
+        ctx.applier.unwatch_changes()
         seen.close()
 
 
@@ -151,7 +157,7 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
     if not ctx.resourcelist_url:
         raise SourceDocumentError("the Source advertises no Resource List to audit against")
     ctx.progress.start("audit")
-    to_repair: list[tuple[Resource, ResourceRecord | None, Path]] = []
+    to_repair: list[tuple[Resource, ResourceRecord | None, Path, tuple[str, ...]]] = []
     contested = ctx.state.conflict_paths()
     async for resources in resource_chunks(ctx.session, ctx.resourcelist_url, read):
         report.at = read.at
@@ -184,6 +190,11 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
                 continue
             checks.append((resource, record, path))
         verdicts = await _in_thread(_judge_all, ctx.sink, checks, deep)
+        # Live applies ran while the files were judged: a difference is only one if no change
+        # touched the loc since the audit began and its record is still the one judged.
+        differing = [resource.loc for (resource, _, _), verdict in zip(checks, verdicts)
+                     if verdict not in ("same", "unverifiable")]
+        now = ctx.state.records(differing) if differing else {}
         for (resource, record, path), verdict in zip(checks, verdicts):
             if verdict == "same":
                 report.same += 1
@@ -191,17 +202,23 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
             if verdict == "unverifiable":
                 report.unverifiable += 1
                 continue
+            if ctx.applier.touched(resource.loc) or now.get(resource.loc) != record:
+                report.newer_locally += 1
+                continue
+            kinds: tuple[str, ...] = ()
             if verdict == "corrupt":
                 report.corrupt += 1
+                kinds = ("corrupt",)
                 verdict = "changed"
             if verdict == "symlink":     # no good copy, and a link where it should be: never read
                 report.symlinks += 1
                 report.note("symlink", resource.loc)
+                kinds = ("symlinks",)
                 verdict = "missing"
             setattr(report, verdict, getattr(report, verdict) + 1)
             report.note(verdict, resource.loc)
             if repair:
-                to_repair.append((resource, record, Path(path)))
+                to_repair.append((resource, record, Path(path), (verdict, *kinds)))
         if repair and len(to_repair) >= 500:
             await _repair(ctx, to_repair, report)
             to_repair = []
@@ -212,7 +229,8 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         if ctx.applier.exclusions.excludes(extra.loc):
             report.excluded += 1
             continue
-        if extra.changed_at is not None and report.at is not None and extra.changed_at > report.at:
+        if (extra.changed_at is not None and report.at is not None and extra.changed_at > report.at) \
+                or ctx.applier.touched(extra.loc):
             report.newer_locally += 1
             continue
         report.extra += 1
@@ -220,14 +238,14 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         extras.append(extra)
     if repair:
         for record in extras:
-            if record.path and record.holds_file:
-                try:
-                    await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
-                except SymlinkRefusedError as exc:
-                    ctx.applier.refuse(Refusal.SYMLINK, record.loc, str(exc))
-            ctx.state.commit([ResourceRecord(record.loc, record.path, ResourceState.DELETED,
-                                             changed_at=record.changed_at, last_change="deleted")])
-            report.repaired += 1
+            if ctx.applier.touched(record.loc):     # a change came for it meanwhile: it wins
+                _not_a_difference(report, record.loc, ("extra",))
+                continue
+            ctx.applier.hold_for_repair([record.loc])   # a change arriving now lands after this delete
+            try:
+                await _delete_extra(ctx, record, report)
+            finally:
+                ctx.applier.release_repair([record.loc])
     report.untracked = await _in_thread(_count_untracked, ctx, report)
     report.escaped = ctx.state.count_escaped()
     ctx.applier.flush_refusals()
@@ -236,6 +254,23 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         ctx.state.add_run("audit", time.time() - report.seconds, report.to_json(),
                           "in sync" if report.in_sync else "differences")
     return report
+
+
+async def _delete_extra(ctx: SyncContext, record: ResourceRecord, report: AuditReport) -> None:
+    """Repair an extra tracked resource: remove its file, keep a tombstone."""
+    if record.path and record.holds_file:
+        try:
+            await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
+        except SymlinkRefusedError as exc:
+            ctx.applier.refuse(Refusal.SYMLINK, record.loc, str(exc))
+        except OSError as exc:     # the disk refused: the delete is held back and tried again
+            ctx.state.commit([ctx.applier.hold_delete(record, record.changed_at, exc)])
+            report.repair_failed += 1
+            report.note("repair_failed", record.loc)
+            return
+    ctx.state.commit([ResourceRecord(record.loc, record.path, ResourceState.DELETED,
+                                     changed_at=record.changed_at, last_change="deleted")])
+    report.repaired += 1
 
 
 async def _in_thread(func: Callable[..., T], *args: Any) -> T:
@@ -284,10 +319,34 @@ def _judge(sink: FolderLook, resource: Resource, record: ResourceRecord | None, 
     return "same"
 
 
-async def _repair(ctx: SyncContext, items: list[tuple[Resource, ResourceRecord | None, Path]],
+def _not_a_difference(report: AuditReport, loc: str, kinds: tuple[str, ...]) -> None:
+    """A loc counted as a difference that a live change touched since: newer locally instead."""
+    for kind in kinds:
+        setattr(report, kind, getattr(report, kind) - 1)
+        examples = report.examples.get({"symlinks": "symlink"}.get(kind, kind), [])
+        if loc in examples:
+            examples.remove(loc)
+    report.newer_locally += 1
+
+
+async def _repair(ctx: SyncContext, items: list[tuple[Resource, ResourceRecord | None, Path, tuple[str, ...]]],
                   report: AuditReport) -> None:
-    results = await asyncio.gather(*(ctx.applier.fetch_resource(r, rec, p) for r, rec, p in items))
-    ctx.state.commit([record for record, _ in results])
+    """Fetch the listed version of each item, unless a live change touched its loc since it was
+    judged (that change is newer than the list). The locs are held until their records are
+    committed: a change arriving meanwhile waits, then lands over the repair."""
+    held = []
+    for resource, record, path, kinds in items:
+        if ctx.applier.touched(resource.loc):
+            _not_a_difference(report, resource.loc, kinds)
+        else:
+            held.append((resource, record, path))
+    locs = [resource.loc for resource, _, _ in held]
+    ctx.applier.hold_for_repair(locs)
+    try:
+        results = await asyncio.gather(*(ctx.applier.fetch_resource(r, rec, p, repair=True) for r, rec, p in held))
+        ctx.state.commit([record for record, _ in results])
+    finally:
+        ctx.applier.release_repair(locs)
     for _, outcome in results:
         if outcome.outcome == ChangeOutcome.STORED:
             report.repaired += 1
@@ -306,18 +365,19 @@ def _count_untracked(ctx: SyncContext, report: AuditReport, cancelled: threading
             continue     # an excluded part of the tree: files there are not the sync's business
         chunk.append(relative)
         if len(chunk) >= batch:
-            count += _untracked_in(ctx.state, chunk, report)
+            count += _untracked_in(ctx.state, chunk, report, ctx.applier.is_claimed)
             chunk = []
-    return count + _untracked_in(ctx.state, chunk, report)
+    return count + _untracked_in(ctx.state, chunk, report, ctx.applier.is_claimed)
 
 
-def _untracked_in(state: SyncState, paths: list[str], report: AuditReport) -> int:
+def _untracked_in(state: SyncState, paths: list[str], report: AuditReport, is_claimed: Callable[[str], bool]) -> int:
     """Files of `paths` (in walk order) with no record at their path, or a tombstone as the
-    record `record_by_path` gives: one query for the lot instead of one per file."""
+    record `record_by_path` gives: one query for the lot instead of one per file. A file a live
+    change just wrote (`is_claimed`: its record not committed yet) is not untracked."""
     states = state.states_by_path(paths)
     count = 0
     for relative in paths:
-        if states.get(relative, ResourceState.DELETED) == ResourceState.DELETED:
+        if states.get(relative, ResourceState.DELETED) == ResourceState.DELETED and not is_claimed(relative):
             count += 1
             report.note("untracked", relative)
     return count

@@ -249,11 +249,16 @@ async def _delete_unlisted(ctx: SyncContext, report: BaselineReport, batch: _Bat
                 ctx.applier.plan("delete", record.loc, record.path)
             continue
         if record.path and record.holds_file:
+            ctx.applier.note_change(record.loc)    # an audit running beside this leaves it alone
             try:
                 await asyncio.to_thread(ctx.sink.delete, ctx.sink.absolute(record.path))
                 freed.append(record.path)
             except SymlinkRefusedError as exc:
                 ctx.applier.refuse(Refusal.SYMLINK, record.loc, str(exc))
+            except OSError as exc:     # the disk refused: the delete is held back and tried again
+                batch.add(ctx.applier.hold_delete(record, record.changed_at, exc))
+                report.failed += 1
+                continue
         batch.add(ResourceRecord(record.loc, record.path, ResourceState.DELETED, changed_at=record.changed_at,
                                  last_change="deleted"))
         report.deleted += 1
@@ -268,4 +273,5 @@ def _count(report: BaselineReport, ctx: SyncContext, outcome: Outcome) -> None:
     else:
         report.failed += 1
         ctx.progress.failed += 1
-        log.warning("baseline: %s %s: %s", outcome.loc, outcome.outcome, outcome.detail)
+        # the Applier already said it on stderr (a line each, at most 20 a minute) and as an event
+        log.info("baseline: %s %s: %s", outcome.loc, outcome.outcome, outcome.detail)

@@ -14,10 +14,10 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -107,6 +107,7 @@ class SyncEngine:
         self.wake = asyncio.Event()
         self.source_reachable = True
         self.read_only = False               # an audit beside a running sync: no lock, no writes
+        self._audit_task: asyncio.Task[None] | None = None   # an audit the live loop runs beside it
         self._locked = False
 
     # --- opening: discovery, guard, session ---------------------------------------------------
@@ -417,11 +418,14 @@ class SyncEngine:
                 if clock.next_audit is not None:
                     timeout = max(0.0, min(timeout, clock.next_audit - time.monotonic()))
                 await _wait_any(stop, self.wake, timeout)
+                if self.push is not None and self.push.receiver.fatal is not None:
+                    raise self.push.receiver.fatal   # the inbox cannot be written: stop (runner says why)
                 if time.monotonic() - clock.last_prune > 3600:
                     self.state.prune_inbox()   # applied deliveries are kept a day, then dropped
                     clock.last_prune = time.monotonic()
         finally:
             watcher.cancel()
+            await self._stop_audit()
         return EXIT_IN_SYNC
 
     async def _live_pass(self, clock: _LiveClock) -> str:
@@ -442,21 +446,68 @@ class SyncEngine:
                 await self.recover("poll")
                 clock.last_pull = time.monotonic()
                 return AGAIN
-            await self._serve_requests()
-            if clock.next_audit is not None and time.monotonic() >= clock.next_audit:
-                clock.audit_ran(time.monotonic())
-                await self._audit_and_report("every")
+            self._reap_audit()
+            if self._audit_task is None:
+                # An audit is a task of its own: live applies go on while it reads the list and
+                # hashes the files (audit.py keeps it exact: what a change touched meanwhile is
+                # neither reported nor repaired). Requests and the next periodic one wait for it.
+                if self.state.has_open_requests():
+                    self._start_audit(self._serve_requests())
+                elif clock.next_audit is not None and time.monotonic() >= clock.next_audit:
+                    clock.audit_ran(time.monotonic())
+                    self._start_audit(self._audit_and_report("every"))
         except (SourceUnreachableError, SourceDocumentError) as exc:
             self.status(f"the Source cannot be read ({exc}); retrying")
             self.events.emit(ev.DEGRADED, reason=str(exc))
             status = WAIT
         return status
 
+    def _start_audit(self, work: Coroutine[Any, Any, object]) -> None:
+        assert self.ctx is not None
+        applier = self.ctx.applier
+        applier.watch_changes()    # now: the next drain may start before the task's first step
+
+        async def audit() -> None:
+            try:
+                await work
+            finally:
+                applier.unwatch_changes()
+
+        self._audit_task = asyncio.create_task(audit())
+        self._audit_task.add_done_callback(lambda _: self.wake.set())   # the live loop reaps it
+
+    def _reap_audit(self) -> None:
+        """Forget a finished audit task; an unreadable Source ends only that audit (said and
+        emitted), any other error (the state database, a bug) is raised here, in the live loop."""
+        task = self._audit_task
+        if task is None or not task.done():
+            return
+        self._audit_task = None
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if isinstance(exc, (SourceUnreachableError, SourceDocumentError)):
+            self.status(f"the Source cannot be read ({exc}); the audit stopped")
+            self.events.emit(ev.DEGRADED, reason=str(exc))
+        elif exc is not None:
+            raise exc
+
+    async def _stop_audit(self) -> None:
+        """Cancel an audit under way when the live loop ends; one that already ended is reaped
+        (its error said or raised, never left for asyncio to print at exit)."""
+        task = self._audit_task
+        if task is not None and not task.done():
+            self._audit_task = None
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        self._reap_audit()
+
     async def _watch_requests(self) -> None:
-        """Wake the live loop when another process asks for work (audit --repair)."""
+        """Wake the live loop when another process asks for work (audit --repair) and no audit
+        is under way (the loop takes the next request when that one ends)."""
         while True:
             await asyncio.sleep(0.3)
-            if self.state.has_open_requests():
+            if self._audit_task is None and self.state.has_open_requests():
                 self.wake.set()
 
     async def _serve_requests(self) -> None:

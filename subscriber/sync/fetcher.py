@@ -48,7 +48,7 @@ from rsnotify.outbound_answer import (
 from .headers import RequestRule, origin
 from .outcomes import FetchOutcome, Refusal
 from .session import HINT
-from .sink import FolderSink, PathConflictError, SymlinkRefusedError
+from .sink import FolderSink, PathConflictError, SymlinkRefusedError, write_problem
 from .writer import BatchWriter
 
 log = logging.getLogger(__name__)
@@ -81,6 +81,7 @@ class FetchResult:
     detail: str = ""
     expected: str | None = None    # for MISMATCH: the announced hash or length
     rule: Refusal | None = None    # for REFUSED (and a body longer than announced): the rule
+    local: bool = False            # for FAILED: the Destination's own disk failed, not the Source
 
 
 class FetchError(Exception):
@@ -273,6 +274,11 @@ class Fetcher:
                 return FetchResult(loc, FetchOutcome.REFUSED, detail=str(exc), rule=Refusal.SYMLINK)
             except PathConflictError as exc:
                 return FetchResult(loc, FetchOutcome.CONFLICT, detail=str(exc))
+            except OSError as exc:
+                # Only the folder's own file operations raise OSError here (network errors are
+                # FetchErrors): a full or read-only disk, a folder without permission, an I/O
+                # error. This resource fails alone and is tried again; the sync goes on.
+                return FetchResult(loc, FetchOutcome.FAILED, detail=write_problem(exc, path), local=True)
             else:
                 self._succeeded()
                 return result

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sqlite3
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -42,11 +43,19 @@ class InboxReceiver:
     def __init__(self, state: SyncState, wake: asyncio.Event) -> None:
         self.state = state
         self.wake = wake
+        # The state database could not be written (a full or read-only disk): the engine stops
+        # on it, with one line, rather than go on with records it cannot keep.
+        self.fatal: sqlite3.Error | OSError | None = None
 
     async def receive(self, delivery: Delivery) -> CallbackResponse:
         try:
             self.state.add_to_inbox(delivery.subscription.hub, delivery.sequence, delivery.notification_id,
                                     delivery.content_type, delivery.body)
+        except (sqlite3.Error, OSError) as exc:
+            if self.fatal is None:
+                self.fatal = exc
+            self.wake.set()
+            return CallbackResponse(503, f"the notification could not be stored ({exc}); deliver it again later")
         except Exception as exc:
             log.exception("could not store the delivery to %s", delivery.subscription.id)
             return CallbackResponse(503, f"the notification could not be stored ({exc}); deliver it again later")
@@ -69,7 +78,8 @@ class Push:
         # Its own file: the inbox writes to the state file on every delivery, which would make
         # the store re-read its subscription each time (its cache follows the file's version).
         self.store = SqliteStore(state.path.with_name(SUBSCRIPTIONS_FILE))
-        self.subscriber = Subscriber(None, self.store, settings=settings, receiver=InboxReceiver(state, wake))
+        self.receiver = InboxReceiver(state, wake)
+        self.subscriber = Subscriber(None, self.store, settings=settings, receiver=self.receiver)
         self.subscriber.on_denied(self._lost)
         self.subscriber.on_renewal_failed(self._lost)
         self.subscriber.intent_extras = self._replay_field

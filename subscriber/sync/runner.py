@@ -3,7 +3,6 @@ and progress lines, the --json event stream on stdout, exit codes, and `sync sta
 from __future__ import annotations
 
 import asyncio
-import errno
 import gc
 import json
 import math
@@ -39,6 +38,7 @@ from .events import SyncEvent
 from .headers import Header, RequestRule, SourceHeaders
 from .politeness import RateLimit
 from .remote import SourceDocumentError, SourceUnreachableError
+from .sink import write_problem
 from .state import STATE_DIR, STATE_FILE, SyncState
 
 
@@ -176,21 +176,16 @@ def quiet_exit_on_signals(code: int) -> None:
 def disk_problem(exc: OSError | sqlite3.Error, root: Path) -> str:
     """One line naming the path and the cause of a local write/read failure."""
     if isinstance(exc, sqlite3.Error):
-        # SQLite's own words ("unable to open database file") rarely say why: try a write beside it.
+        # SQLite's own words ("unable to open database file") rarely say why: try a write beside
+        # it, of a page (an empty file still fits on a full disk).
         folder = root / STATE_DIR
         try:
-            with tempfile.TemporaryFile(dir=folder):
-                pass
+            with tempfile.TemporaryFile(dir=folder, buffering=0) as probe_file:
+                probe_file.write(b"\0" * 4096)
         except OSError as probe:
-            return f"cannot write {folder}: {probe.strerror or probe} (state database: {exc})"
+            return f"{write_problem(probe, folder)} (state database: {exc})"
         return f"cannot use the state database {folder / STATE_FILE}: {exc}"
-    path = exc.filename or root
-    cause = exc.strerror or str(exc)
-    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
-        cause = f"{cause} (the disk is full)"
-    elif exc.errno == errno.EFBIG:
-        cause = f"{cause} (a file size limit)"
-    return f"cannot write {path}: {cause}"
+    return write_problem(exc, exc.filename or root)
 
 
 async def run_sync(command: SyncCommand, *, once: bool) -> int:
@@ -223,7 +218,9 @@ async def run_sync(command: SyncCommand, *, once: bool) -> int:
         code = EXIT_DIFFERENCES if once else EXIT_IN_SYNC
         reporter.status("stopped; the state is saved and the next start resumes")
     except (OSError, sqlite3.Error) as exc:
-        reporter.status(disk_problem(exc, command.root))
+        # What reaches here is the state database or DIR itself (a resource's own disk error
+        # is held back in its record and retried): going on would lose records, so stop.
+        reporter.status(f"{disk_problem(exc, command.root)}; stopped, the next start resumes from the saved state")
         code = EXIT_DIFFERENCES
     finally:
         ticker.cancel()

@@ -80,6 +80,24 @@ class SymlinkRefusedError(OSError):
     """A symlink stands in the loc's path inside DIR: refused, never followed."""
 
 
+# What a refusal of the Destination's own disk is (as opposed to a name conflict or a link):
+# a full or read-only disk, no permission, an I/O error, a size limit.
+DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+                         errno.EFBIG})
+WRITE_PROBLEM = "cannot write "     # how write_problem's message for a write starts
+
+
+def write_problem(exc: OSError, path: Path | str, verb: str = "write") -> str:
+    """One line naming the file and the cause of a local write (or remove) failure: a full or
+    read-only disk, a folder without permission, an I/O error."""
+    cause = exc.strerror or str(exc)
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        cause = f"{cause} (the disk is full)"
+    elif exc.errno == errno.EFBIG:
+        cause = f"{cause} (a file size limit)"
+    return f"cannot {verb} {path}: {cause}"
+
+
 @dataclass(frozen=True, slots=True)
 class Placement:
     """Where a loc lands, and why any of its names had to be escaped."""
@@ -346,17 +364,49 @@ class FolderSink:
         try:
             fd, tmp = self._create_partial(folder)
             try:
-                written = os.write(fd, body)    # a small body goes in one write, but need not
-                if written < len(body):
-                    view = memoryview(body)[written:]
-                    while view:
-                        view = view[os.write(fd, view):]
-            finally:
-                os.close(fd)
+                try:
+                    written = os.write(fd, body)    # a small body goes in one write, but need not
+                    if written < len(body):
+                        view = memoryview(body)[written:]
+                        while view:
+                            view = view[os.write(fd, view):]
+                finally:
+                    os.close(fd)
+            except BaseException:
+                _unlink_quietly(folder, tmp)     # a full disk must not keep half a file beside the copy
+                raise
             if not beneath.rename_new(folder, tmp, parts[-1]):
                 self._install_at(folder, tmp, parts[-1])
         finally:
             os.close(folder)
+
+    def disk_refusal(self, path: Path | str, size: int) -> OSError | None:
+        """What the disk says to a file of `size` bytes at `path` now, found without fetching it:
+        a temp file beside it with the room reserved (posix_fallocate), then removed. The
+        error (one of DISK_ERRNOS), or None when the write may go (or the disk cannot tell)."""
+        try:
+            parts = self._parts(path)
+            fds = self._open_chain(parts[:-1], create=True)
+        except (PathConflictError, SymlinkRefusedError, ValueError):
+            return None        # not the disk: the retry itself says what it is
+        except OSError as exc:
+            return exc if exc.errno in DISK_ERRNOS else None
+        folder = fds[-1]
+        try:
+            fd, tmp = self._create_partial(folder)
+        except OSError as exc:
+            _close(fds)
+            return exc if exc.errno in DISK_ERRNOS else None
+        try:
+            if size > 0:
+                os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            return exc if exc.errno in DISK_ERRNOS else None   # EOPNOTSUPP, EINVAL: cannot tell
+        finally:
+            os.close(fd)
+            _unlink_quietly(folder, tmp)
+            _close(fds)
+        return None
 
     def open_partial(self, path: Path) -> tuple[BinaryIO, Path]:
         """A new temp file beside `path`. PathConflictError when the folder cannot exist,

@@ -185,10 +185,15 @@ def test_a_full_disk_is_one_line_and_exit_1(site, mount_point):
     result = s.run("sync", "--capability-list", s.caplist, "--dir", str(dest), "--once")
     assert result.returncode == 1
     no_traceback(result.stderr)
+    # each resource that does not fit fails alone (big.bin, and those written while its partial
+    # file filled the disk), one line per try; the others are stored, and all are in the state
     problem = [line for line in result.stderr.splitlines() if "cannot" in line]
-    assert len(problem) == 1 and str(dest) in problem[0] and "disk is full" in problem[0], result.stderr
+    assert any("big.bin" in line for line in problem), result.stderr
+    assert all(line.startswith("rsnotify sync: failed: ") and str(dest) in line and "disk is full" in line
+               for line in problem), result.stderr
     info = json.loads(s.run("sync", "status", "--dir", str(dest), "--json").stdout)
-    assert info["state"] == "baselining"
+    assert info["resources"].get("failed", 0) >= 1 and sum(info["resources"].values()) == 11, info
+    assert any(item["loc"].endswith("/big.bin") for item in info["troubled"]), info
 
 
 def test_a_fresh_live_sync_waits_for_a_source_that_is_down_at_start(hub, tmp_path):

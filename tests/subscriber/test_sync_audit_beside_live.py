@@ -1,0 +1,162 @@
+"""A live sync keeps applying notifications while it audits (an `audit --repair` handed to it, or
+--audit-every), and stays exact: the audit neither reports nor repairs what a live change touched
+meanwhile, and a repair in flight never lands over a newer live change.
+
+The engine runs live (`SyncEngine.run`) against a loopback Source whose Resource List and one
+resource answer only when the test opens a gate; notifications enter through the inbox as the
+callback receiver writes them, and the audit is asked for through the state's request row as
+`rsnotify audit --repair` asks a running sync."""
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import replace
+from datetime import timedelta
+
+import pytest
+from aiohttp import web
+
+from rsnotify.notification import ChangeNotification
+from rsnotify.subscriber.sync import SyncEngine, SyncOptions
+from rsnotify.xml import to_xml
+from tests.subscriber.test_sync_engine import T0, ListSource, copy
+
+
+class GatedSource(ListSource):
+    """A ListSource whose answers for `gates` paths are made when asked (the bytes of that
+    moment) but sent only once the gate opens; each gate holds back the first request only."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gates: dict[str, asyncio.Event] = {}
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        response = await super().handle(request)
+        gate = self.gates.pop(request.raw_path, None)
+        if gate is not None:
+            await gate.wait()
+        return response
+
+
+@pytest.fixture
+async def gated(aiohttp_server):
+    made = GatedSource()
+    app = web.Application()
+    app.router.add_route("GET", "/{tail:.*}", made.handle)
+    server = await aiohttp_server(app)
+    made.base = str(server.make_url("")).rstrip("/")
+    return made
+
+
+async def until(condition, what: str, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def deliver(engine: SyncEngine, source: ListSource, sequence: int, minute: int, path: str, body: bytes, *,
+            dated: bool = True) -> None:
+    """What the callback receiver does with a delivery: its bytes into the inbox, then a wake.
+    `dated` False: the change has no datetime (optional in ResourceSync), so nothing but the
+    audit's own watch can tell that it is newer than the Resource List."""
+    start, end = T0 + timedelta(minutes=minute - 1), T0 + timedelta(minutes=minute)
+    change = source.change(path, body, end - timedelta(seconds=1))
+    if not dated:
+        change = replace(change, changed_at=None)
+    note = ChangeNotification(start, end, (change,))
+    engine.state.add_to_inbox("http://hub/", sequence, f"n{sequence}", "application/xml", to_xml(note))
+    engine.wake.set()
+
+
+async def test_live_changes_land_during_an_audit_which_neither_reports_nor_overwrites_them(gated, tmp_path):
+    source = gated
+    source.resources = {f"/r{i}.txt": f"resource {i}".encode() for i in range(5)}
+    source.changelists = [(T0, None, [])]
+    engine = SyncEngine(tmp_path, capability_list=source.url("/caps.xml"), options=SyncOptions(settle=0.0),
+                        retry_base=0.05, poll_interval=600)
+    await engine.open()
+    events: list[dict] = []
+    engine.events.listeners.append(lambda e: events.append(e.to_json()))
+    stop = asyncio.Event()
+    live = asyncio.create_task(engine.run(stop))
+    try:
+        await until(lambda: any(e["event"] == "live" for e in events), "live")
+        folder = tmp_path / source.base.split("//")[1].replace(":", "_")
+        (folder / "r2.txt").write_bytes(b"tampered")     # bit rot: the deep audit repairs it
+        list_gate, r2_gate = asyncio.Event(), asyncio.Event()
+        source.gates = {"/resourcelist.xml": list_gate, "/r2.txt": r2_gate}
+        source.requests.clear()
+        request = engine.state.add_request("audit", {"deep": True, "repair": True})
+        await until(lambda: "/resourcelist.xml" in source.requests, "the audit to ask for the list")
+
+        # 1. the audit waits for its list; a notification is applied all the same
+        started = time.monotonic()
+        deliver(engine, source, 1, 1, "/r1.txt", b"r1 changed while auditing", dated=False)
+        await until(lambda: (folder / "r1.txt").read_bytes() == b"r1 changed while auditing",
+                    "the live change during the audit", timeout=3.0)
+        waited = time.monotonic() - started
+        assert not list_gate.is_set() and engine.state.request_result(request)[1] is None
+        assert waited < 3.0
+
+        # 2. the repair of r2 is in flight (the Source answers it with the bytes it had); a newer
+        # change of r2 arrives meanwhile: it waits for the repair and lands over it
+        list_gate.set()
+        await until(lambda: "/r2.txt" in source.requests, "the repair's GET of r2")
+        deliver(engine, source, 2, 2, "/r2.txt", b"r2 changed while repairing")
+        await asyncio.sleep(0.3)
+        r2_gate.set()
+        await until(lambda: engine.state.request_result(request)[1] is not None, "the audit's report")
+        await until(lambda: copy(tmp_path, source) == source.resources, "the copy equal to the Source")
+        assert (folder / "r2.txt").read_bytes() == b"r2 changed while repairing"
+
+        result = engine.state.request_result(request)[1]
+        report = result["report"]
+        # r1 was listed with its old bytes, but a live change made it newer during the audit (with
+        # no datetime to compare with the list's `at`): not a difference, and not "repaired" back
+        assert (report["changed"], report["corrupt"], report["missing"], report["extra"]) == (1, 1, 0, 0), report
+        assert report["newer_locally"] == 1 and report["repaired"] == 1, report
+        assert report["examples"].get("changed") == [source.url("/r2.txt")], report
+        applied = [e for e in events if e["event"] == "notification.applied"]
+        assert [e["changes"][0]["outcome"] for e in applied] == ["stored", "stored"], applied
+        assert applied[0]["latency_ms"] < 3000
+        status = engine.state.counts_by_state()
+        assert status == {"ok": 5}, status
+    finally:
+        stop.set()
+        for gate in source.gates.values():
+            gate.set()
+        await asyncio.wait_for(live, 10)
+        await engine.close()
+
+
+async def test_a_periodic_audit_lets_notifications_through_while_it_waits_for_the_list(gated, tmp_path):
+    source = gated
+    source.resources = {f"/r{i}.txt": f"resource {i}".encode() for i in range(3)}
+    source.changelists = [(T0, None, [])]
+    engine = SyncEngine(tmp_path, capability_list=source.url("/caps.xml"), options=SyncOptions(settle=0.0),
+                        retry_base=0.05, poll_interval=600, audit_every=0.5)
+    await engine.open()
+    events: list[dict] = []
+    engine.events.listeners.append(lambda e: events.append(e.to_json()))
+    list_gate = asyncio.Event()
+    stop = asyncio.Event()
+    live = asyncio.create_task(engine.run(stop))
+    try:
+        await until(lambda: any(e["event"] == "live" for e in events), "live")
+        source.requests.clear()
+        source.gates = {"/resourcelist.xml": list_gate}     # the next audit's list waits
+        await until(lambda: "/resourcelist.xml" in source.requests, "the periodic audit to ask for the list")
+        deliver(engine, source, 1, 1, "/r0.txt", b"r0 changed while auditing")
+        await until(lambda: copy(tmp_path, source) == source.resources, "the live change during the audit", 3.0)
+        assert not any(e["event"] == "audit.done" for e in events)
+        list_gate.set()
+        await until(lambda: any(e["event"] == "audit.done" for e in events), "the audit's end")
+        [done] = [e for e in events if e["event"] == "audit.done"][:1]
+        assert done["trigger"] == "every" and done["in_sync"], done
+    finally:
+        stop.set()
+        list_gate.set()
+        await asyncio.wait_for(live, 10)
+        await engine.close()
