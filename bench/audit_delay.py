@@ -4,9 +4,9 @@ Real processes, as the e2e suite runs them: `rsnotify hub`, `rsnotify source` ov
 `rsnotify sync` live (--json). Once the copy is equal, `rsnotify audit --deep --repair` is handed
 to the running sync; while it runs, one file of the Source changes every 0.25 s. Printed: the
 audit's duration and each notification's `latency_ms` (inbox receipt to applied, as the sync
-reports it) during the audit and after it. Not a test (pytest does not collect it):
+reports it) during the audit and after it:
 
-    python -m tests.subscriber.measure_audit_delay --files 20000
+    python -m bench.audit_delay --files 20000
 """
 from __future__ import annotations
 
