@@ -1,7 +1,8 @@
 """`rsnotify source`: serve a folder as a ResourceSync Source and publish its changes.
 
-Exit codes: 0 stopped with Ctrl-C / SIGTERM, 1 the hub cannot be reached at start (or the
-listen address is taken), 2 usage errors (no such folder, a base URL that is not http(s)).
+Exit codes: 0 stopped with Ctrl-C / SIGTERM, 1 the hub cannot be reached at start, names
+itself by another URL than --hub, the change memory cannot be opened, or the listen address
+is taken, 2 usage errors (no such folder, a base URL that is not http(s)).
 """
 from __future__ import annotations
 
@@ -9,20 +10,24 @@ import asyncio
 import hashlib
 import logging
 import socket
+import sqlite3
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import urljoin, urlsplit
 
 import click
 
 from rsnotify import eventloop
 from rsnotify.clitypes import FiniteFloatRange
+from rsnotify.websub import normalize_url
 
 from ..errors import SettingsError, StateError
 
 # The Source's machinery (aiohttp, the change memory, the folder watcher, lxml) is imported when
 # the command runs, so `rsnotify source --help` loads none of it.
 if TYPE_CHECKING:
+    import aiohttp
+
     from .server import Source
 
 log = logging.getLogger(__name__)
@@ -111,8 +116,14 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
     policy = ListPolicy(rotate_seconds=rotate_seconds, keep_seconds=keep_days * 86_400 if keep_days else None)
     try:
         memory = ChangeMemory(memory_path, policy)
+    except (OSError, sqlite3.Error) as exc:
+        # a --db in a folder that cannot be made or written: the user's to fix, not a traceback
+        raise click.ClickException(f"cannot open the change memory {memory_path}: "
+                                   f"{getattr(exc, 'strerror', None) or exc}") from None
+    try:
         publisher = Publisher(hubs, urls.topic, urls.capability_list, token, memory=memory)
     except (SettingsError, StateError) as exc:
+        memory.close()
         raise click.UsageError(str(exc), ctx) from None
     problem = asyncio.run(_hub_problem(hubs))
     if problem:
@@ -194,7 +205,8 @@ def _is_inside(path: Path, folder: Path) -> bool:
 
 
 async def _hub_problem(hubs: tuple[str, ...]) -> str | None:
-    """Why a hub cannot be reached, or None. Any HTTP answer counts as reachable."""
+    """Why a hub cannot be reached or would refuse every notification, or None. Any HTTP
+    answer counts as reachable."""
     import aiohttp
 
     from rsnotify.neterrors import describe_client_error
@@ -205,11 +217,30 @@ async def _hub_problem(hubs: tuple[str, ...]) -> str | None:
             try:
                 async with session.get(hub, allow_redirects=False) as response:
                     await response.release()
+                named = await _hub_self_name(session, hub)
             except TimeoutError:
                 return f"cannot reach the hub {hub}: no answer within {_HUB_CHECK_SECONDS:g} s"
             except (aiohttp.ClientError, OSError) as exc:
                 return f"cannot reach the hub {hub}: {describe_client_error(exc)}"
+            if named is not None and named != normalize_url(hub):
+                return (f"the hub at {hub} calls itself {named} and refuses notifications that name it "
+                        f"otherwise: give --hub {named}")
     return None
+
+
+async def _hub_self_name(session: aiohttp.ClientSession, hub: str) -> str | None:
+    """The public URL an rsnotify hub reports on /health, or None from any other hub.
+
+    An rsnotify hub takes a notification only when its Link rel="hub" names that URL: a Source
+    given http://localhost:8080/ for a hub started as http://127.0.0.1:8080/ reaches it, yet every
+    notification would be refused for good. Asking first turns that into one line at start."""
+    try:
+        async with session.get(urljoin(hub, "health"), allow_redirects=False) as response:
+            body = await response.json(content_type=None) if response.status in (200, 503) else None
+    except ValueError:      # not JSON: some other server's health page
+        return None
+    named = body.get("hub_url") if isinstance(body, dict) else None
+    return named if isinstance(named, str) else None
 
 
 def _family(host: str) -> socket.AddressFamily:
