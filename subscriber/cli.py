@@ -27,7 +27,7 @@ from rsnotify.clitypes import FiniteFloatRange
 from rsnotify.errors import WireError
 from rsnotify.websub import check_url, idna_host
 
-from .errors import SubscriberError
+from .errors import DiscoveryError, SubscriberError
 from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
 
 # aiohttp (web and client), the callback core, the client, discovery, the subscription store
@@ -61,7 +61,8 @@ def _status(message: str) -> None:
 @click.option("--capability-list", metavar="URL", envvar="RSNOTIFY_SUBSCRIBER_CAPABILITY_LIST", show_envvar=True,
               help="Capability List advertising a change-notification channel.")
 @click.option("--source", metavar="URL", envvar="RSNOTIFY_SUBSCRIBER_SOURCE", show_envvar=True,
-              help="Source base URL: channels found via /.well-known/resourcesync.")
+              help="Source base URL: channels found as `rsnotify sync --source` finds them (the URL, its "
+                   "/.well-known/resourcesync or sourcedescription.xml, the host's well-known URL).")
 @click.option("--listen", metavar="HOST:PORT", default="127.0.0.1:8081", envvar="RSNOTIFY_SUBSCRIBER_LISTEN",
               show_envvar=True, show_default=True, help="Where the callback server binds (port 0: any free port).")
 @click.option("--callback-url", metavar="URL", envvar="RSNOTIFY_SUBSCRIBER_CALLBACK_URL", show_envvar=True,
@@ -287,8 +288,8 @@ async def _discover(session: aiohttp.ClientSession, hub: str | None, topic: str 
     from .discovery import (
         DiscoveredTopic,
         discover_capability_list,
-        discover_source,
         discover_topic,
+        find_source,
     )
     if topic and hub:
         return [DiscoveredTopic(topic=topic, hubs=(hub,), found_in="command line", url=topic)]
@@ -299,7 +300,18 @@ async def _discover(session: aiohttp.ClientSession, hub: str | None, topic: str 
     if capability_list:
         found_list = await discover_capability_list(session, capability_list)
     else:
-        found_list = await discover_source(session, str(source))
+        # found where `rsnotify sync --source` finds it (a base below the host root: its own
+        # sourcedescription.xml, as `rsnotify source` serves it), not at the host's well-known URL only
+        found_source = await find_source(session, str(source))
+        found_list, problems = [], []
+        for listed in found_source.capability_lists:
+            try:
+                found_list.extend(await discover_capability_list(session, listed))
+            except DiscoveryError as exc:
+                problems.append(str(exc))
+        if not found_list:
+            raise DiscoveryError(f"no change-notification channel found from {found_source.url}: "
+                                 + ("; ".join(problems) or "it lists no Capability List"))
     for found in found_list:
         _status(f"discovered channel {found.topic} with hub(s) {', '.join(found.hubs)} in {found.capability_list}")
     return found_list

@@ -1,12 +1,13 @@
-"""`rsnotify sync`/`audit` as the README's quick start has a stranger run them, then the Source
-stopped: an audit says it audited nothing and why (one verdict line, exit 3), never only that it
-is "using what the state remembers"."""
+"""`rsnotify sync`, `audit` and `subscribe` run as the README has a stranger run them: an audit
+of a copy whose Source stopped says it audited nothing and why (one verdict line, exit 3), and
+`subscribe --source` finds a Source below the host root where `sync --source` finds it."""
 from __future__ import annotations
 
 import signal
 
 from tests.support import cli
 from tests.support.ports import free_port
+from tests.support.waiting import wait_until
 
 
 def test_audit_of_a_copy_whose_source_is_stopped_says_nothing_was_audited(hub_process, redis_url, run_source,
@@ -28,3 +29,25 @@ def test_audit_of_a_copy_whose_source_is_stopped_says_nothing_was_audited(hub_pr
     assert result.returncode == 3, result.stderr
     assert result.stderr.splitlines()[-1] == "rsnotify audit: the Source cannot be reached: nothing was audited"
     assert "Traceback" not in result.stderr
+
+
+def test_subscribe_finds_a_source_below_the_host_root_as_sync_does(hub_process, redis_url, run_source, tmp_path):
+    # the README's `rsnotify subscribe --source URL` on what `rsnotify source` serves at /dataset1/:
+    # the host has no /.well-known/resourcesync, the Source Description is <URL>sourcedescription.xml
+    hub = hub_process(redis_url=redis_url, workers=1)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("alpha\n")
+    base = f"http://127.0.0.1:{free_port()}/dataset1/"
+    run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
+               ready_url=base + "capabilitylist.xml")
+    log = tmp_path / "subscribe.log"
+    subscribe = cli.start("subscribe", "--source", base, "--listen", f"127.0.0.1:{free_port()}",
+                          "--state-file", str(tmp_path / "sub.db"), log=log)
+    try:
+        wait_until(lambda: subscribe.poll() is not None or f"subscribed to {base}changes" in log.read_text(),
+                   60.0, "the subscription", logs=[log])
+        assert subscribe.poll() is None, log.read_text()
+        assert f"discovered channel {base}changes with hub(s) {hub.url}" in log.read_text()
+    finally:
+        assert cli.stop(subscribe, signal.SIGINT) == 0, log.read_text()
