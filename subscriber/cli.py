@@ -112,7 +112,7 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
         raise click.UsageError("--hub needs --topic")
     # Before anything binds a port or opens the state: a typo costs one line, not a server start.
     for option, value in (("--hub", hub), ("--topic", topic), ("--capability-list", capability_list),
-                          ("--source", source)):
+                          ("--source", source), ("--callback-url", callback_url)):
         if value:
             try:
                 check_url(option, value)
@@ -602,6 +602,13 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
     command.poll_interval = poll_interval
     command.audit_every = audit_seconds
     if not once:
+        if callback_url is not None:
+            # before the engine starts: a callback URL that is no absolute http(s) URL (a bare
+            # word) reached aiohttp's router as a route path and ended in a traceback
+            try:
+                check_url("--callback-url", callback_url)
+            except WireError as exc:
+                raise click.BadParameter(str(exc), param_hint="--callback-url") from None
         listen = listen or saved_listen(command.root) or "127.0.0.1:0"
         try:
             host, port = parse_listen(listen)

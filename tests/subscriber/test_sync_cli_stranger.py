@@ -51,3 +51,16 @@ def test_subscribe_finds_a_source_below_the_host_root_as_sync_does(hub_process, 
         assert f"discovered channel {base}changes with hub(s) {hub.url}" in log.read_text()
     finally:
         assert cli.stop(subscribe, signal.SIGINT) == 0, log.read_text()
+
+
+def test_a_callback_url_that_is_no_url_is_a_usage_error_before_anything_starts(tmp_path):
+    # a bare word once reached aiohttp's router as a route path: a traceback after the baseline
+    source = f"http://127.0.0.1:{free_port()}/dataset1/"     # never contacted: refused before
+    for command in (("sync", "--source", source, "--dir", str(tmp_path / "copy")),
+                    ("subscribe", "--source", source, "--listen", "127.0.0.1:0",
+                     "--state-file", str(tmp_path / "sub.db"))):
+        result = cli.run(*command, "--callback-url", "notaurl", timeout=60)
+        assert result.returncode == 2, result.stderr
+        assert "--callback-url must be an absolute http or https URL, got 'notaurl'" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert not (tmp_path / "copy").exists()
