@@ -147,7 +147,10 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
         sock = socket.create_server((host, port), family=_family(host))
     except OSError as exc:
         memory.close()
-        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+        # without --listen the address is the base URL's: a public name (https://data.example.org/)
+        # that is not this machine's, so the way out is named
+        hint = "" if listen else "; give --listen HOST:PORT to serve on another address than the base URL's"
+        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}{hint}") from None
     outbox = Outbox(memory_path, publisher, max_retry_delay=_MAX_RETRY_SECONDS)
     try:
         folder = Folder(folder_path, base, RESERVED_NAMES, exclusions)

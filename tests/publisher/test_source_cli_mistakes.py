@@ -70,3 +70,14 @@ def test_write_once_exits_1_when_the_hub_refuses_the_notification_for_good(hub_p
     # the refusal is that run's news: a next run with nothing new to send exits 0
     again = cli.run(*args, timeout=90)
     assert again.returncode == 0, again.stderr
+
+
+def test_a_public_base_url_without_listen_names_the_way_out(hub_process, redis_url, tmp_path):
+    # the base URL is the public one; without --listen the Source binds its host, not this machine's
+    hub = hub_process(redis_url=redis_url, workers=0)
+    result = cli.run("source", "--dir", str(_src(tmp_path)), "--base-url", "https://data.invalid/dataset1/",
+                     "--hub", hub.url, "--db", str(tmp_path / "m.db"), timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert "cannot serve on data.invalid:443" in result.stderr
+    assert "give --listen HOST:PORT" in result.stderr
+    assert "Traceback" not in result.stderr
