@@ -7,6 +7,7 @@ is taken, 2 usage errors (no such folder, a base URL that is not http(s)).
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import logging
 import socket
@@ -149,7 +150,9 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
         memory.close()
         # without --listen the address is the base URL's: a public name (https://data.example.org/)
         # that is not this machine's, so the way out is named
-        hint = "" if listen else "; give --listen HOST:PORT to serve on another address than the base URL's"
+        # (a taken port is another matter: another program, or this Source already running)
+        hint = ("; give --listen HOST:PORT to serve on another address than the base URL's"
+                if exc.errno != errno.EADDRINUSE and not listen else "")
         raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}{hint}") from None
     outbox = Outbox(memory_path, publisher, max_retry_delay=_MAX_RETRY_SECONDS)
     try:
