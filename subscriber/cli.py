@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import json
 import logging
 import os
 import select
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -609,9 +611,12 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
                 check_url("--callback-url", callback_url)
             except WireError as exc:
                 raise click.BadParameter(str(exc), param_hint="--callback-url") from None
-        listen = listen or saved_listen(command.root) or "127.0.0.1:0"
+        saved = None if listen else saved_listen(command.root)
+        listen = listen or saved or "127.0.0.1:0"
         try:
             host, port = parse_listen(listen)
+            if saved:
+                _check_saved_listen(host, port)
             command.push = SubscriberSettings(listen_host=host, listen_port=port, callback_url=callback_url,
                                               lease_seconds=lease_seconds, remembered_ids=50)
         except SubscriberError as exc:
@@ -619,6 +624,20 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
     code = eventloop.run(run_sync(command, once=once))
     quiet_exit_on_signals(code)
     sys.exit(code)
+
+
+def _check_saved_listen(host: str, port: int) -> None:
+    """The last run's callback address is reused so the hub's subscription keeps its callback;
+    when another program holds it now, the user did not choose it and needs the way out named."""
+    try:
+        with socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET):
+            pass
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise click.ClickException(
+                f"cannot listen on {host}:{port}, the callback address of the last run (kept so the hub's "
+                f"subscription stays valid): {exc.strerror}; stop what holds it, or give --listen HOST:PORT "
+                "to subscribe with a new callback") from None
 
 
 @sync.command("status")

@@ -4,6 +4,7 @@ of a copy whose Source stopped says it audited nothing and why (one verdict line
 from __future__ import annotations
 
 import signal
+import socket
 
 from tests.support import cli
 from tests.support.ports import free_port
@@ -64,3 +65,28 @@ def test_a_callback_url_that_is_no_url_is_a_usage_error_before_anything_starts(t
         assert "--callback-url must be an absolute http or https URL, got 'notaurl'" in result.stderr
         assert "Traceback" not in result.stderr
     assert not (tmp_path / "copy").exists()
+
+
+def test_the_last_runs_callback_address_taken_by_another_program_names_the_way_out(hub_process, redis_url,
+                                                                                   run_source, tmp_path):
+    hub = hub_process(redis_url=redis_url, workers=1)
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "a.txt").write_text("alpha\n")
+    base = f"http://127.0.0.1:{free_port()}/dataset1/"
+    run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
+               ready_url=base + "capabilitylist.xml")
+    mirror, log = tmp_path / "mirror", tmp_path / "sync.log"
+    port = free_port()
+    live = cli.start("sync", "--source", base, "--dir", str(mirror), "--listen", f"127.0.0.1:{port}", log=log)
+    try:
+        wait_until(lambda: live.poll() is not None or "rsnotify sync: live" in log.read_text(), 60.0, "live",
+                   logs=[log])
+    finally:
+        assert cli.stop(live, signal.SIGTERM) == 0, log.read_text()
+    with socket.create_server(("127.0.0.1", port)):        # another program took the port meanwhile
+        result = cli.run("sync", "--source", base, "--dir", str(mirror), timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}, the callback address of the last run" in result.stderr
+    assert "give --listen HOST:PORT" in result.stderr
+    assert "Traceback" not in result.stderr
