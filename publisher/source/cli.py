@@ -1,8 +1,8 @@
 """`rsnotify source`: serve a folder as a ResourceSync Source and publish its changes.
 
 Exit codes: 0 stopped with Ctrl-C / SIGTERM, 1 the hub cannot be reached at start, names
-itself by another URL than --hub, the change memory cannot be opened, or the listen address
-is taken, 2 usage errors (no such folder, a base URL that is not http(s)).
+itself by another URL than --hub, the change memory cannot be opened or another `rsnotify
+source` holds it, or the listen address is taken, 2 usage errors (no such folder, a base URL that is not http(s)).
 """
 from __future__ import annotations
 
@@ -10,16 +10,19 @@ import asyncio
 import errno
 import hashlib
 import logging
+import os
 import socket
 import sqlite3
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
 
 import click
 
 from rsnotify import eventloop
 from rsnotify.clitypes import FiniteFloatRange
+from rsnotify.filelocks import LockBusyError
+from rsnotify.filelocks import lock as lock_file
 from rsnotify.websub import normalize_url
 
 from ..errors import SettingsError, StateError
@@ -115,6 +118,7 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
         raise click.UsageError("--once needs --write: a served Source runs until stopped", ctx)
     out = static_cli.check_out(ctx, write_dir, folder_path, memory_path) if write_dir is not None else None
     policy = ListPolicy(rotate_seconds=rotate_seconds, keep_seconds=keep_days * 86_400 if keep_days else None)
+    _held = _hold_memory(memory_path)   # released when the process ends, however it ends
     try:
         memory = ChangeMemory(memory_path, policy)
     except (OSError, sqlite3.Error) as exc:
@@ -196,6 +200,31 @@ def _listen_address(ctx: click.Context, listen: str | None, base: str) -> tuple[
 def _default_db(folder: Path) -> Path:
     digest = hashlib.sha256(str(folder.resolve()).encode()).hexdigest()[:16]
     return Path(click.get_app_dir("rsnotify")) / f"source-{digest}.db"
+
+
+def _hold_memory(memory_path: Path) -> IO[str]:
+    """One `rsnotify source` per change memory: two would each see every change in SRC and
+    record it twice, as two notifications. The lock is on a file beside the memory (flock),
+    never on the SQLite file itself, whose locks are SQLite's."""
+    lock_path = memory_path.with_name(memory_path.name + ".lock")
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        handle = lock_path.open("a+", encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot open the change memory {memory_path}: {exc.strerror or exc}") from None
+    try:
+        lock_file(handle, wait=False)
+    except LockBusyError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise click.ClickException(f"the change memory {memory_path} is in use by {holder}: one rsnotify source "
+                                   "per SRC and change memory (stop it first, or give another --db)") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"rsnotify source (pid {os.getpid()})")
+    handle.flush()
+    return handle
 
 
 def _cache_dir(memory_path: Path) -> Path:

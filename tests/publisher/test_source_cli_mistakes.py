@@ -4,6 +4,7 @@ exist, and a hub that refuses the notification for good under `--write --once`. 
 on stderr and exit 1, never a traceback, and never "accepted"."""
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import redis as redis_lib
@@ -81,3 +82,23 @@ def test_a_public_base_url_without_listen_names_the_way_out(hub_process, redis_u
     assert "cannot serve on data.invalid:443" in result.stderr
     assert "give --listen HOST:PORT" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_second_source_on_the_same_change_memory_is_refused(hub_process, redis_url, run_source, tmp_path):
+    # both would see each change in SRC and record it twice: two notifications of one change
+    hub = hub_process(redis_url=redis_url, workers=0)
+    src = _src(tmp_path)
+    base = f"http://127.0.0.1:{free_port()}/dataset1/"
+    first = run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
+                       ready_url=base + "capabilitylist.xml")
+    for extra in (("--listen", f"127.0.0.1:{free_port()}"), ("--write", str(tmp_path / "out"), "--once")):
+        result = cli.run("source", "--dir", str(src), "--base-url", base, "--hub", hub.url,
+                         "--db", str(tmp_path / "m.db"), *extra, timeout=60)
+        assert result.returncode == 1, result.stderr
+        assert f"is in use by rsnotify source (pid {first.pid})" in result.stderr
+        assert "Traceback" not in result.stderr
+    assert cli.stop(first, signal.SIGINT) == 0
+    # once the first has stopped, the memory is free again
+    again = cli.run("source", "--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
+                    "--write", str(tmp_path / "out"), "--once", timeout=90)
+    assert again.returncode == 0, again.stderr
