@@ -124,8 +124,8 @@ def connect(path: str | os.PathLike[str], *, durable: bool = True) -> sqlite3.Co
         db.execute("PRAGMA busy_timeout=30000")
         db.executescript(_SCHEMA)
         return db
-    except sqlite3.DatabaseError as exc:
-        raise StateError(f"cannot open the change memory {target}: {exc}") from exc
+    except (OSError, sqlite3.DatabaseError) as exc:   # OSError: a folder that cannot be made
+        raise StateError(f"cannot open the change memory {target}: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
 @contextmanager

@@ -12,7 +12,6 @@ import hashlib
 import logging
 import os
 import socket
-import sqlite3
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 from urllib.parse import urljoin, urlsplit
@@ -121,10 +120,9 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
     _held = _hold_memory(memory_path)   # released when the process ends, however it ends
     try:
         memory = ChangeMemory(memory_path, policy)
-    except (OSError, sqlite3.Error) as exc:
+    except StateError as exc:
         # a --db in a folder that cannot be made or written: the user's to fix, not a traceback
-        raise click.ClickException(f"cannot open the change memory {memory_path}: "
-                                   f"{getattr(exc, 'strerror', None) or exc}") from None
+        raise click.ClickException(str(exc)) from None
     try:
         publisher = Publisher(hubs, urls.topic, urls.capability_list, token, memory=memory)
     except (SettingsError, StateError) as exc:

@@ -1,7 +1,8 @@
-"""`rsnotify source` given what a stranger following the README might give it: a hub URL the hub
-does not call itself (localhost for a hub on 127.0.0.1), a change memory in a folder that cannot
-exist, and a hub that refuses the notification for good under `--write --once`. Each is one line
-on stderr and exit 1, never a traceback, and never "accepted"."""
+"""`rsnotify source` (and `publish`) given what a stranger following the README might give them:
+a hub URL the hub does not call itself (localhost for a hub on 127.0.0.1), a change memory in a
+folder that cannot exist (also `publish --state`), a change memory another `rsnotify source` is
+using, a public base URL without --listen, and a hub that refuses the notification for good under
+`--write --once`. Each is one line on stderr and exit 1, never a traceback, and never "accepted"."""
 from __future__ import annotations
 
 import signal
@@ -102,3 +103,14 @@ def test_a_second_source_on_the_same_change_memory_is_refused(hub_process, redis
     again = cli.run("source", "--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
                     "--write", str(tmp_path / "out"), "--once", timeout=90)
     assert again.returncode == 0, again.stderr
+
+
+def test_publish_with_a_state_file_that_cannot_be_created_is_one_line(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    state = blocker / "memory.db"
+    result = cli.run("publish", "--hub", f"http://127.0.0.1:{free_port()}/", "--topic", "https://example.org/t/",
+                     "--updated", "https://example.org/r", "--state", str(state), timeout=60)
+    assert result.returncode == 1, result.stderr
+    assert f"cannot open the change memory {state}" in result.stderr
+    assert "Traceback" not in result.stderr
