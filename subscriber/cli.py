@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import errno
 import json
 import logging
 import os
 import select
 import signal
+import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +29,7 @@ from rsnotify.clitypes import FiniteFloatRange
 from rsnotify.errors import WireError
 from rsnotify.websub import check_url, idna_host
 
-from .errors import SubscriberError
+from .errors import DiscoveryError, SubscriberError
 from .settings import CALLBACK_PATH, SubscriberSettings, parse_listen
 
 # aiohttp (web and client), the callback core, the client, discovery, the subscription store
@@ -61,7 +63,8 @@ def _status(message: str) -> None:
 @click.option("--capability-list", metavar="URL", envvar="RSNOTIFY_SUBSCRIBER_CAPABILITY_LIST", show_envvar=True,
               help="Capability List advertising a change-notification channel.")
 @click.option("--source", metavar="URL", envvar="RSNOTIFY_SUBSCRIBER_SOURCE", show_envvar=True,
-              help="Source base URL: channels found via /.well-known/resourcesync.")
+              help="Source base URL: channels found as `rsnotify sync --source` finds them (the URL, its "
+                   "/.well-known/resourcesync or sourcedescription.xml, the host's well-known URL).")
 @click.option("--listen", metavar="HOST:PORT", default="127.0.0.1:8081", envvar="RSNOTIFY_SUBSCRIBER_LISTEN",
               show_envvar=True, show_default=True, help="Where the callback server binds (port 0: any free port).")
 @click.option("--callback-url", metavar="URL", envvar="RSNOTIFY_SUBSCRIBER_CALLBACK_URL", show_envvar=True,
@@ -111,7 +114,7 @@ def subscribe(hub: str | None, topic: str | None, capability_list: str | None, s
         raise click.UsageError("--hub needs --topic")
     # Before anything binds a port or opens the state: a typo costs one line, not a server start.
     for option, value in (("--hub", hub), ("--topic", topic), ("--capability-list", capability_list),
-                          ("--source", source)):
+                          ("--source", source), ("--callback-url", callback_url)):
         if value:
             try:
                 check_url(option, value)
@@ -287,8 +290,8 @@ async def _discover(session: aiohttp.ClientSession, hub: str | None, topic: str 
     from .discovery import (
         DiscoveredTopic,
         discover_capability_list,
-        discover_source,
         discover_topic,
+        find_source,
     )
     if topic and hub:
         return [DiscoveredTopic(topic=topic, hubs=(hub,), found_in="command line", url=topic)]
@@ -299,7 +302,18 @@ async def _discover(session: aiohttp.ClientSession, hub: str | None, topic: str 
     if capability_list:
         found_list = await discover_capability_list(session, capability_list)
     else:
-        found_list = await discover_source(session, str(source))
+        # found where `rsnotify sync --source` finds it (a base below the host root: its own
+        # sourcedescription.xml, as `rsnotify source` serves it), not at the host's well-known URL only
+        found_source = await find_source(session, str(source))
+        found_list, problems = [], []
+        for listed in found_source.capability_lists:
+            try:
+                found_list.extend(await discover_capability_list(session, listed))
+            except DiscoveryError as exc:
+                problems.append(str(exc))
+        if not found_list:
+            raise DiscoveryError(f"no change-notification channel found from {found_source.url}: "
+                                 + ("; ".join(problems) or "it lists no Capability List"))
     for found in found_list:
         _status(f"discovered channel {found.topic} with hub(s) {', '.join(found.hubs)} in {found.capability_list}")
     return found_list
@@ -590,9 +604,19 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
     command.poll_interval = poll_interval
     command.audit_every = audit_seconds
     if not once:
-        listen = listen or saved_listen(command.root) or "127.0.0.1:0"
+        if callback_url is not None:
+            # before the engine starts: a callback URL that is no absolute http(s) URL (a bare
+            # word) reached aiohttp's router as a route path and ended in a traceback
+            try:
+                check_url("--callback-url", callback_url)
+            except WireError as exc:
+                raise click.BadParameter(str(exc), param_hint="--callback-url") from None
+        saved = None if listen else saved_listen(command.root)
+        listen = listen or saved or "127.0.0.1:0"
         try:
             host, port = parse_listen(listen)
+            if saved:
+                _check_saved_listen(host, port)
             command.push = SubscriberSettings(listen_host=host, listen_port=port, callback_url=callback_url,
                                               lease_seconds=lease_seconds, remembered_ids=50)
         except SubscriberError as exc:
@@ -600,6 +624,20 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
     code = eventloop.run(run_sync(command, once=once))
     quiet_exit_on_signals(code)
     sys.exit(code)
+
+
+def _check_saved_listen(host: str, port: int) -> None:
+    """The last run's callback address is reused so the hub's subscription keeps its callback;
+    when another program holds it now, the user did not choose it and needs the way out named."""
+    try:
+        with socket.create_server((host, port), family=socket.AF_INET6 if ":" in host else socket.AF_INET):
+            pass
+    except OSError as exc:
+        if exc.errno == errno.EADDRINUSE:
+            raise click.ClickException(
+                f"cannot listen on {host}:{port}, the callback address of the last run (kept so the hub's "
+                f"subscription stays valid): {exc.strerror}; stop what holds it, or give --listen HOST:PORT "
+                "to subscribe with a new callback") from None
 
 
 @sync.command("status")

@@ -141,7 +141,17 @@ async def _capability_lists(session: aiohttp.ClientSession, url: str, report: In
                                    "Capability List cannot be found from it")
             return []
         url = urljoin(final_url, index or up or "")
-    # Not a ResourceSync document (a base URL, a topic, a web page): the Source's well-known URL.
+    # Not a ResourceSync document (a base URL, a topic, a web page): below the host root first the
+    # folder's sourcedescription.xml, where `rsnotify source` serves it and `rsnotify sync` looks
+    # (discovery.find_source), then the Source's well-known URL.
+    if urlsplit(url).path not in ("", "/"):
+        beside = urljoin(url if url.endswith("/") else url + "/", "sourcedescription.xml")
+        try:
+            final_url, body = await _get_small(session, beside)
+            if _head(body)[0] == SOURCE_DESCRIPTION:
+                return await _from_source_description(session, final_url, report, body)
+        except (_Unreadable, RsnotifyError):
+            pass            # none there: the well-known URL's answer is what gets reported
     well_known = source_description_url(url)
     try:
         return await _from_source_description(session, well_known, report)

@@ -124,8 +124,8 @@ def connect(path: str | os.PathLike[str], *, durable: bool = True) -> sqlite3.Co
         db.execute("PRAGMA busy_timeout=30000")
         db.executescript(_SCHEMA)
         return db
-    except sqlite3.DatabaseError as exc:
-        raise StateError(f"cannot open the change memory {target}: {exc}") from exc
+    except (OSError, sqlite3.DatabaseError) as exc:   # OSError: a folder that cannot be made
+        raise StateError(f"cannot open the change memory {target}: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
 @contextmanager
@@ -454,9 +454,21 @@ class ChangeMemory:
             self._db.close()
 
 
+# Paths this process has looked at for an old JSON state. Looked at once: reading the file
+# through Python once SQLite holds it open would, on closing that handle, drop every POSIX lock
+# this process has on the file (fcntl locks belong to the process, not the descriptor), and
+# another process closing its own connection would then take itself for the last user and delete
+# the WAL and shared-memory files under this one (its lists answered "disk I/O error").
+_LOOKED_AT: set[str] = set()
+
+
 def _migrate_json_state(path: Path) -> None:
     """An older rsnotify kept the chain in a JSON file at the same path: move it aside and
     carry its chain into the new memory, so the chain continues."""
+    key = os.path.realpath(path)
+    if key in _LOOKED_AT:
+        return
+    _LOOKED_AT.add(key)
     try:
         with path.open("rb") as handle:
             head = handle.read(1)

@@ -1,28 +1,36 @@
 """`rsnotify source`: serve a folder as a ResourceSync Source and publish its changes.
 
-Exit codes: 0 stopped with Ctrl-C / SIGTERM, 1 the hub cannot be reached at start (or the
-listen address is taken), 2 usage errors (no such folder, a base URL that is not http(s)).
+Exit codes: 0 stopped with Ctrl-C / SIGTERM, 1 the hub cannot be reached at start, names
+itself by another URL than --hub, the change memory cannot be opened or another `rsnotify
+source` holds it, or the listen address is taken, 2 usage errors (no such folder, a base URL that is not http(s)).
 """
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import logging
+import os
 import socket
 from pathlib import Path
-from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from typing import IO, TYPE_CHECKING
+from urllib.parse import urljoin, urlsplit
 
 import click
 
 from rsnotify import eventloop
 from rsnotify.clitypes import FiniteFloatRange
+from rsnotify.filelocks import LockBusyError
+from rsnotify.filelocks import lock as lock_file
+from rsnotify.websub import normalize_url
 
 from ..errors import SettingsError, StateError
 
 # The Source's machinery (aiohttp, the change memory, the folder watcher, lxml) is imported when
 # the command runs, so `rsnotify source --help` loads none of it.
 if TYPE_CHECKING:
+    import aiohttp
+
     from .server import Source
 
 log = logging.getLogger(__name__)
@@ -109,10 +117,16 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
         raise click.UsageError("--once needs --write: a served Source runs until stopped", ctx)
     out = static_cli.check_out(ctx, write_dir, folder_path, memory_path) if write_dir is not None else None
     policy = ListPolicy(rotate_seconds=rotate_seconds, keep_seconds=keep_days * 86_400 if keep_days else None)
+    _held = _hold_memory(memory_path)   # released when the process ends, however it ends
     try:
         memory = ChangeMemory(memory_path, policy)
+    except StateError as exc:
+        # a --db in a folder that cannot be made or written: the user's to fix, not a traceback
+        raise click.ClickException(str(exc)) from None
+    try:
         publisher = Publisher(hubs, urls.topic, urls.capability_list, token, memory=memory)
     except (SettingsError, StateError) as exc:
+        memory.close()
         raise click.UsageError(str(exc), ctx) from None
     problem = asyncio.run(_hub_problem(hubs))
     if problem:
@@ -136,7 +150,12 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
         sock = socket.create_server((host, port), family=_family(host))
     except OSError as exc:
         memory.close()
-        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}") from None
+        # without --listen the address is the base URL's: a public name (https://data.example.org/)
+        # that is not this machine's, so the way out is named
+        # (a taken port is another matter: another program, or this Source already running)
+        hint = ("; give --listen HOST:PORT to serve on another address than the base URL's"
+                if exc.errno != errno.EADDRINUSE and not listen else "")
+        raise click.ClickException(f"cannot serve on {host}:{port}: {exc.strerror or exc}{hint}") from None
     outbox = Outbox(memory_path, publisher, max_retry_delay=_MAX_RETRY_SECONDS)
     try:
         folder = Folder(folder_path, base, RESERVED_NAMES, exclusions)
@@ -181,6 +200,31 @@ def _default_db(folder: Path) -> Path:
     return Path(click.get_app_dir("rsnotify")) / f"source-{digest}.db"
 
 
+def _hold_memory(memory_path: Path) -> IO[str]:
+    """One `rsnotify source` per change memory: two would each see every change in SRC and
+    record it twice, as two notifications. The lock is on a file beside the memory (flock),
+    never on the SQLite file itself, whose locks are SQLite's."""
+    lock_path = memory_path.with_name(memory_path.name + ".lock")
+    try:
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        handle = lock_path.open("a+", encoding="utf-8")
+    except OSError as exc:
+        raise click.ClickException(f"cannot open the change memory {memory_path}: {exc.strerror or exc}") from None
+    try:
+        lock_file(handle, wait=False)
+    except LockBusyError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        raise click.ClickException(f"the change memory {memory_path} is in use by {holder}: one rsnotify source "
+                                   "per SRC and change memory (stop it first, or give another --db)") from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"rsnotify source (pid {os.getpid()})")
+    handle.flush()
+    return handle
+
+
 def _cache_dir(memory_path: Path) -> Path:
     return memory_path.with_name(memory_path.name + ".lists")
 
@@ -194,7 +238,8 @@ def _is_inside(path: Path, folder: Path) -> bool:
 
 
 async def _hub_problem(hubs: tuple[str, ...]) -> str | None:
-    """Why a hub cannot be reached, or None. Any HTTP answer counts as reachable."""
+    """Why a hub cannot be reached or would refuse every notification, or None. Any HTTP
+    answer counts as reachable."""
     import aiohttp
 
     from rsnotify.neterrors import describe_client_error
@@ -205,11 +250,30 @@ async def _hub_problem(hubs: tuple[str, ...]) -> str | None:
             try:
                 async with session.get(hub, allow_redirects=False) as response:
                     await response.release()
+                named = await _hub_self_name(session, hub)
             except TimeoutError:
                 return f"cannot reach the hub {hub}: no answer within {_HUB_CHECK_SECONDS:g} s"
             except (aiohttp.ClientError, OSError) as exc:
                 return f"cannot reach the hub {hub}: {describe_client_error(exc)}"
+            if named is not None and named != normalize_url(hub):
+                return (f"the hub at {hub} calls itself {named} and refuses notifications that name it "
+                        f"otherwise: give --hub {named}")
     return None
+
+
+async def _hub_self_name(session: aiohttp.ClientSession, hub: str) -> str | None:
+    """The public URL an rsnotify hub reports on /health, or None from any other hub.
+
+    An rsnotify hub takes a notification only when its Link rel="hub" names that URL: a Source
+    given http://localhost:8080/ for a hub started as http://127.0.0.1:8080/ reaches it, yet every
+    notification would be refused for good. Asking first turns that into one line at start."""
+    try:
+        async with session.get(urljoin(hub, "health"), allow_redirects=False) as response:
+            body = await response.json(content_type=None) if response.status in (200, 503) else None
+    except ValueError:      # not JSON: some other server's health page
+        return None
+    named = body.get("hub_url") if isinstance(body, dict) else None
+    return named if isinstance(named, str) else None
 
 
 def _family(host: str) -> socket.AddressFamily:

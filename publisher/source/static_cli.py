@@ -2,7 +2,8 @@
 live in `source_cli`): the documents go into OUT for an existing web server, nothing is served.
 
 Exit codes with --once: 0 scanned, written and every notification accepted by the hub(s);
-1 a notification is still pending (it stays in the outbox and goes out at the next run).
+1 a notification is still pending (it stays in the outbox and goes out at the next run), or a
+hub refused one for good (a 4xx: it is not sent again).
 """
 from __future__ import annotations
 
@@ -70,11 +71,19 @@ def run(src: Path, urls: SourceUrls, publisher: Publisher, outbox: Outbox, memor
         raise click.ClickException(f"cannot write the documents into {out}: {exc.strerror or exc}") from None
     click.echo(f"rsnotify source: scan recorded {count} change(s); documents written", err=True)
     if once:
+        # A hub's refusal (a 4xx the outbox sets aside for good) ends a delivery as surely as an
+        # acceptance does, so flush() returns for both: only the refusals of this run tell them apart.
+        refused_before = {(e.document_id, e.hub_url) for e in outbox.entries("refused")}
         outbox.start()
         try:
             outbox.flush(ONCE_FLUSH_SECONDS)
         except TimeoutError as exc:
             raise click.ClickException(f"{exc}; it is sent at the next run") from None
+        refused = [e for e in outbox.entries("refused") if (e.document_id, e.hub_url) not in refused_before]
+        if refused:
+            first = refused[0]
+            raise click.ClickException(f"{len(refused)} notification(s) refused for good, first by {first.hub_url}: "
+                                       f"{first.last_error}")
         click.echo("rsnotify source: every notification accepted by the hub(s)", err=True)
         return
     asyncio.run(_follow(runner))

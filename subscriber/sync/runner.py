@@ -329,6 +329,7 @@ async def _audit_work(command: SyncCommand, reporter: Reporter, *, deep: bool, r
         try:
             await engine.open(shared=not repair)
             if not engine.source_reachable:
+                reporter.status("the Source cannot be reached: nothing was audited")  # the verdict line
                 return EXIT_UNREACHABLE
             if engine.read_only:
                 reporter.status(f"{command.root} is owned by a running sync: auditing it read-only")
