@@ -21,6 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import BinaryIO
 from urllib.parse import quote, unquote
 
+from rsnotify.copies import STATE_DIR, STATE_FILE, is_copy
 from rsnotify.notification import ChangeType, ResourceChange
 
 log = logging.getLogger(__name__)
@@ -90,6 +91,7 @@ class Folder:
         self.exclusions = exclusions
         self._owns_reserved = owns_reserved
         self._known: dict[Path, FileState] = {}
+        self._copies: set[Path] = set()    # copies found inside the root (each warned about once)
 
     # -- URLs and paths --
 
@@ -105,7 +107,7 @@ class Folder:
         candidate = self.root / relative
         if not self._is_inside(candidate) or not candidate.is_file():
             return None
-        if self._is_reserved(candidate) or self.is_excluded(candidate):
+        if self._is_reserved(candidate) or self.is_excluded(candidate) or self._in_copy(candidate.parent):
             return None
         return candidate
 
@@ -128,6 +130,24 @@ class Folder:
             path.resolve().relative_to(self.root)
         except (ValueError, OSError):
             return False
+        return True
+
+    def _in_copy(self, folder: Path) -> bool:
+        """Is `folder`, or a folder between it and the root, a copy that `rsnotify sync` keeps
+        (rsnotify.copies)? Such a copy is never served: it may be a copy of this very Source."""
+        try:
+            parts = folder.relative_to(self.root).parts
+        except ValueError:
+            return False
+        return any(self._is_copy(self.root.joinpath(*parts[:depth])) for depth in range(len(parts), 0, -1))
+
+    def _is_copy(self, folder: Path) -> bool:
+        if not is_copy(folder):
+            return False
+        if folder not in self._copies:
+            self._copies.add(folder)
+            log.warning("%s is not served: it is a copy that rsnotify sync keeps (it holds %s/%s), and a copy "
+                        "inside the folder it copies would be copied into itself", folder, STATE_DIR, STATE_FILE)
         return True
 
     def _is_reserved(self, path: Path) -> bool:
@@ -156,7 +176,7 @@ class Folder:
                 # A path that was no file before may be a removed folder (or one that became
                 # this file): asked before _state() remembers the path as a file.
                 before = [path] if path in self._known else self._under(path)
-                state = self._state(path) if path.exists() else None
+                state = self._state(path) if path.exists() and not self._in_copy(path.parent) else None
                 found = {path: state} if state is not None else {}
             present.update({state.loc: state for state in found.values()})
             for known in before:
@@ -182,13 +202,14 @@ class Folder:
     def _walk(self, top: Path) -> Iterator[Path]:
         # Symlinked directories are not descended into (os.walk's default): their files would
         # have two URLs, or none inside the root.
-        if top != self.root and (top.is_symlink() or self.is_excluded(top)):
+        if top != self.root and (top.is_symlink() or self.is_excluded(top) or self._in_copy(top)):
             # a change event names the link itself: walking it would serve its files under a
             # second URL, or (a link to /) visit the whole disk with a warning per file
             return
         for directory, dirnames, filenames in os.walk(top, followlinks=False):
             # excluded folders are not even walked (a .git or node_modules holds many files)
-            dirnames[:] = sorted(d for d in dirnames if not self.is_excluded(Path(directory) / d))
+            dirnames[:] = sorted(d for d in dirnames if not self.is_excluded(Path(directory) / d)
+                                 and not self._is_copy(Path(directory) / d))
             for name in sorted(filenames):
                 yield Path(directory) / name
 

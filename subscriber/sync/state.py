@@ -25,12 +25,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rsnotify.copies import STATE_DIR as STATE_DIR  # re-exported: the sync's modules name it from here
+from rsnotify.copies import STATE_FILE as STATE_FILE
 from rsnotify.datetimes import parse_w3c_datetime
 
 from .outcomes import ResourceState
-
-STATE_DIR = ".rsnotify"
-STATE_FILE = "state.db"
 
 # Records in these states hold a change still to apply (`want`), retried until it succeeds
 # or the Source drops the resource.
