@@ -22,6 +22,7 @@ from rsnotify.lists import Resource
 
 from .apply import Outcome, PathHolders
 from .context import SyncContext
+from .events import BASELINE_PROGRESS
 from .names import migrate_names
 from .outcomes import ChangeOutcome, Refusal, ResourceState
 from .remote import SourceDocumentError
@@ -50,13 +51,17 @@ class BaselineReport:
                 "failed": self.failed, "excluded": self.excluded, "seconds": round(self.seconds, 3)}
 
 
+PROGRESS_EVERY = 1.0     # seconds between baseline.progress events (--json), at batch commits
+
+
 class _Batch:
-    """Records waiting for their transaction (flushed by count or age)."""
+    """Records waiting for their transaction (flushed by count or age); a flush a second or
+    more after the last progress event emits the next (the counts a long baseline has reached)."""
 
     def __init__(self, ctx: SyncContext) -> None:
         self.ctx = ctx
         self.records: list[ResourceRecord] = []
-        self.flushed_at = time.monotonic()
+        self.flushed_at = self.reported_at = time.monotonic()
 
     def add(self, record: ResourceRecord) -> None:
         self.records.append(record)
@@ -68,6 +73,9 @@ class _Batch:
             self.ctx.state.commit(self.records, **commit)  # type: ignore[arg-type]
         self.records = []
         self.flushed_at = time.monotonic()
+        if self.flushed_at - self.reported_at >= PROGRESS_EVERY:
+            self.reported_at = self.flushed_at
+            self.ctx.events.emit(BASELINE_PROGRESS, **self.ctx.progress.counts())
 
 
 async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> BaselineReport:

@@ -80,15 +80,27 @@ class Progress:
         self.seen = self.fetched = self.unchanged = self.deleted = self.failed = 0
         self.started = time.monotonic()
 
+    def _rate_and_eta(self) -> tuple[float, int | None]:
+        rate = self.seen / max(time.monotonic() - self.started, 1e-6)
+        eta = int((self.total - self.seen) / rate) if self.total and rate > 0 and self.seen < self.total else None
+        return rate, eta
+
     def line(self) -> str:
-        elapsed = max(time.monotonic() - self.started, 1e-6)
-        rate = self.seen / elapsed
+        rate, eta = self._rate_and_eta()
         text = f"{self.phase}: {self.seen:,}"
         if self.total:
             share = min(100, int(100 * self.seen / self.total))
             text += f"/{self.total:,} ({share}%)"
-            if rate > 0 and self.seen < self.total:
-                text += f" eta {int((self.total - self.seen) / rate)} s"
+            if eta is not None:
+                text += f" eta {eta} s"
         text += (f", {rate:,.0f}/s; fetched {self.fetched:,}, unchanged {self.unchanged:,}, "
                  f"deleted {self.deleted:,}, failed {self.failed:,}")
         return text
+
+    def counts(self) -> dict[str, Any]:
+        """What line() says, for a progress event: entries seen (of total, when known), per
+        second, the seconds still to go (None when unknown), and the outcomes so far."""
+        rate, eta = self._rate_and_eta()
+        return {"phase": self.phase, "seen": self.seen, "total": self.total, "rate": round(rate, 1),
+                "eta_seconds": eta, "seconds": round(time.monotonic() - self.started, 3), "fetched": self.fetched,
+                "unchanged": self.unchanged, "deleted": self.deleted, "failed": self.failed}
