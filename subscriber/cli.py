@@ -26,6 +26,7 @@ import click
 
 from rsnotify import eventloop
 from rsnotify.clitypes import FiniteFloatRange
+from rsnotify.copies import is_copy
 from rsnotify.errors import WireError
 from rsnotify.websub import check_url, idna_host
 
@@ -508,7 +509,7 @@ def _sync_command(directory: Path, source: str | None, capability_list: str | No
         raise click.UsageError("--dir DIR is required")
     if source and capability_list:
         raise click.UsageError("give --source or --capability-list, not both")
-    if not source and not capability_list and not (directory / ".rsnotify" / "state.db").exists():
+    if not source and not capability_list and not is_copy(directory):
         raise click.UsageError("give --source URL or --capability-list URL (DIR holds no earlier sync to resume)")
     for name, url in (("--source", source), ("--capability-list", capability_list)):
         if url and urlsplit(url).scheme not in ("http", "https"):

@@ -65,7 +65,13 @@ AGAIN = "again"    # a live pass that wants the next one at once
 
 EXIT_IN_SYNC = 0
 EXIT_DIFFERENCES = 1
+EXIT_USAGE = 2          # as click's usage errors: here, a folder that knows no Source and none given
 EXIT_UNREACHABLE = 3
+
+
+class NoSourceError(SourceDocumentError):
+    """No --source or --capability-list, and DIR's state names no Source (its first sync never
+    reached one): a usage error, like a DIR with no state at all."""
 
 
 class SyncEngine:
@@ -129,7 +135,8 @@ class SyncEngine:
             self.state.prune_inbox()
         start = self.capability_list or self.source or self.state.get("capability_list")
         if not start:
-            raise SourceDocumentError("no Source: give --source or --capability-list")
+            raise NoSourceError("no Source: give --source URL or --capability-list URL (DIR's earlier sync never "
+                                "reached its Source, so there is none to resume)")
         networks = self.allow_networks + await source_networks(start)
         session = make_session(networks, limit=8, limit_per_host=8, timeout=self.request_timeout,
                                user_agent=USER_AGENT, middlewares=self.rules)

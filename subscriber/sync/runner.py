@@ -27,6 +27,8 @@ from .engine import (
     EXIT_DIFFERENCES,
     EXIT_IN_SYNC,
     EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    NoSourceError,
     SyncEngine,
     audit_counts,
     lock_holder,
@@ -278,7 +280,7 @@ def _source_failed(reporter: Reporter, exc: SourceUnreachableError | SourceDocum
         reporter.status(f"the Source cannot be reached: {exc}")
         return EXIT_UNREACHABLE
     reporter.status(str(exc))
-    return EXIT_DIFFERENCES
+    return EXIT_USAGE if isinstance(exc, NoSourceError) else EXIT_DIFFERENCES
 
 
 async def run_audit(command: SyncCommand, *, deep: bool, repair: bool) -> int:

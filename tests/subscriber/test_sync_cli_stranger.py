@@ -90,3 +90,16 @@ def test_the_last_runs_callback_address_taken_by_another_program_names_the_way_o
     assert f"cannot listen on 127.0.0.1:{port}, the callback address of the last run" in result.stderr
     assert "give --listen HOST:PORT" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_folder_whose_first_sync_never_reached_its_source_needs_one_named(tmp_path):
+    # the first sync could not reach the Source, so DIR's state names none: without --source the
+    # next sync or audit is a usage error (exit 2, as for a DIR with no state), not a failure (1)
+    mirror = tmp_path / "mirror"
+    first = cli.run("sync", "--source", f"http://127.0.0.1:{free_port()}/", "--dir", str(mirror), "--once")
+    assert first.returncode == 3, first.stderr
+    for command in ("sync", "audit"):
+        again = cli.run(command, "--dir", str(mirror), *(["--once"] if command == "sync" else []))
+        assert again.returncode == 2, again.stderr
+        assert again.stderr.splitlines()[-1].startswith(f"rsnotify {command}: no Source: give --source URL"), again.stderr
+        assert "Traceback" not in again.stderr
