@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from pathlib import Path
 
 import click
@@ -75,10 +76,7 @@ def run(src: Path, urls: SourceUrls, publisher: Publisher, outbox: Outbox, memor
         # acceptance does, so flush() returns for both: only the refusals of this run tell them apart.
         refused_before = {(e.document_id, e.hub_url) for e in outbox.entries("refused")}
         outbox.start()
-        try:
-            outbox.flush(ONCE_FLUSH_SECONDS)
-        except TimeoutError as exc:
-            raise click.ClickException(f"{exc}; it is sent at the next run") from None
+        _flush_once(outbox)
         refused = [e for e in outbox.entries("refused") if (e.document_id, e.hub_url) not in refused_before]
         if refused:
             first = refused[0]
@@ -87,6 +85,29 @@ def run(src: Path, urls: SourceUrls, publisher: Publisher, outbox: Outbox, memor
         click.echo("rsnotify source: every notification accepted by the hub(s)", err=True)
         return
     asyncio.run(_follow(runner))
+
+
+# A hub that answers 401 or 403 refuses this publisher's credential: retried by the outbox (a
+# running Source may see the hub's tokens fixed), but no retry within one --once run can cure it.
+_CREDENTIAL_REFUSED = (401, 403)
+
+
+def _flush_once(outbox: Outbox) -> None:
+    """Wait up to ONCE_FLUSH_SECONDS for the hub(s) to take every pending notification; a
+    ClickException when they do not, at once when a hub refused the credential."""
+    deadline = time.monotonic() + ONCE_FLUSH_SECONDS
+    while True:
+        try:
+            outbox.flush(min(1.0, max(0.0, deadline - time.monotonic())))
+            return
+        except TimeoutError as exc:
+            denied = [e for e in outbox.entries("pending") if e.status in _CREDENTIAL_REFUSED]
+            if denied:
+                raise click.ClickException(
+                    f"{denied[0].hub_url} refused this publisher's credential ({denied[0].last_error}): check "
+                    "--token / RSNOTIFY_HUB_TOKEN; the notification is sent at the next run") from None
+            if time.monotonic() >= deadline:
+                raise click.ClickException(f"{exc}; it is sent at the next run") from None
 
 
 async def _follow(runner: StaticSource) -> None:

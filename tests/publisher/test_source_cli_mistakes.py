@@ -6,6 +6,7 @@ using, a public base URL without --listen, and a hub that refuses the notificati
 from __future__ import annotations
 
 import signal
+import time
 from pathlib import Path
 
 import redis as redis_lib
@@ -72,6 +73,22 @@ def test_write_once_exits_1_when_the_hub_refuses_the_notification_for_good(hub_p
     # the refusal is that run's news: a next run with nothing new to send exits 0
     again = cli.run(*args, timeout=90)
     assert again.returncode == 0, again.stderr
+
+
+def test_write_once_with_a_token_the_hub_refuses_ends_at_once_naming_it(hub_process, redis_url, tmp_path):
+    # the hub wants a publisher token; a wrong one is refused with 401 on every try: --once says
+    # so within seconds (it waited out its 60 s), and the notification waits for the next run
+    hub = hub_process("--publish-token", "right-token=http://", redis_url=redis_url, workers=0)
+    args = ("source", "--dir", str(_src(tmp_path)), "--base-url", f"http://127.0.0.1:{free_port()}/",
+            "--hub", hub.url, "--db", str(tmp_path / "m.db"), "--write", str(tmp_path / "out"), "--once",
+            "--token", "wrong-token")
+    started = time.monotonic()
+    result = cli.run(*args, timeout=90)
+    assert result.returncode == 1, result.stderr
+    assert time.monotonic() - started < 30, result.stderr
+    last = result.stderr.splitlines()[-1]
+    assert "refused this publisher's credential" in last and "401" in last and "--token" in last, last
+    assert "Traceback" not in result.stderr
 
 
 def test_a_public_base_url_without_listen_names_the_way_out(hub_process, redis_url, tmp_path):
