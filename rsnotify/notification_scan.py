@@ -28,8 +28,8 @@ _WS = r"[ \t\r\n]*"
 # and far below libxml2's cap on one text or value (10 MB without XML_PARSE_HUGE), which a
 # longer one could pass here and fail there.
 _LONGEST = 16384
-_VALUE = r'"([^"<>&\x00-\x1f\ufffe\uffff]{0,%d})"' % _LONGEST
-_TEXT = r"([^<>&\x00-\x1f\ufffe\uffff]{0,%d})" % _LONGEST
+_VALUE = rf'"([^"<>&\x00-\x1f\ufffe\uffff]{{0,{_LONGEST}}})"'
+_TEXT = rf"([^<>&\x00-\x1f\ufffe\uffff]{{0,{_LONGEST}}})"
 _END = r" ?/>"
 
 _HEAD = re.compile(

@@ -3,22 +3,15 @@ Source into a subfolder of its own folder gives one copy, not a copy inside the 
 copy (each round served back and copied one level deeper)."""
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
-from rsnotify.lists import open_list
 from tests.support import cli
 from tests.support.http import fetch
 from tests.support.ports import free_port
+from tests.support.sources import listed
 from tests.support.waiting import wait_until
 
 WAIT = 60.0
-
-
-def listed(url: str) -> list[str]:
-    answer = fetch(url)
-    assert answer.status == 200, answer.text
-    return sorted(entry.loc for entry in open_list(io.BytesIO(answer.body)))
 
 
 def test_a_sync_into_a_subfolder_of_its_own_source_is_one_copy(hub_process, run_source, tmp_path: Path) -> None:

@@ -3,7 +3,6 @@ scratch, VCS folders and --exclude globs are never served, listed or published; 
 trickling its headers is cut off; a taken port stops it before anything is recorded or published."""
 from __future__ import annotations
 
-import io
 import socket
 import time
 from datetime import UTC, datetime, timedelta
@@ -11,12 +10,12 @@ from pathlib import Path
 
 import redis as redis_lib
 
-from rsnotify.lists import open_list
 from rsnotify.notification import ChangeNotification, ChangeType, ResourceChange
 from rsnotify.publisher.memory.store import ChangeMemory
 from tests.support import cli
 from tests.support.http import fetch
 from tests.support.ports import free_port
+from tests.support.sources import listed
 from tests.support.waiting import wait_until
 
 WAIT = 60.0
@@ -39,12 +38,6 @@ def checkout(src: Path) -> None:
     (src / "build" / "out.o").write_bytes(b"obj")
     (src / "run.log").write_text("log\n")
     (src / "readme.txt").write_text("readme\n")
-
-
-def listed(url: str) -> list[str]:
-    answer = fetch(url)
-    assert answer.status == 200, answer.text
-    return sorted(entry.loc for entry in open_list(io.BytesIO(answer.body)))
 
 
 HIDDEN_AND_SCRATCH = [".git/config", ".env", ".cache/x.bin", "docs/a.txt~", "docs/.a.txt.swp", "docs/b.swp",

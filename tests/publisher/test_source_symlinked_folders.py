@@ -4,21 +4,14 @@ there, a warning each, and a link to / the whole disk), and a link to a folder i
 not give its files a second URL."""
 from __future__ import annotations
 
-import io
 from pathlib import Path
 
-from rsnotify.lists import open_list
 from tests.support.http import fetch
 from tests.support.ports import free_port
+from tests.support.sources import listed
 from tests.support.waiting import wait_until
 
 WAIT = 60.0
-
-
-def listed(url: str) -> list[str]:
-    answer = fetch(url)
-    assert answer.status == 200, answer.text
-    return sorted(entry.loc for entry in open_list(io.BytesIO(answer.body)))
 
 
 def test_folder_symlinks_made_live_are_not_walked(hub_process, run_source, tmp_path: Path) -> None:

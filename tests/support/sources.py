@@ -6,7 +6,9 @@ from __future__ import annotations
 import io
 from collections.abc import Iterable
 
-from rsnotify.lists import Entry, ListInfo, ListWriter
+from rsnotify.lists import Entry, ListInfo, ListWriter, open_list
+
+from .http import fetch
 
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/"'
 
@@ -31,3 +33,10 @@ def list_bytes(info: ListInfo, entries: Iterable[Entry]) -> bytes:
         for entry in entries:
             writer.write(entry)
     return out.getvalue()
+
+
+def listed(url: str) -> list[str]:
+    """The locs of the Resource List or Change List a Source serves at `url`, sorted (200 asserted)."""
+    answer = fetch(url)
+    assert answer.status == 200, answer.text
+    return sorted(entry.loc for entry in open_list(io.BytesIO(answer.body)))
