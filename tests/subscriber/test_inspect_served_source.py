@@ -5,17 +5,12 @@ Source serves it and `rsnotify sync --source BASE` finds it, though the host has
 from __future__ import annotations
 
 from tests.support import cli
-from tests.support.ports import free_port
+from tests.support.sources import serve_folder
 
 
 def test_inspect_from_the_base_url_of_a_source_below_the_host_root(hub_process, redis_url, run_source, tmp_path):
     hub = hub_process(redis_url=redis_url, workers=0)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "a b.txt").write_text("alpha\n")
-    base = f"http://127.0.0.1:{free_port()}/dataset1/"
-    run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
-               ready_url=base + "capabilitylist.xml")
+    base, _ = serve_folder(run_source, hub.url, tmp_path, {"a b.txt": "alpha\n"})
     result = cli.run("inspect", base, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"Source Description: {base}sourcedescription.xml" in result.stdout

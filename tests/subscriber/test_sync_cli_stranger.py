@@ -8,19 +8,15 @@ import socket
 
 from tests.support import cli
 from tests.support.ports import free_port
+from tests.support.sources import serve_folder
 from tests.support.waiting import wait_until
 
 
 def test_audit_of_a_copy_whose_source_is_stopped_says_nothing_was_audited(hub_process, redis_url, run_source,
                                                                           tmp_path):
     hub = hub_process(redis_url=redis_url, workers=0)
-    src = tmp_path / "src"
-    (src / "nested dir").mkdir(parents=True)
-    (src / "nested dir" / "café.txt").write_text("alpha\n")
-    (src / "empty.txt").write_bytes(b"")
-    base = f"http://127.0.0.1:{free_port()}/dataset1/"
-    source = run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
-                        ready_url=base + "capabilitylist.xml")
+    base, source = serve_folder(run_source, hub.url, tmp_path,
+                                {"nested dir/café.txt": "alpha\n", "empty.txt": ""})
     mirror = tmp_path / "mirror"
     first = cli.run("sync", "--source", base, "--dir", str(mirror), "--once", timeout=120)
     assert first.returncode == 0, first.stderr
@@ -36,12 +32,7 @@ def test_subscribe_finds_a_source_below_the_host_root_as_sync_does(hub_process, 
     # the README's `rsnotify subscribe --source URL` on what `rsnotify source` serves at /dataset1/:
     # the host has no /.well-known/resourcesync, the Source Description is <URL>sourcedescription.xml
     hub = hub_process(redis_url=redis_url, workers=1)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "a.txt").write_text("alpha\n")
-    base = f"http://127.0.0.1:{free_port()}/dataset1/"
-    run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
-               ready_url=base + "capabilitylist.xml")
+    base, _ = serve_folder(run_source, hub.url, tmp_path, {"a.txt": "alpha\n"})
     log = tmp_path / "subscribe.log"
     subscribe = cli.start("subscribe", "--source", base, "--listen", f"127.0.0.1:{free_port()}",
                           "--state-file", str(tmp_path / "sub.db"), log=log)
@@ -70,12 +61,7 @@ def test_a_callback_url_that_is_no_url_is_a_usage_error_before_anything_starts(t
 def test_the_last_runs_callback_address_taken_by_another_program_names_the_way_out(hub_process, redis_url,
                                                                                    run_source, tmp_path):
     hub = hub_process(redis_url=redis_url, workers=1)
-    src = tmp_path / "src"
-    src.mkdir()
-    (src / "a.txt").write_text("alpha\n")
-    base = f"http://127.0.0.1:{free_port()}/dataset1/"
-    run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
-               ready_url=base + "capabilitylist.xml")
+    base, _ = serve_folder(run_source, hub.url, tmp_path, {"a.txt": "alpha\n"})
     mirror, log = tmp_path / "mirror", tmp_path / "sync.log"
     port = free_port()
     live = cli.start("sync", "--source", base, "--dir", str(mirror), "--listen", f"127.0.0.1:{port}", log=log)

@@ -4,11 +4,14 @@
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+import subprocess
+from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from rsnotify.lists import Entry, ListInfo, ListWriter, open_list
 
 from .http import fetch
+from .ports import free_port
 
 NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/"'
 
@@ -40,3 +43,18 @@ def listed(url: str) -> list[str]:
     answer = fetch(url)
     assert answer.status == 200, answer.text
     return sorted(entry.loc for entry in open_list(io.BytesIO(answer.body)))
+
+
+def serve_folder(run_source: Callable[..., subprocess.Popen], hub_url: str, tmp_path: Path,
+                 files: dict[str, str]) -> tuple[str, subprocess.Popen]:
+    """`rsnotify source` (the run_source fixture) serving `files` (relative path -> text) from
+    tmp_path/src below /dataset1/ on a free loopback port, publishing to `hub_url`, once its
+    Capability List answers: (its base URL, the process)."""
+    src = tmp_path / "src"
+    for name, text in files.items():
+        (src / name).parent.mkdir(parents=True, exist_ok=True)
+        (src / name).write_text(text)
+    base = f"http://127.0.0.1:{free_port()}/dataset1/"
+    source = run_source("--dir", str(src), "--base-url", base, "--hub", hub_url, "--db", str(tmp_path / "m.db"),
+                        ready_url=base + "capabilitylist.xml")
+    return base, source
