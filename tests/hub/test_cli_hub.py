@@ -291,15 +291,19 @@ def test_hub_recovers_from_a_redis_left_running_on_its_data_dir(tmp_path, data_d
         assert first.stop() == 0
     # a Redis still running on the folder (one that outlived a killed hub where the system
     # cannot tie it to the hub's life): the next hub shuts it down and uses the same data
-    start_redis_server(data_dir, unix_socket=True, new_session=True)
-    assert _answers(data_dir / "redis.sock")
-    second = start_hub(tmp_path, data_dir=data_dir, workers=0)
+    left = start_redis_server(data_dir, unix_socket=True, new_session=True)
     try:
-        status, body = submit(second)
-        assert status == 200 and b'"sequence": 2' in body  # the same data, no second Redis on it
+        assert _answers(data_dir / "redis.sock")
+        second = start_hub(tmp_path, data_dir=data_dir, workers=0)
+        try:
+            status, body = submit(second)
+            assert status == 200 and b'"sequence": 2' in body  # the same data, no second Redis on it
+        finally:
+            assert second.stop() == 0
+        assert not _answers(data_dir / "redis.sock")
+        left.process.wait(10)       # the second hub shut it down (waited for here, not left a zombie)
     finally:
-        assert second.stop() == 0
-    assert not _answers(data_dir / "redis.sock")
+        left.stop()
 
 
 def test_a_stopped_redis_server_leaves_no_descriptor_open(tmp_path):

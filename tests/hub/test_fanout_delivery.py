@@ -310,7 +310,7 @@ async def test_connection_refused_is_retried_and_recorded(fanout_hub) -> None:
 
 
 async def test_redirect_is_not_followed_and_counts_as_failure(fanout_hub, callback_server) -> None:
-    callback_server.on("/moved", lambda request: web.HTTPFound(callback_server.url("/target")))
+    callback_server.on("/moved", lambda request: web.Response(status=302, headers={"Location": callback_server.url("/target")}))
     sid = await fanout_hub.subscribe(TOPIC, callback_server.url("/moved"))
     await fanout_hub.publish(TOPIC, body(0))
     await fanout_hub.fan_out(TOPIC)
