@@ -131,6 +131,7 @@ def stop_stale_redis(data: Path) -> None:
 def bind_socket(settings: HubSettings) -> socket.socket:
     """The listening socket (bound now, so port 0 becomes a real port before anything else starts)."""
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock: socket.socket | None = None
     try:
         infos = socket.getaddrinfo(settings.host, settings.port, family, socket.SOCK_STREAM)
         sock = socket.socket(infos[0][0], socket.SOCK_STREAM)
@@ -138,6 +139,8 @@ def bind_socket(settings: HubSettings) -> socket.socket:
         sock.bind(infos[0][4])
         sock.listen(1024)
     except OSError as exc:
+        if sock is not None:
+            sock.close()        # the port stays free, not held by a socket that failed to bind
         raise EmbeddedError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from None
     sock.setblocking(False)
     return sock
@@ -157,15 +160,18 @@ def run_hub(settings: HubSettings, *, log_level: str = "INFO", announce: Callabl
                 stop_stale_redis(data)
                 redis_server = _start_redis(data)
                 settings = settings.with_values(redis_url=redis_server.url)
-            sock = bind_socket(settings)
-            settings = settings.with_values(port=sock.getsockname()[1])
-            app = build_app(settings)
-            children = Children(settings, log_level)
-            children.start(settings.workers)
-            try:
-                eventloop.run(_serve(app, sock, settings, children, redis_server, announce))
-            finally:
-                children.stop()
+            # closed on every way out, also when the app's startup refuses (Redis unreachable, another
+            # hub's key, an unreadable tokens file) before the server took the socket: a caller that
+            # runs the command in its own process (click's CliRunner) would keep the port bound
+            with bind_socket(settings) as sock:
+                settings = settings.with_values(port=sock.getsockname()[1])
+                app = build_app(settings)
+                children = Children(settings, log_level)
+                children.start(settings.workers)
+                try:
+                    eventloop.run(_serve(app, sock, settings, children, redis_server, announce))
+                finally:
+                    children.stop()
         finally:
             if redis_server is not None:
                 redis_server.stop()

@@ -107,6 +107,10 @@ class RedisServer:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+        # the stderr pipe (read only for a server that fails to start): without this each server
+        # started and stopped left a descriptor open until the garbage collector found it
+        if self.process.stderr is not None:
+            self.process.stderr.close()
 
 
 def start_redis_server(

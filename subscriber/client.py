@@ -191,29 +191,34 @@ class Subscriber:
     async def close(self) -> None:
         """Stop renewing, hand over received notifications, close the HTTP session and the store
         it opened itself. start() may be called again afterwards."""
-        for task in self.startup_tasks:
-            task.cancel()
-        if self.startup_tasks:
-            await asyncio.wait(self.startup_tasks)
-        self.startup_tasks.clear()
-        self._loop = None
-        if self._renewal_task is not None:
-            renewal, self._renewal_task = self._renewal_task, None
-            renewal.cancel()
-            # asyncio.wait, not `await renewal` in try/except CancelledError: that except would
-            # also swallow a cancellation of close() itself (a timeout around it, a shutdown
-            # cancelling every task), and close() would go on through its drains regardless.
-            await asyncio.wait({renewal})
-        await self.core.close()
         try:
-            await self.lifecycle.hooks.drain(10.0)
-        except TimeoutError:
-            log.warning("some lifecycle hooks were still running at shutdown")
-        if self._owns_session and self._session is not None:
-            await self._session.close()
-            self._session = None
-        if self._owns_store and isinstance(self.store, SqliteStore):
-            self.store.close()      # its file stays; start() again opens it again
+            for task in self.startup_tasks:
+                task.cancel()
+            if self.startup_tasks:
+                await asyncio.wait(self.startup_tasks)
+            self.startup_tasks.clear()
+            self._loop = None
+            if self._renewal_task is not None:
+                renewal, self._renewal_task = self._renewal_task, None
+                renewal.cancel()
+                # asyncio.wait, not `await renewal` in try/except CancelledError: that except would
+                # also swallow a cancellation of close() itself (a timeout around it, a shutdown
+                # cancelling every task), and close() would go on through its drains regardless.
+                await asyncio.wait({renewal})
+            await self.core.close()
+            try:
+                await self.lifecycle.hooks.drain(10.0)
+            except TimeoutError:
+                log.warning("some lifecycle hooks were still running at shutdown")
+        finally:
+            # also when close() itself is cut short (SubscriberThread.stop past its timeout while a
+            # handler holds core.close() up): the session's connections and the store's file would
+            # otherwise stay open until the process ends ("Unclosed client session")
+            if self._owns_session and self._session is not None:
+                session, self._session = self._session, None
+                await session.close()
+            if self._owns_store and isinstance(self.store, SqliteStore):
+                self.store.close()      # its file stays; start() again opens it again
 
     async def drain(self, timeout: float | None = None) -> None:
         """Wait until what was received so far has been handed over and the hooks fired so far ran."""

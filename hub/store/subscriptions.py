@@ -40,7 +40,7 @@ from ..records import (
 # re-sends, is added to the subscription's count of them ("" for none).
 # A new subscription's cursor is the log's end when its verification was sent (ARGV 9-10, see
 # log_end; "" for none), else its current end, so it gets everything published after the subscriber
-# said yes; a renewal keeps its cursor and delivery state, but a retry it was backing off from is
+# said yes (due at once when that leaves it behind the log); a renewal keeps its cursor and delivery state, but a retry it was backing off from is
 # due now: the subscriber just answered, so waiting out the backoff helps nobody.
 # With the taken-challenge keys (a worker's verification lane) the same step also ends the challenge
 # (out of the worker's taken list, its intent deleted: single use) and counts the outcome, so an
@@ -57,6 +57,11 @@ if is_new then
   end
   redis.call('HSET', KEYS[1], 'topic', ARGV[2], 'callback', ARGV[3], 'tid', ARGV[4],
              'created', ARGV[8], 'state', 'active', 'cursor', cursor, 'cursor_seq', cursor_seq)
+  -- a new subscription behind the log (a replay, or publishes while it was being verified) is
+  -- due now: no fan-out is queued for entries stored before it existed, and the reconciler
+  -- would leave it waiting reconcile_interval or more
+  local newest = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
+  if #newest > 0 and newest[1][1] ~= cursor then redis.call('ZADD', KEYS[8], ARGV[8], ARGV[1]) end
 elseif ARGV[11] == '1' then
   -- a replay asked for on renewal: the cursor moves to it, a run holding the subscription loses
   -- its claim (so it cannot write its own cursor back), and a worker takes it up now

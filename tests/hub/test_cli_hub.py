@@ -2,7 +2,9 @@
 then the real command as a subprocess (embedded Redis, restart on the same data dir, clean stop)."""
 from __future__ import annotations
 
+import gc
 import signal
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -118,10 +120,19 @@ def test_worker_without_redis_url_is_a_usage_error():
 
 
 def test_unreachable_redis_is_a_clear_error(tmp_path):
-    result = cli.invoke("hub", "--redis-url", f"redis://127.0.0.1:{free_port()}/0", "--workers", "0",
-                        "--port", "0", "--data-dir", str(tmp_path))
-    assert result.exit_code == 1
-    assert "Redis" in result.output and "Traceback" not in result.output
+    port = free_port()
+    gc.disable()        # the port is let go by the hub, not by the garbage collector later
+    try:
+        result = cli.invoke("hub", "--redis-url", f"redis://127.0.0.1:{free_port()}/0", "--workers", "0",
+                            "--port", str(port), "--data-dir", str(tmp_path))
+        assert result.exit_code == 1
+        assert "Redis" in result.output and "Traceback" not in result.output
+        with socket.socket() as again:      # nothing listens on the hub's port any more
+            again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            again.bind(("127.0.0.1", port))
+            again.listen(1)
+    finally:
+        gc.enable()
 
 
 # --- the real command -----------------------------------------------------------------------
@@ -280,15 +291,36 @@ def test_hub_recovers_from_a_redis_left_running_on_its_data_dir(tmp_path, data_d
         assert first.stop() == 0
     # a Redis still running on the folder (one that outlived a killed hub where the system
     # cannot tie it to the hub's life): the next hub shuts it down and uses the same data
-    start_redis_server(data_dir, unix_socket=True, new_session=True)
-    assert _answers(data_dir / "redis.sock")
-    second = start_hub(tmp_path, data_dir=data_dir, workers=0)
+    left = start_redis_server(data_dir, unix_socket=True, new_session=True)
     try:
-        status, body = submit(second)
-        assert status == 200 and b'"sequence": 2' in body  # the same data, no second Redis on it
+        assert _answers(data_dir / "redis.sock")
+        second = start_hub(tmp_path, data_dir=data_dir, workers=0)
+        try:
+            status, body = submit(second)
+            assert status == 200 and b'"sequence": 2' in body  # the same data, no second Redis on it
+        finally:
+            assert second.stop() == 0
+        assert not _answers(data_dir / "redis.sock")
+        left.process.wait(10)       # the second hub shut it down (waited for here, not left a zombie)
     finally:
-        assert second.stop() == 0
-    assert not _answers(data_dir / "redis.sock")
+        left.stop()
+
+
+def test_a_stopped_redis_server_leaves_no_descriptor_open(tmp_path):
+    def open_files() -> int:
+        return len(list(Path("/proc/self/fd").iterdir()))
+
+    # closed by stop(), not by the garbage collector finding the process object unreachable later
+    gc.disable()
+    try:
+        before = open_files()
+        for n in range(5):
+            start_redis_server(tmp_path / str(n), port=free_port(), unix_socket=False).stop()
+        after = open_files()
+    finally:
+        gc.enable()
+    # a margin for what another thread of the run opens or closes meanwhile (one left each)
+    assert after - before < 3, f"{after - before} descriptors left open by 5 started and stopped servers"
 
 
 def test_shared_redis_mode_uses_the_given_url(redis_url, tmp_path):

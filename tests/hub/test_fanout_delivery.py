@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 import pytest
 from aiohttp import web
@@ -20,6 +23,9 @@ from rsnotify.websub import (
     verify_signature,
 )
 from tests.support.ports import free_port
+from tests.support.waiting import eventually
+
+T = TypeVar("T")
 
 TOPIC = "http://source.example.org/changes/topic?format=rs"
 RS = "http://source.example.org/capabilitylist.xml"
@@ -30,6 +36,19 @@ BODY = (b'<?xml version="1.0" encoding="UTF-8"?>\n<urlset xmlns="http://www.site
 
 def body(n: int) -> bytes:
     return BODY.replace(b"res1", b"res%d" % n)
+
+
+# s of quiet after which a worker stops following a topic, in the tests that follow one: the
+# test's next publish must come within it, so it leaves room for a loaded machine (0.5 s did not)
+FOLLOW = 2.0
+
+
+async def until(read: Callable[[], Awaitable[T]], wanted: T, what: str, timeout: float = 30.0) -> None:
+    """Poll an async read (a Redis command) until it gives `wanted`; fail saying `what` after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while (got := await read()) != wanted:
+        assert time.monotonic() < deadline, f"timed out after {timeout:.0f}s waiting for {what} (last read {got!r})"
+        await asyncio.sleep(0.02)
 
 
 async def test_relays_exact_bytes_with_every_header(fanout_hub, callback_server) -> None:
@@ -291,7 +310,7 @@ async def test_connection_refused_is_retried_and_recorded(fanout_hub) -> None:
 
 
 async def test_redirect_is_not_followed_and_counts_as_failure(fanout_hub, callback_server) -> None:
-    callback_server.on("/moved", lambda request: web.HTTPFound(callback_server.url("/target")))
+    callback_server.on("/moved", lambda request: web.Response(status=302, headers={"Location": callback_server.url("/target")}))
     sid = await fanout_hub.subscribe(TOPIC, callback_server.url("/moved"))
     await fanout_hub.publish(TOPIC, body(0))
     await fanout_hub.fan_out(TOPIC)
@@ -362,7 +381,7 @@ async def test_a_worker_follows_a_busy_topic_so_publishes_need_no_job(fanout_set
     from rsnotify.hub import enqueue
     from rsnotify.hub.worker import context as worker
     queue = make_queue(fanout_settings.queue_name, redis)
-    ctx = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
+    ctx = await worker.open_context(fanout_settings, clock=clock, follow_seconds=FOLLOW, queue=queue)
     tid = keys.topic_id(TOPIC)
     try:
         await store.activate_subscription(ctx.redis, TOPIC, callback_server.url("/followed"), secret="",
@@ -370,18 +389,21 @@ async def test_a_worker_follows_a_busy_topic_so_publishes_need_no_job(fanout_set
         await store.append_notification(ctx.redis, TOPIC, body(0), content_type="application/xml",
                                         now=clock(), max_len=100)
         await fanout.fan_out(ctx, tid)
-        while tid not in ctx.deliveries.following:
-            await asyncio.sleep(0.005)
+        # following: registered as the topic's follower in Redis, which also holds its "queued" flag
+        await until(lambda: ctx.redis.zcard(keys.fanout_followers_key(tid)), 1, "the worker to follow the topic")
+        assert tid in ctx.deliveries.following
         for n in range(1, 4):
             await store.append_notification(ctx.redis, TOPIC, body(n), content_type="application/xml",
                                             now=clock(), max_len=100)
             assert not await enqueue.ensure_fan_out(queue, tid, redis=ctx.redis)   # the follower has it
-        while len(callback_server.seen("/followed")) < 4:
-            await asyncio.sleep(0.01)
+        await eventually(lambda: len(callback_server.seen("/followed")) >= 4, 30, "four deliveries")
         assert [r.body for r in callback_server.seen("/followed")] == [body(n) for n in range(4)]
         assert len(queue) == 0
-        while tid in ctx.deliveries.following:             # quiet for follow_seconds: it lets go
-            await asyncio.sleep(0.05)
+        # Quiet for follow_seconds: it lets go. The worker drops the topic from `following` before
+        # the Redis round trip that removes it from the followers and clears the flag, so wait on
+        # that (a loaded machine lets a test poll in between and see the flag still set).
+        await until(lambda: ctx.redis.exists(keys.fanout_followers_key(tid)), 0, "the worker to let go of the topic")
+        assert tid not in ctx.deliveries.following
         assert await enqueue.ensure_fan_out(queue, tid, redis=ctx.redis)        # jobs again
     finally:
         await worker.close_context(ctx)
@@ -392,33 +414,47 @@ async def test_two_followers_share_a_big_topic_and_each_subscription_gets_everyt
 
     from rsnotify.hub.worker import context as worker
     queue = make_queue(fanout_settings.queue_name, redis)
-    first = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
-    second = await worker.open_context(fanout_settings, clock=clock, follow_seconds=0.5, queue=queue)
+    # follow_seconds long enough that the first follower is still there when the second joins
+    # (a fan-out to 40 subscribers on a loaded machine took more than 0.5 s); it costs nothing
+    # at the end, where the contexts close without waiting for quiet
+    first = await worker.open_context(fanout_settings, clock=clock, follow_seconds=FOLLOW, queue=queue)
+    second = await worker.open_context(fanout_settings, clock=clock, follow_seconds=FOLLOW, queue=queue)
     tid = keys.topic_id(TOPIC)
     paths = [f"/shared/{i}" for i in range(fanout.SHARE_FROM + 8)]
+    published = 1
     try:
         for path in paths:
             await store.activate_subscription(first.redis, TOPIC, callback_server.url(path), secret="",
                                               lease_seconds=600, now=clock())
         await store.append_notification(first.redis, TOPIC, body(0), content_type="application/xml",
-                                        now=clock(), max_len=100)
+                                        now=clock(), max_len=1000)
         await fanout.fan_out(first, tid)
         assert [job.func_name for job in queue.get_jobs()] == ["rsnotify.hub.worker.jobs.follow_topic"]   # a second worker, please
         second.deliveries.spawn(fanout.follow(second, tid))
-        while len(await first.redis.zrange(keys.fanout_followers_key(tid), 0, -1)) < 2:
-            await asyncio.sleep(0.01)
+        followers = keys.fanout_followers_key(tid)
+        await until(lambda: first.redis.zcount(followers, int(time.time() * 1000), "+inf"), 2,
+                    "both workers to follow the topic")
         claimed_before = (first.deliveries.claimed, second.deliveries.claimed)
-        for n in range(1, 11):
-            await store.append_notification(first.redis, TOPIC, body(n), content_type="application/xml",
-                                            now=clock(), max_len=100)
+        # Publish until both followers have claimed some of the subscriptions (ten at least). The
+        # first follower learns of the second at its next lease renewal (FOLLOW_LEASE / 3): until
+        # then it may keep every subscription, and on a loaded machine ten quick publishes can
+        # all go out before that.
+        deadline = time.monotonic() + 30
+        while published < 11 or not (first.deliveries.claimed > claimed_before[0]
+                                     and second.deliveries.claimed > claimed_before[1]):
+            assert time.monotonic() < deadline, (f"after {published} publishes in 30 s, claims went from "
+                                                 f"{claimed_before} to {first.deliveries.claimed, second.deliveries.claimed}")
+            await store.append_notification(first.redis, TOPIC, body(published), content_type="application/xml",
+                                            now=clock(), max_len=1000)
+            published += 1
             await asyncio.sleep(0.02)
-        while any(len(callback_server.seen(p)) < 11 for p in paths):
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.1)
-        for path in paths:
-            assert [r.body for r in callback_server.seen(path)] == [body(n) for n in range(11)], path
-        assert first.deliveries.claimed > claimed_before[0] and second.deliveries.claimed > claimed_before[1]
+        await eventually(lambda: all(len(callback_server.seen(p)) >= published for p in paths), 30,
+                         f"every subscription to get {published} notifications")
     finally:
-        await worker.close_context(first)
-        await worker.close_context(second)
+        await worker.close_context(first, drain=False)
+        await worker.close_context(second, drain=False)
+    # each subscription got everything once, in order: checked after both workers stopped, so a
+    # late duplicate cannot slip in after the check
+    for path in paths:
+        assert [r.body for r in callback_server.seen(path)] == [body(n) for n in range(published)], path
     assert not redis.exists(keys.fanout_queued_key(tid))     # the last follower let go of the topic

@@ -232,9 +232,9 @@ def test_resource_list_snapshot_has_at_on_the_chain_and_an_index_past_the_limit(
     files = snapshot_resource_list(memory, TOPIC, tmp_path / "lists", up=UP, part_url=lambda name: BASE + name,
                                    index_url=BASE + "resourcelist.xml", max_entries=10)
     assert files.at == memory.last_until(TOPIC) == T0 + timedelta(minutes=1)  # no seam with the Change List
-    index = open_list(files.main.open("rb"))
+    index = open_list(io.BytesIO(files.main.read_bytes()))
     assert index.info.is_index and index.info.at == files.at and len(list(index)) == 3
-    locs = [r.loc for part in files.parts for r in open_list(part.open("rb"))]
+    locs = [r.loc for part in files.parts for r in open_list(io.BytesIO(part.read_bytes()))]
     assert locs == [f"https://example.org/r{i:02d}" for i in range(25) if i != 3]
-    assert all(open_list(part.open("rb")).info.link("index") == BASE + "resourcelist.xml" for part in files.parts)
+    assert all(open_list(io.BytesIO(part.read_bytes())).info.link("index") == BASE + "resourcelist.xml" for part in files.parts)
     memory.close()

@@ -177,21 +177,21 @@ def test_a_resource_list_past_the_limits_becomes_an_index_of_parts(tmp_path):
     files = write_resource_list(iter(resources), tmp_path, at=at, up="https://example.org/capabilitylist.xml",
                                 part_url=lambda name: "https://example.org/" + name, max_entries=10,
                                 index_url="https://example.org/resourcelist.xml")
-    index = open_list(files.main.open("rb"))
+    index = open_list(io.BytesIO(files.main.read_bytes()))
     assert index.info == ListInfo("resourcelist", True, at, links=index.info.links)
     refs = list(index)
     assert [ref.loc.rsplit("/", 1)[1] for ref in refs] == [p.name for p in files.parts] and len(refs) == 3
     assert all(ref.at == at for ref in refs)
     assert parse_document(files.main.read_bytes()).is_valid
-    read = [r for part in files.parts for r in open_list(part.open("rb"))]
+    read = [r for part in files.parts for r in open_list(io.BytesIO(part.read_bytes()))]
     assert read == resources
     for part in files.parts:
         verdict = parse_document(part.read_bytes())
         assert verdict.is_valid and verdict.entries <= 10
-        assert open_list(part.open("rb")).info.link("index") == "https://example.org/resourcelist.xml"
+        assert open_list(io.BytesIO(part.read_bytes())).info.link("index") == "https://example.org/resourcelist.xml"
     small = write_resource_list(iter(resources[:3]), tmp_path / "small", at=at, up="https://example.org/c.xml",
                                 part_url=str)
-    assert small.parts == () and not open_list(small.main.open("rb")).info.is_index
+    assert small.parts == () and not open_list(io.BytesIO(small.main.read_bytes())).info.is_index
 
 
 def test_source_keeps_going_while_the_hub_is_down(hub_process, run_source, tmp_path):

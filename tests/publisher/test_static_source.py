@@ -88,8 +88,9 @@ def nginx(tmp_path: Path) -> Iterator[Callable[[str, int], str]]:
                 }}
             }}
             """))
-        process = subprocess.Popen([NGINX, "-p", str(prefix), "-c", str(conf)], stdout=subprocess.DEVNULL,
-                                   stderr=(prefix / "stderr.log").open("wb"))
+        with (prefix / "stderr.log").open("wb") as stderr:     # nginx keeps its own copy
+            process = subprocess.Popen([NGINX, "-p", str(prefix), "-c", str(conf)], stdout=subprocess.DEVNULL,
+                                       stderr=stderr)
         started.append(process)
         url = f"http://127.0.0.1:{port}"
         wait_until(lambda: process.poll() is not None or _answers(url + "/"), 30.0, "nginx to listen",

@@ -183,8 +183,10 @@ def test_stop_past_its_timeout_answers_a_request_thread_still_waiting_on_the_run
 
     hubs = RecordingSubscriber()
     hubs.on("/hub", 202)
-    hubs.on("/stuck-hub", hang(600))         # takes the intent, never answers
     hub_server = hubs.serve_in_thread()
+    stuck_hubs = RecordingSubscriber()       # another hub, so the first one's connection stays idle
+    stuck_hubs.on("/stuck-hub", hang(600))   # takes the intent, never answers
+    stuck_server = stuck_hubs.serve_in_thread()
     subscriber = Subscriber(store=MemoryStore(), settings=SubscriberSettings(request_timeout=300),
                             on_notification=slow_handler)
     runner = SubscriberThread(subscriber, renew=False).start()
@@ -193,7 +195,7 @@ def test_stop_past_its_timeout_answers_a_request_thread_still_waiting_on_the_run
 
     def request_thread() -> None:
         try:
-            answers.append(runner.subscribe(TOPIC, hubs.url("/stuck-hub")))
+            answers.append(runner.subscribe(TOPIC, stuck_hubs.url("/stuck-hub")))
         except BaseException as exc:  # noqa: BLE001 - what the request thread got, for the assert
             answers.append(exc)
 
@@ -205,7 +207,7 @@ def test_stop_past_its_timeout_answers_a_request_thread_still_waiting_on_the_run
         assert status == 200, body
         wait_until(handler_busy.is_set, 10, "the handler to run")
         waiting.start()
-        wait_until(lambda: hubs.seen("/stuck-hub"), 10, "the second intent to reach the hub")
+        wait_until(lambda: stuck_hubs.seen("/stuck-hub"), 10, "the second intent to reach the hub")
 
         runner.stop(timeout=1)               # close() waits for the handler: stop gives up on it
         waiting.join(10)
@@ -214,12 +216,16 @@ def test_stop_past_its_timeout_answers_a_request_thread_still_waiting_on_the_run
         assert isinstance(answer, SubscriberError) and "stopped" in str(answer), answer
         with pytest.raises(SubscriberError, match="stopped"):
             runner.subscriptions()
+        # the close that stop() cut short still closed the HTTP session: its idle keep-alive
+        # connection to the first hub does not stay open for the rest of the process
+        wait_until(lambda: hub_server.open_connections() == 0, 10, "the stopped subscriber to close its connections")
     finally:
         release.set()
         httpd.shutdown()
         serving.join(5)
         httpd.server_close()
         hub_server.stop()
+        stuck_server.stop()
 
 
 def test_a_stopped_subscriber_thread_starts_again_and_serves_its_callback(tmp_path) -> None:

@@ -149,7 +149,7 @@ async def test_a_slow_drip_is_stored_and_a_silent_body_fails_at_the_read_timeout
 
 
 async def test_header_reaches_the_source_and_its_redirects_but_never_another_origin(source, elsewhere, tmp_path):
-    source.routes["/moved"] = lambda _: web.HTTPFound("/here")
+    source.routes["/moved"] = lambda _: web.Response(status=302, headers={"Location": "/here"})
     source.routes["/here"] = lambda _: web.Response(body=b"here")
     elsewhere.routes["/there"] = lambda _: web.Response(body=b"there")
     rules = [SourceHeaders(source.url("/"), [("Authorization", TOKEN)])]
@@ -161,7 +161,7 @@ async def test_header_reaches_the_source_and_its_redirects_but_never_another_ori
 
 
 async def test_a_redirect_to_another_origin_is_refused_and_never_followed(source, elsewhere, tmp_path):
-    source.routes["/away"] = lambda _: web.HTTPFound(elsewhere.url("/trap"))
+    source.routes["/away"] = lambda _: web.Response(status=302, headers={"Location": elsewhere.url("/trap")})
     rules = [SourceHeaders(source.url("/"), [("Authorization", TOKEN)])]
     async with Fetcher(FolderSink(tmp_path), allowed_networks=LOOPBACK, rules=rules) as fetcher:
         result = await fetch(fetcher, source.url("/away"))

@@ -373,10 +373,14 @@ class RawSource:
             self.server.server.close()
             for writer in self.writers:
                 writer.transport.abort()
-            await asyncio.sleep(0.4)           # the handlers see their sockets gone and end
+            deadline = time.monotonic() + 5     # the handlers see their sockets gone and end
+            while self.server.open_now and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
         asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        if not self.thread.is_alive():
+            self.loop.close()                   # else "unclosed event loop" when it is collected
 
 
 class _Replay(RawServer):

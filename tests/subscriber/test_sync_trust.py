@@ -89,8 +89,12 @@ class HostileSource:
 
     def app(self) -> web.Application:
         app = web.Application()
-        # through the attribute, so a test may put its own handler in front
-        app.router.add_route("GET", "/{tail:.*}", lambda request: self.handle(request))
+        # through the attribute, so a test may put its own handler in front (an async def: aiohttp
+        # deprecates plain functions as handlers)
+        async def handle(request: web.Request) -> web.StreamResponse:
+            return await self.handle(request)
+
+        app.router.add_route("GET", "/{tail:.*}", handle)
         return app
 
 

@@ -64,6 +64,11 @@ class RawServer:
             await self.handler(self, reader, writer)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # the test's loop ends with the connection still open (a handler that never answers):
+            # end normally, because Python 3.11's start_server asks a cancelled connection task
+            # for its exception and logs "Exception in callback ... CancelledError" for it
+            pass
         finally:
             self.open_now -= 1
             writer.close()

@@ -154,6 +154,8 @@ class ServerThread:
         self.run(_cancel_the_rest())            # connections still held (black holes, hanging POSTs)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self.thread.join(10)
+        if not self.thread.is_alive():
+            self.loop.close()                   # else "unclosed event loop" when it is collected
 
 
 async def _cancel_the_rest() -> None:
