@@ -3,6 +3,7 @@ real loopback subscriber: what an operator sees after real traffic, and what eac
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -139,7 +140,11 @@ async def test_lease_ending_soon_is_trouble(ops_hub, subscriber, ops_clock) -> N
     assert (await ops_hub.admin("GET", f"/admin/subscriptions/{sid}"))["trouble"] == []
     ops_clock.advance(950)
     detail = await ops_hub.admin("GET", f"/admin/subscriptions/{sid}")
-    assert detail["trouble"] in (["lease ends in 49 s"], ["lease ends in 50 s"])   # expires is whole seconds
+    [trouble] = detail["trouble"]
+    # a 1,000 s lease, 950 s on: 50 s or a little less, by the real seconds the verification and
+    # these requests took (several on a loaded machine; expires is whole seconds)
+    found = re.fullmatch(r"lease ends in (\d+) s", trouble)
+    assert found and 40 <= int(found.group(1)) <= 50, trouble
 
 
 async def test_bad_requests_get_clear_answers(ops_hub) -> None:
