@@ -459,7 +459,7 @@ class SyncEngine:
                 # hashes the files (audit.py keeps it exact: what a change touched meanwhile is
                 # neither reported nor repaired). Requests and the next periodic one wait for it.
                 if self.state.has_open_requests():
-                    self._start_audit(self._serve_requests())
+                    self._start_audit(self._serve_request())
                 elif clock.next_audit is not None and time.monotonic() >= clock.next_audit:
                     clock.audit_ran(time.monotonic())
                     self._start_audit(self._audit_and_report("every"))
@@ -517,7 +517,10 @@ class SyncEngine:
             if self._audit_task is None and self.state.has_open_requests():
                 self.wake.set()
 
-    async def _serve_requests(self) -> None:
+    async def _serve_request(self) -> None:
+        """The next open audit request. One per task: its watch of live changes (_start_audit)
+        begins when no change is in flight and ends with it, so what a change touched during one
+        audit never hides a difference from the next; the live loop starts the next task."""
         while (request := self.state.take_request()) is not None:
             request_id, kind, args = request
             if kind != "audit":
@@ -531,6 +534,7 @@ class SyncEngine:
                                                        "unreachable": isinstance(exc, SourceUnreachableError)})
                 raise
             self.state.finish_request(request_id, {"report": report.to_json(), "in_sync": report.in_sync})
+            return
 
     async def _audit_and_report(self, trigger: str, *, deep: bool = False, repair: bool = False) -> AuditReport:
         self.status(f"audit ({'asked by rsnotify audit' if trigger == 'request' else 'periodic'}"

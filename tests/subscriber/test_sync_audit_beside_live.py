@@ -160,3 +160,47 @@ async def test_a_periodic_audit_lets_notifications_through_while_it_waits_for_th
         list_gate.set()
         await asyncio.wait_for(live, 10)
         await engine.close()
+
+
+async def test_a_change_during_one_audit_hides_nothing_from_the_next(gated, tmp_path):
+    # two audit requests back to back: r1 changed live during the first (newer locally there),
+    # then rotted on disk before the second judged it: the second finds and repairs it
+    source = gated
+    source.resources = {f"/r{i}.txt": f"resource {i}".encode() for i in range(3)}
+    source.changelists = [(T0, None, [])]
+    engine = SyncEngine(tmp_path, capability_list=source.url("/caps.xml"), options=SyncOptions(settle=0.0),
+                        retry_base=0.05, poll_interval=600)
+    await engine.open()
+    events: list[dict] = []
+    engine.events.listeners.append(lambda e: events.append(e.to_json()))
+    stop = asyncio.Event()
+    live = asyncio.create_task(engine.run(stop))
+    g1, g2 = asyncio.Event(), asyncio.Event()
+    try:
+        await until(lambda: any(e["event"] == "live" for e in events), "live")
+        folder = tmp_path / source.base.split("//")[1].replace(":", "_")
+        source.gates = {"/resourcelist.xml": g1}
+        source.requests.clear()
+        first = engine.state.add_request("audit", {"deep": True, "repair": True})
+        second = engine.state.add_request("audit", {"deep": True, "repair": True})
+        await until(lambda: "/resourcelist.xml" in source.requests, "audit 1 asks for the list")
+        # undated: only the first audit's watch can tell it is newer than that audit's list
+        deliver(engine, source, 1, 1, "/r1.txt", b"r1 v2", dated=False)
+        await until(lambda: (folder / "r1.txt").read_bytes() == b"r1 v2", "live change")
+        source.gates["/resourcelist.xml"] = g2
+        source.requests.clear()
+        g1.set()
+        await until(lambda: engine.state.request_result(first)[1] is not None, "audit 1 report")
+        await until(lambda: "/resourcelist.xml" in source.requests, "audit 2 asks for the list")
+        (folder / "r1.txt").write_bytes(b"rotten")        # bit rot after audit 1, before audit 2 judges
+        g2.set()
+        await until(lambda: engine.state.request_result(second)[1] is not None, "audit 2 report")
+        report = engine.state.request_result(second)[1]["report"]
+        assert report["corrupt"] == 1 and report["repaired"] == 1, report
+        assert (folder / "r1.txt").read_bytes() == b"r1 v2"
+    finally:
+        stop.set()
+        g1.set()
+        g2.set()
+        await asyncio.wait_for(live, 10)
+        await engine.close()

@@ -129,7 +129,7 @@ async def test_an_audit_reads_a_folder_another_engine_owns_and_a_request_hands_i
             request = reader.state.add_request("audit", {"deep": True, "repair": True})
         finally:
             await reader.close()
-        await owner._serve_requests()
+        await owner._serve_request()
         taken, result = owner.state.request_result(request)
         assert taken and result["in_sync"] and result["report"]["repaired"] == 2
         assert copy(tmp_path, source) == source.resources
