@@ -600,6 +600,7 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
         raise click.BadParameter(f"expected a duration such as 90s, 15m, 6h or 1d, got {audit_every!r}",
                                  param_hint="--audit-every") from None
     command = _sync_command(keep_deleted=keep_deleted, dry_run=dry_run, **common)
+    from .sync.engine import lock_holder
     from .sync.runner import quiet_exit_on_signals, run_sync, saved_listen
     command.unsubscribe_on_exit = unsubscribe_on_exit
     command.poll_interval = poll_interval
@@ -616,7 +617,7 @@ def sync(ctx: click.Context, listen: str | None, callback_url: str | None, once:
         listen = listen or saved or "127.0.0.1:0"
         try:
             host, port = parse_listen(listen)
-            if saved:
+            if saved and lock_holder(command.root) is None:   # a sync running there: the engine says so
                 _check_saved_listen(host, port)
             command.push = SubscriberSettings(listen_host=host, listen_port=port, callback_url=callback_url,
                                               lease_seconds=lease_seconds, remembered_ids=50)
@@ -637,7 +638,7 @@ def _check_saved_listen(host: str, port: int) -> None:
         if exc.errno == errno.EADDRINUSE:
             raise click.ClickException(
                 f"cannot listen on {host}:{port}, the callback address of the last run (kept so the hub's "
-                f"subscription stays valid): {exc.strerror}; stop what holds it, or give --listen HOST:PORT "
+                f"subscription stays valid): {os.strerror(exc.errno)}; stop what holds it, or give --listen HOST:PORT "
                 "to subscribe with a new callback") from None
 
 

@@ -343,7 +343,14 @@ async def _repair(ctx: SyncContext, items: list[tuple[Resource, ResourceRecord |
     locs = [resource.loc for resource, _, _ in held]
     ctx.applier.hold_for_repair(locs)
     try:
-        results = await asyncio.gather(*(ctx.applier.fetch_resource(r, rec, p, repair=True) for r, rec, p in held))
+        # every fetch ends before the holds go (return_exceptions): one failing must not let a
+        # waiting live change write a file another fetch of this repair is still writing
+        ended = await asyncio.gather(*(ctx.applier.fetch_resource(r, rec, p, repair=True) for r, rec, p in held),
+                                     return_exceptions=True)
+        for result in ended:
+            if isinstance(result, BaseException):
+                raise result
+        results = [result for result in ended if not isinstance(result, BaseException)]
         ctx.state.commit([record for record, _ in results])
     finally:
         ctx.applier.release_repair(locs)

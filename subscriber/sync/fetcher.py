@@ -48,7 +48,7 @@ from rsnotify.outbound_answer import (
 from .headers import RequestRule, origin
 from .outcomes import FetchOutcome, Refusal
 from .session import HINT
-from .sink import FolderSink, PathConflictError, SymlinkRefusedError, write_problem
+from .sink import DISK_ERRNOS, FolderSink, PathConflictError, SymlinkRefusedError, write_problem
 from .writer import BatchWriter
 
 log = logging.getLogger(__name__)
@@ -278,7 +278,10 @@ class Fetcher:
                 # Only the folder's own file operations raise OSError here (network errors are
                 # FetchErrors): a full or read-only disk, a folder without permission, an I/O
                 # error. This resource fails alone and is tried again; the sync goes on.
-                return FetchResult(loc, FetchOutcome.FAILED, detail=write_problem(exc, path), local=True)
+                # A name the file system refuses (EINVAL, EILSEQ on vfat), a loop or a file where a
+                # folder should be is no disk trouble: retried on the Source's schedule, not the disk's.
+                return FetchResult(loc, FetchOutcome.FAILED, detail=write_problem(exc, path),
+                                   local=exc.errno in DISK_ERRNOS)
             else:
                 self._succeeded()
                 return result

@@ -26,11 +26,25 @@ from ..discovery import DiscoveredTopic
 from ..errors import SubscriberError
 from ..settings import CALLBACK_PATH, SubscriberSettings
 from ..store import SqliteStore, Subscription
+from .sink import DISK_ERRNOS
 from .state import SyncState
 
 log = logging.getLogger(__name__)
 
 SUBSCRIPTIONS_FILE = "subscriptions.db"  # beside the state database, in DIR/.rsnotify/
+
+
+# SQLite's primary result codes for a disk that cannot take the write: full, read-only, failing,
+# or the database file gone. Anything else (a "database is locked" past the busy timeout, say) is
+# answered 503 and delivered again by the hub, as before.
+_DISK_CODES = frozenset({sqlite3.SQLITE_FULL, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_IOERR, sqlite3.SQLITE_CANTOPEN})
+
+
+def _is_disk_trouble(exc: sqlite3.Error | OSError) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno in DISK_ERRNOS
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in _DISK_CODES     # extended codes carry the primary in the low byte
 
 
 class InboxReceiver:
@@ -52,7 +66,7 @@ class InboxReceiver:
             self.state.add_to_inbox(delivery.subscription.hub, delivery.sequence, delivery.notification_id,
                                     delivery.content_type, delivery.body)
         except (sqlite3.Error, OSError) as exc:
-            if self.fatal is None:
+            if self.fatal is None and _is_disk_trouble(exc):
                 self.fatal = exc
             self.wake.set()
             return CallbackResponse(503, f"the notification could not be stored ({exc}); deliver it again later")

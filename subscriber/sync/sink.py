@@ -382,8 +382,11 @@ class FolderSink:
 
     def disk_refusal(self, path: Path | str, size: int) -> OSError | None:
         """What the disk says to a file of `size` bytes at `path` now, found without fetching it:
-        a temp file beside it with the room reserved (posix_fallocate), then removed. The
-        error (one of DISK_ERRNOS), or None when the write may go (or the disk cannot tell)."""
+        an empty temp file made beside it and removed (a read-only or forbidden folder, no inode
+        left), and the folder's free space against `size`. Nothing is reserved: room taken for a
+        probe would fail the sync's other writes on a nearly full disk (its inbox among them), and
+        a file system without fallocate would have every byte written. The error (one of
+        DISK_ERRNOS), or None when the write may go (or the disk cannot tell)."""
         try:
             parts = self._parts(path)
             fds = self._open_chain(parts[:-1], create=True)
@@ -398,14 +401,15 @@ class FolderSink:
             _close(fds)
             return exc if exc.errno in DISK_ERRNOS else None
         try:
-            if size > 0:
-                os.posix_fallocate(fd, 0, size)
-        except OSError as exc:
-            return exc if exc.errno in DISK_ERRNOS else None   # EOPNOTSUPP, EINVAL: cannot tell
+            room = os.fstatvfs(fd)
+        except OSError:
+            return None         # cannot tell: the retry finds out
         finally:
             os.close(fd)
             _unlink_quietly(folder, tmp)
             _close(fds)
+        if size > room.f_bavail * room.f_frsize:
+            return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return None
 
     def open_partial(self, path: Path) -> tuple[BinaryIO, Path]:

@@ -68,6 +68,11 @@ def test_the_last_runs_callback_address_taken_by_another_program_names_the_way_o
     try:
         wait_until(lambda: live.poll() is not None or "rsnotify sync: live" in log.read_text(), 60.0, "live",
                    logs=[log])
+        # a second sync of the folder while this one runs is told the folder is in use, not to
+        # give --listen (the port it would reuse is this sync's own)
+        second = cli.run("sync", "--source", base, "--dir", str(mirror), timeout=60)
+        assert second.returncode != 0 and "is in use by" in second.stderr, second.stderr
+        assert "cannot listen" not in second.stderr and "Traceback" not in second.stderr
     finally:
         assert cli.stop(live, signal.SIGTERM) == 0, log.read_text()
     with socket.create_server(("127.0.0.1", port)):        # another program took the port meanwhile
