@@ -361,21 +361,25 @@ class Applier:
         sizes = [json.loads(r.want or "{}").get("length") or 1 for r in local]
         paths = [self.sink.absolute(r.path or "") for r in local]
         refusals = await asyncio.to_thread(lambda: [self.sink.disk_refusal(p, n) for p, n in zip(paths, sizes)])
-        still: list[ResourceRecord] = []
+        refused: list[tuple[ResourceRecord, ResourceRecord]] = []     # (as probed, rescheduled)
         for record, path, refusal in zip(local, paths, refusals, strict=True):
             if refusal is not None:
                 attempts = record.attempts + 1
-                still.append(replace(record, attempts=attempts, last_error=write_problem(refusal, path)[:500],
-                                     next_retry_at=time.time() + retry_delay(ResourceState.FAILED, attempts,
-                                                                                   local=True)))
+                refused.append((record, replace(record, attempts=attempts,
+                                                last_error=write_problem(refusal, path)[:500],
+                                                next_retry_at=time.time() + retry_delay(ResourceState.FAILED,
+                                                                                        attempts, local=True))))
+        # The probe ran in a thread: read every record again, so a change applied meanwhile (an
+        # audit's repair) is built on, is never overwritten by a rescheduled copy of what it
+        # replaced, and a record no longer held back is left alone.
+        now = self.state.records(r.loc for r in records)
+        still = [rescheduled for probed, rescheduled in refused if now.get(probed.loc) == probed]
+        held = {record.loc for record in still}
         if still:
             self._say("failed", f"{len(still):,} held-back change(s) still cannot be written "
                                 f"({still[0].last_error}); next try in "
                                 f"{retry_delay(ResourceState.FAILED, still[0].attempts, local=True):.0f} s")
-        # The probe ran in a thread: read the others again, so a change applied meanwhile (an
-        # audit's repair) is built on, and a record no longer held back is left alone.
-        now = self.state.records(r.loc for r in records if r.loc not in {s.loc for s in still})
-        return [r for r in now.values() if r.state in RETRIED_STATES and r.want], still
+        return [r for r in now.values() if r.loc not in held and r.state in RETRIED_STATES and r.want], still
 
     async def retry_due(self, *, everything: bool = False) -> int:
         """Retry (and commit) held-back changes whose time has come (`everything`: all of them,
