@@ -11,6 +11,10 @@ from .context import WorkerContext
 from .runs import Item, make_item
 
 WINDOW = 512              # log entries a fan-out keeps in memory for its topic
+# ... and at most, while a run serving from the window has yet to send them (a run that falls
+# behind the window reads the log on its own: every entry read twice, the follower's read wasted)
+MAX_WINDOW = 8 * WINDOW
+MAX_WINDOW_BYTES = 32 * 1024 * 1024
 READ_BATCH = 100          # entries read at once for a subscription behind that window
 FRESH = 0.002             # s: an empty log read this recent is trusted (the release re-checks anyway)
 
@@ -30,6 +34,8 @@ class TopicLog:
         self._refresh: asyncio.Future[None] | None = None
         self._grown = asyncio.Event()                     # set (and replaced) when the window grows
         self._refreshed_at = 0.0
+        self._bytes = 0                                   # the bodies in the window
+        self._trim_at = 2 * WINDOW                        # entries at which the window is trimmed
         # the log as far as this worker's follower of the topic has read it (None: nobody feeds
         # the window); a window that reaches it needs no read of its own, the follower's next
         # read brings what comes
@@ -147,14 +153,35 @@ class TopicLog:
                 self.items.append(self.item(entry, key))
                 self.keys.append(key)
                 self.end_id, self.end_key = entry.notification_id, key
+                self._bytes += len(entry.body)
                 grown = True
         if grown:           # once per read, not per entry: the waiters look at end_key anyway
             self._grown.set()
             self._grown = asyncio.Event()
-        if len(self.items) > 2 * WINDOW:
-            drop = len(self.items) - WINDOW
+        if len(self.items) > self._trim_at:
+            self._trim()
+
+    def _trim(self) -> None:
+        """Keep the last WINDOW entries, and the older ones a run holding the topic has yet to
+        send (up to MAX_WINDOW entries and MAX_WINDOW_BYTES of bodies)."""
+        items, runs = self.items, self.ctx.deliveries.runs
+        cursors = [runs[sid].cursor_key for sid in self.holders if sid in runs]
+        most = len(items) - WINDOW
+        drop = most
+        if cursors:
+            drop = min(drop, bisect.bisect_right(self.keys, min(cursors)))
+        drop = max(drop, len(items) - MAX_WINDOW)
+        freed = sum(len(item.entry.body) for item in items[:drop])
+        while drop < most and self._bytes - freed > MAX_WINDOW_BYTES:
+            freed += len(items[drop].entry.body)
+            drop += 1
+        if drop > 0:
+            self._bytes -= freed
             self.start_key = self.keys[drop - 1]
-            del self.items[:drop], self.keys[:drop]
+            del items[:drop], self.keys[:drop]
+        # the next trim once the window has grown by WINDOW again: not at every read while it
+        # keeps what a lagging run still needs
+        self._trim_at = len(items) + WINDOW
 
     async def _xrange(self, after: str, count: int) -> list[LogEntry]:
         return await batched.read_log(self.ctx.batch, self.tid, after, count)
