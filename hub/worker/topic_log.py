@@ -32,7 +32,8 @@ class TopicLog:
         self.end_id = ""
         self.end_key = (0, 0)
         self._refresh: asyncio.Future[None] | None = None
-        self._grown = asyncio.Event()                     # set (and replaced) when the window grows
+        # runs waiting for the window to grow (wait_beyond): each a future, done at the growth
+        self._waiters: list[asyncio.Future[None]] = []
         self._refreshed_at = 0.0
         self._bytes = 0                                   # the bodies in the window
         self._trim_at = 2 * WINDOW                        # entries at which the window is trimmed
@@ -126,13 +127,20 @@ class TopicLog:
     async def wait_beyond(self, key: tuple[int, int], timeout: float) -> bool:
         """Wait up to `timeout` for the window to hold an entry after `key`; True when it does."""
         if self.end_key <= key:
-            # asyncio.timeout, not wait_for: a lingering run waits here after nearly every
-            # delivery at full fan-out, and wait_for would wrap each wait in a task of its own
+            # a future and a timer that ends it, not wait_for (a task per wait) nor asyncio.timeout
+            # around an Event (a timeout object, and an Event made anew at every read, ~4 µs a
+            # wait): a lingering run waits here after nearly every read of a followed topic
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            if len(self._waiters) >= 64:
+                # the waits that timed out (or were cancelled) since the last growth
+                self._waiters = [w for w in self._waiters if not w.done()]
+            self._waiters.append(waiter)
+            timer = loop.call_later(timeout, _end_wait, waiter)
             try:
-                async with asyncio.timeout(timeout):
-                    await self._grown.wait()
-            except TimeoutError:
-                pass
+                await waiter
+            finally:
+                timer.cancel()
         return self.end_key > key
 
     async def _read_more(self) -> None:
@@ -155,9 +163,11 @@ class TopicLog:
                 self.end_id, self.end_key = entry.notification_id, key
                 self._bytes += len(entry.body)
                 grown = True
-        if grown:           # once per read, not per entry: the waiters look at end_key anyway
-            self._grown.set()
-            self._grown = asyncio.Event()
+        if grown and self._waiters:     # once per read, not per entry: the waiters look at end_key anyway
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
         if len(self.items) > self._trim_at:
             self._trim()
 
@@ -185,3 +195,8 @@ class TopicLog:
 
     async def _xrange(self, after: str, count: int) -> list[LogEntry]:
         return await batched.read_log(self.ctx.batch, self.tid, after, count)
+
+
+def _end_wait(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
