@@ -91,7 +91,38 @@ class _HiredisPacking:
 _HIREDIS = HiredisRespSerializer() if HIREDIS_AVAILABLE else None
 
 
-class _AsyncPrimaryConnection(_HiredisPacking, redis_async.Connection):
+class _QuickWrites:
+    """redis-py's asyncio connections bound every write by socket_timeout (redis-py 8: 5 s by
+    default) with asyncio.wait_for, which makes a task and a timer for each command or pipeline
+    and runs the write an iteration of the loop later: ~15 µs, about what a worker spends on a
+    delivery's own POST, paid by every read of a followed topic's log. A write the transport
+    takes whole (its buffer stays empty: nothing to wait for) skips it; one that has to wait for
+    room is bounded as before, and failures end the connection as redis-py's do."""
+
+    async def send_packed_command(self, command: Any, check_health: bool = True) -> None:
+        conn: Any = self                 # a redis-py asyncio Connection (this is its mixin)
+        writer = conn._writer
+        if writer is None or not isinstance(command, list) or not conn.socket_timeout or conn.health_check_interval:
+            await super().send_packed_command(command, check_health)  # type: ignore[misc]
+            return
+        try:
+            writer.writelines(command)
+            if writer.transport.get_write_buffer_size():
+                await asyncio.wait_for(writer.drain(), conn.socket_timeout)
+            else:
+                await writer.drain()     # returns at once: raises only for a connection already lost
+        except TimeoutError:
+            await conn.disconnect(nowait=True)
+            raise RedisTimeoutError("Timeout writing to socket") from None
+        except OSError as exc:
+            await conn.disconnect(nowait=True)
+            raise RedisConnectionError(f"Error while writing to socket: {exc}") from exc
+        except BaseException:
+            await conn.disconnect(nowait=True)
+            raise
+
+
+class _AsyncPrimaryConnection(_QuickWrites, _HiredisPacking, redis_async.Connection):
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
             return await super().read_response(*args, **kwargs)
@@ -104,7 +135,7 @@ class _AsyncPrimarySSLConnection(_AsyncPrimaryConnection, redis_async.SSLConnect
     pass
 
 
-class _AsyncUnixConnection(_HiredisPacking, redis_async.UnixDomainSocketConnection):
+class _AsyncUnixConnection(_QuickWrites, _HiredisPacking, redis_async.UnixDomainSocketConnection):
     pass
 
 

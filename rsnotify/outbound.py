@@ -26,7 +26,7 @@ from rsnotify.netguard import Network, is_allowed_address, refusal_message
 from .outbound_answer import RequestFailedError, Response
 from .outbound_wire import Connection, HeadedConnection
 
-__all__ = ["Answer", "Limits", "OutboundClient", "RequestFailedError", "Response"]
+__all__ = ["Answer", "HeaderLines", "Limits", "OutboundClient", "RequestFailedError", "Response"]
 
 DEFAULT_PORTS = {"http": 80, "https": 443}
 DNS_TTL = 60.0          # s a host name's addresses are kept (as aiohttp's ttl_dns_cache=60 did)
@@ -66,6 +66,36 @@ class Answer:
     # rsnotify.netguard's message alone): a caller that words other failures its own way
     # passes this one on as it is
     is_refused: bool = False
+
+
+class HeaderLines:
+    """Header fields written once as a head's lines ("Name: value\r\n" each) and checked, for
+    fields that go with many requests (a notification's go to every subscriber of its topic):
+    each request then copies the lines instead of writing and checking every field again.
+    ValueError when a name or value holds a line break (it could write headers of its own)."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, headers: Mapping[str, str]) -> None:
+        self.text = _header_lines(headers)
+
+    def plus(self, *fields: tuple[str, str]) -> HeaderLines:
+        """These lines and the (name, value) `fields` after them."""
+        more = HeaderLines.__new__(HeaderLines)
+        more.text = self.text + _header_lines(dict(fields))
+        return more
+
+
+def _header_lines(headers: Mapping[str, str]) -> str:
+    lines = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
+    # a CR or LF inside a name or value would let it write headers (or a request) of its own
+    if lines.count("\n") != len(headers) or lines.count("\r") != len(headers):
+        raise ValueError("a header name or value holds a line break")
+    return lines
+
+
+def _names_authorization(lines: str) -> bool:
+    return any(line.partition(":")[0].lower() == "authorization" for line in lines.split("\r\n"))
 
 
 def _basic_credentials(url: URL) -> str:
@@ -123,10 +153,11 @@ class OutboundClient:
 
     # -- the public calls
 
-    async def request(self, method: str, url: URL, headers: Mapping[str, str], body: bytes,
+    async def request(self, method: str, url: URL, headers: Mapping[str, str] | HeaderLines, body: bytes,
                       limits: Limits) -> Answer:
         """Send `method url` with `headers` (not Host, Content-Length, Transfer-Encoding or
-        Connection: the client writes those) and `body`; read the answer within `limits`.
+        Connection: the client writes those; as HeaderLines when the same go to many) and `body`;
+        read the answer within `limits`.
         Not for HEAD (its answer's Content-Length frames no body, which llhttp is not told)."""
         if method == "HEAD":
             raise ValueError("OutboundClient.request does not do HEAD")
@@ -214,12 +245,16 @@ class OutboundClient:
         origin = self._origins[key] = _Origin(key, scheme, host, port, host_header)
         return origin
 
-    def _head(self, method: str, url: URL, origin: _Origin, headers: Mapping[str, str], length: int) -> bytes:
-        lines = "".join([f"{name}: {value}\r\n" for name, value in headers.items()])
-        # a CR or LF inside a name or value would let it write headers (or a request) of its own
-        if lines.count("\n") != len(headers) or lines.count("\r") != len(headers):
-            raise RequestFailedError("cannot send: a header name or value holds a line break")
-        if url.raw_user is not None and not any(name.lower() == "authorization" for name in headers):
+    def _head(self, method: str, url: URL, origin: _Origin, headers: Mapping[str, str] | HeaderLines,
+              length: int) -> bytes:
+        if isinstance(headers, HeaderLines):
+            lines = headers.text
+        else:
+            try:
+                lines = _header_lines(headers)
+            except ValueError as exc:
+                raise RequestFailedError(f"cannot send: {exc}") from None
+        if url.raw_user is not None and not _names_authorization(lines):
             # a callback's user:password@ becomes Basic credentials, as aiohttp made them before;
             # an Authorization given (in any case: `sync --header`) wins, never two of them
             lines += f"Authorization: {_basic_credentials(url)}\r\n"
@@ -237,7 +272,7 @@ class OutboundClient:
         waiter: asyncio.Future[None] = loop.create_future()
         conn.begin(waiter, limits.max_body)
         self._busy.add(conn)
-        timer = loop.call_at(deadline, conn.expire)
+        conn.arm(loop, deadline)
         try:
             transport = conn.transport
             if transport is None or transport.is_closing():
@@ -248,7 +283,7 @@ class OutboundClient:
                 transport.writelines((head, body))
             await waiter
         finally:
-            timer.cancel()
+            conn.disarm()
             self._busy.discard(conn)
             if not waiter.done():                    # cancelled: the answer is half read
                 conn.close()

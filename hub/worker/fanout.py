@@ -25,8 +25,8 @@ from ..records import (
 from . import batched, claims
 from .context import WorkerContext
 from .outcomes import apply_outcome, resend_items
-from .runs import FanOutReport, Item, SubRun
-from .sending import Response, send
+from .runs import FanOutReport, SubRun
+from .sending import send
 from .topic_log import WINDOW, TopicLog
 
 log = logging.getLogger(__name__)
@@ -346,7 +346,7 @@ async def _work(ctx: WorkerContext, run: SubRun, topic_log: TopicLog) -> str:
                     at_host = await _enter_host(ctx, run)
                     if not at_host:
                         return "stopped"
-                verdict = await apply_outcome(ctx, run, item, await _send_or_fail(ctx, run, item))
+                verdict = await apply_outcome(ctx, run, item, await send(ctx, run, item))
                 if verdict != "next":
                     return verdict
                 if time.monotonic() - run.slot_since > RUN_SLICE:     # time waiting for its host not counted
@@ -378,16 +378,3 @@ async def _enter_host(ctx: WorkerContext, run: SubRun) -> bool:
         d.hosts.leave(run.host)
         return False
     return True
-
-
-async def _send_or_fail(ctx: WorkerContext, run: SubRun, item: Item) -> Response:
-    """`send`, where whatever keeps one notification from going to one subscriber is that
-    attempt's failure (retried, then a dead letter), never a stuck cursor or a dead run."""
-    if item.problem:
-        return Response(None, item.problem, 0.0)
-    try:
-        return await send(ctx, run, item)
-    except Exception as exc:  # noqa: BLE001 - a request that cannot even be built fails this attempt only
-        log.warning("could not send %s to %s: %s: %s", item.entry.notification_id, redact_callback(run.callback),
-                    type(exc).__name__, redact_in(exc, run.callback))
-        return Response(None, f"cannot be sent: {type(exc).__name__}: {exc}", 0.0)

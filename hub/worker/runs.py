@@ -7,25 +7,31 @@ import functools
 import math
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from yarl import URL
 
 from rsnotify.errors import WireError
+from rsnotify.outbound import HeaderLines
 from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER, build_link_header
 
 from ..records import LogEntry, parse_entry_id
 
 
-@dataclass(frozen=True, slots=True)
-class Item:
-    """One thing to send to a subscription: a log entry, or a dead letter being re-sent."""
+class Item(NamedTuple):
+    """One thing to send to a subscription: a log entry, or a dead letter being re-sent.
+
+    A NamedTuple rather than a frozen dataclass: the follower makes one per log entry, and a
+    frozen dataclass's __init__ (a setattr per field) cost three times a tuple's."""
 
     entry: LogEntry
-    headers: dict[str, str]       # everything but the signature, built once per notification
+    headers: HeaderLines          # everything but the signature, written once per notification
     key: tuple[int, int]          # the entry id, comparable
     is_resend: bool = False
     problem: str = ""             # why it cannot be sent at all ("" when it can): each attempt fails with it
+
+
+_NO_HEADERS = HeaderLines({})
 
 
 def make_item(entry: LogEntry, topic: str, hub_url: str, key: tuple[int, int] | None = None, *,
@@ -35,13 +41,13 @@ def make_item(entry: LogEntry, topic: str, hub_url: str, key: tuple[int, int] | 
     Content-Type no header may carry, stored by an older hub) becomes an item whose attempts
     fail, so it ends as a dead letter instead of jamming the topic."""
     key = key or parse_entry_id(entry.notification_id)
-    link, problem = _checked_link(topic, hub_url, entry.resourcesync, entry.content_type)
+    topic_lines, problem = _topic_lines(topic, hub_url, entry.resourcesync, entry.content_type)
     if not problem and _CONTROL.search(entry.notification_id):
         problem = _control_problem(entry.content_type)
-    if problem:
-        return Item(entry, {}, key, is_resend, problem=problem)
-    return Item(entry, {"Content-Type": entry.content_type, "Link": link, NOTIFICATION_ID_HEADER: entry.notification_id,
-                        SEQUENCE_HEADER: str(entry.sequence)}, key, is_resend)
+    if problem or topic_lines is None:
+        return Item(entry, _NO_HEADERS, key, is_resend, problem)
+    return Item(entry, topic_lines.plus((NOTIFICATION_ID_HEADER, entry.notification_id),
+                                        (SEQUENCE_HEADER, str(entry.sequence))), key, is_resend)
 
 
 # A character no header value may carry (a C0 control or DEL): one regex scan per value, where a
@@ -50,17 +56,17 @@ _CONTROL = re.compile("[\x00-\x1f\x7f]")
 
 
 @functools.lru_cache(maxsize=1024)
-def _checked_link(topic: str, hub_url: str, resourcesync: str, content_type: str) -> tuple[str, str]:
-    # (Link header, why these headers cannot be sent or ""): the same few values for every
-    # notification of a topic, so built and checked once, not per entry (the sequence is a number
-    # and the id is checked per entry)
+def _topic_lines(topic: str, hub_url: str, resourcesync: str, content_type: str) -> tuple[HeaderLines | None, str]:
+    # (the Content-Type and Link lines, why these headers cannot be sent or ""): the same few
+    # values for every notification of a topic, so built and checked once, not per entry (the
+    # sequence is a number and the id is checked per entry)
     try:
         link = _link_header(topic, hub_url, resourcesync)
     except (WireError, ValueError) as exc:
-        return "", f"cannot be sent: {exc}"
+        return None, f"cannot be sent: {exc}"
     if _CONTROL.search(content_type) or _CONTROL.search(link):
-        return "", _control_problem(content_type)
-    return link, ""
+        return None, _control_problem(content_type)
+    return HeaderLines({"Content-Type": content_type, "Link": link}), ""
 
 
 def _control_problem(content_type: str) -> str:

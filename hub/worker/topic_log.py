@@ -11,6 +11,10 @@ from .context import WorkerContext
 from .runs import Item, make_item
 
 WINDOW = 512              # log entries a fan-out keeps in memory for its topic
+# ... and at most, while a run serving from the window has yet to send them (a run that falls
+# behind the window reads the log on its own: every entry read twice, the follower's read wasted)
+MAX_WINDOW = 8 * WINDOW
+MAX_WINDOW_BYTES = 32 * 1024 * 1024
 READ_BATCH = 100          # entries read at once for a subscription behind that window
 FRESH = 0.002             # s: an empty log read this recent is trusted (the release re-checks anyway)
 
@@ -28,8 +32,11 @@ class TopicLog:
         self.end_id = ""
         self.end_key = (0, 0)
         self._refresh: asyncio.Future[None] | None = None
-        self._grown = asyncio.Event()                     # set (and replaced) when the window grows
+        # runs waiting for the window to grow (wait_beyond): each a future, done at the growth
+        self._waiters: list[asyncio.Future[None]] = []
         self._refreshed_at = 0.0
+        self._bytes = 0                                   # the bodies in the window
+        self._trim_at = 2 * WINDOW                        # entries at which the window is trimmed
         # the log as far as this worker's follower of the topic has read it (None: nobody feeds
         # the window); a window that reaches it needs no read of its own, the follower's next
         # read brings what comes
@@ -120,13 +127,20 @@ class TopicLog:
     async def wait_beyond(self, key: tuple[int, int], timeout: float) -> bool:
         """Wait up to `timeout` for the window to hold an entry after `key`; True when it does."""
         if self.end_key <= key:
-            # asyncio.timeout, not wait_for: a lingering run waits here after nearly every
-            # delivery at full fan-out, and wait_for would wrap each wait in a task of its own
+            # a future and a timer that ends it, not wait_for (a task per wait) nor asyncio.timeout
+            # around an Event (a timeout object, and an Event made anew at every read, ~4 µs a
+            # wait): a lingering run waits here after nearly every read of a followed topic
+            loop = asyncio.get_running_loop()
+            waiter = loop.create_future()
+            if len(self._waiters) >= 64:
+                # the waits that timed out (or were cancelled) since the last growth
+                self._waiters = [w for w in self._waiters if not w.done()]
+            self._waiters.append(waiter)
+            timer = loop.call_later(timeout, _end_wait, waiter)
             try:
-                async with asyncio.timeout(timeout):
-                    await self._grown.wait()
-            except TimeoutError:
-                pass
+                await waiter
+            finally:
+                timer.cancel()
         return self.end_key > key
 
     async def _read_more(self) -> None:
@@ -147,14 +161,42 @@ class TopicLog:
                 self.items.append(self.item(entry, key))
                 self.keys.append(key)
                 self.end_id, self.end_key = entry.notification_id, key
+                self._bytes += len(entry.body)
                 grown = True
-        if grown:           # once per read, not per entry: the waiters look at end_key anyway
-            self._grown.set()
-            self._grown = asyncio.Event()
-        if len(self.items) > 2 * WINDOW:
-            drop = len(self.items) - WINDOW
+        if grown and self._waiters:     # once per read, not per entry: the waiters look at end_key anyway
+            waiters, self._waiters = self._waiters, []
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        if len(self.items) > self._trim_at:
+            self._trim()
+
+    def _trim(self) -> None:
+        """Keep the last WINDOW entries, and the older ones a run holding the topic has yet to
+        send (up to MAX_WINDOW entries and MAX_WINDOW_BYTES of bodies)."""
+        items, runs = self.items, self.ctx.deliveries.runs
+        cursors = [runs[sid].cursor_key for sid in self.holders if sid in runs]
+        most = len(items) - WINDOW
+        drop = most
+        if cursors:
+            drop = min(drop, bisect.bisect_right(self.keys, min(cursors)))
+        drop = max(drop, len(items) - MAX_WINDOW)
+        freed = sum(len(item.entry.body) for item in items[:drop])
+        while drop < most and self._bytes - freed > MAX_WINDOW_BYTES:
+            freed += len(items[drop].entry.body)
+            drop += 1
+        if drop > 0:
+            self._bytes -= freed
             self.start_key = self.keys[drop - 1]
-            del self.items[:drop], self.keys[:drop]
+            del items[:drop], self.keys[:drop]
+        # the next trim once the window has grown by WINDOW again: not at every read while it
+        # keeps what a lagging run still needs
+        self._trim_at = len(items) + WINDOW
 
     async def _xrange(self, after: str, count: int) -> list[LogEntry]:
         return await batched.read_log(self.ctx.batch, self.tid, after, count)
+
+
+def _end_wait(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -294,6 +294,28 @@ async def test_a_silent_subscriber_ends_at_the_total_timeout(serve, client) -> N
     assert time.monotonic() - started < 1.0
 
 
+async def test_each_request_on_a_kept_connection_ends_at_its_own_deadline(serve, client) -> None:
+    # A connection keeps one deadline timer, moved on only when it fires: an earlier request's
+    # deadline must not cut a later, longer one short, nor a later request's shorter deadline wait
+    # for the timer an earlier one armed.
+    delays = [0.0, 0.6, 5.0]
+
+    async def handler(server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        for delay in delays:
+            await server.next_request(reader)
+            await asyncio.sleep(delay)
+            writer.write(OK)
+    server = await serve(handler)
+    outbound = client()
+    assert (await post(outbound, server.url(), Limits(1.0, 0.3, 1024))).status == 200
+    assert (await post(outbound, server.url(), Limits(1.0, 3.0, 1024))).status == 200     # answered after 0.6 s
+    started = time.monotonic()
+    answer = await post(outbound, server.url(), Limits(1.0, 0.5, 1024))
+    assert answer == Answer(None, b"", "no answer within 0.5 s")
+    assert time.monotonic() - started < 1.5          # not at the 3 s deadline of the request before
+    assert server.connections == 1
+
+
 async def test_a_body_that_stops_coming_keeps_its_status(serve, client) -> None:
     async def handler(server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await server.next_request(reader)

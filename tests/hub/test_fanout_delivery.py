@@ -409,6 +409,55 @@ async def test_a_worker_follows_a_busy_topic_so_publishes_need_no_job(fanout_set
         await worker.close_context(ctx)
 
 
+async def test_a_subscriber_that_lags_the_follower_is_sent_what_the_follower_read(
+        fanout_settings, clock, callback_server, redis) -> None:
+    """A run that falls more than a window behind the follower of its topic (its subscriber slow,
+    the topic busy) is sent from the follower's reads: the window keeps what the run has yet to
+    send, where it used to drop them, and the run read each entry a second time (an XRANGE of
+    its own per 100 entries). Every notification still arrives, in order, once."""
+    from rsnotify.hub.worker import context as worker
+    from rsnotify.hub.worker.topic_log import WINDOW
+    queue = make_queue(fanout_settings.queue_name, redis)
+    # the first POST is held past the settings' delivery timeout (2 s): no retry wanted here
+    settings = fanout_settings.with_values(log_max_len=10 * WINDOW, delivery_timeout=30.0)
+    ctx = await worker.open_context(settings, clock=clock, follow_seconds=5.0, queue=queue)
+    tid = keys.topic_id(TOPIC)
+    release = asyncio.Event()
+
+    async def slow_at_first(request: web.Request) -> int:
+        await release.wait()            # the first POST waits while the topic runs ahead
+        return 200
+
+    callback_server.on("/lagging", slow_at_first)
+    later = 3 * WINDOW
+    try:
+        await store.activate_subscription(ctx.redis, TOPIC, callback_server.url("/lagging"), secret="",
+                                          lease_seconds=600, now=clock())
+        await store.append_notification(ctx.redis, TOPIC, body(0), content_type="application/xml",
+                                        now=clock(), max_len=10 * WINDOW)
+        fanning = asyncio.ensure_future(fanout.fan_out(ctx, tid))     # returns once its run does
+        while tid not in ctx.deliveries.following or not callback_server.seen("/lagging"):
+            await asyncio.sleep(0.005)
+        redis.config_resetstat()
+        for start in range(1, later + 1, 256):
+            await asyncio.gather(*(store.append_notification(ctx.redis, TOPIC, body(n), content_type="application/xml",
+                                                             now=clock(), max_len=10 * WINDOW, batch=ctx.batch)
+                                   for n in range(start, min(later, start + 255) + 1)))
+        await asyncio.sleep(1.0)        # the follower reads them all meanwhile (a few reads of WINDOW)
+        release.set()
+        while len(callback_server.seen("/lagging")) < later + 1:
+            await asyncio.sleep(0.02)
+        stats = redis.info("commandstats")
+        await fanning
+    finally:
+        release.set()
+        await worker.close_context(ctx)
+    assert [r.body for r in callback_server.seen("/lagging")] == [body(n) for n in range(later + 1)]
+    assert stats.get("cmdstat_xread", {}).get("calls", 0) >= 3, "the follower did not read the topic"
+    log_reads = stats.get("cmdstat_xrange", {}).get("calls", 0)
+    assert log_reads <= 2, f"the lagging run read the log itself: {log_reads} XRANGE for {later} notifications"
+
+
 async def test_two_followers_share_a_big_topic_and_each_subscription_gets_everything_once(
         fanout_settings, clock, callback_server, redis) -> None:
 
