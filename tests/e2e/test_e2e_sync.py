@@ -216,7 +216,9 @@ def test_sigkill_then_500_changes_and_create_then_delete_then_restart_is_equal(s
     wait_until(s.equal, "the baseline", 60, first)
     (s.src / "live.txt").write_bytes(b"published while live")
     wait_until(s.equal, "the live change", 30, first)
-    assert any(e["event"] == "notification.applied" for e in first.events())
+    # the file lands before its batch's record and event: the event follows within moments
+    wait_until(lambda: any(e["event"] == "notification.applied" for e in first.events()),
+               "the notification.applied event", 10, first)
 
     first.process.send_signal(signal.SIGKILL)
     first.process.wait()
