@@ -70,12 +70,12 @@ def deliver(engine: SyncEngine, source: ListSource, sequence: int, minute: int, 
     engine.wake.set()
 
 
-async def test_live_changes_land_during_an_audit_which_neither_reports_nor_overwrites_them(gated, tmp_path):
-    source = gated
-    source.resources = {f"/r{i}.txt": f"resource {i}".encode() for i in range(5)}
-    source.changelists = [(T0, None, [])]
+async def start_live(source: ListSource, tmp_path, **engine_options) -> tuple[SyncEngine, list[dict],
+                                                                          asyncio.Event, asyncio.Task]:
+    """A live engine over `source` (the engine, its events as JSON, the stop event, the run task),
+    once it says it is live."""
     engine = SyncEngine(tmp_path, capability_list=source.url("/caps.xml"), options=SyncOptions(settle=0.0),
-                        retry_base=0.05, poll_interval=600)
+                        retry_base=0.05, poll_interval=600, **engine_options)
     await engine.open()
     events: list[dict] = []
     engine.events.listeners.append(lambda e: events.append(e.to_json()))
@@ -83,6 +83,20 @@ async def test_live_changes_land_during_an_audit_which_neither_reports_nor_overw
     live = asyncio.create_task(engine.run(stop))
     try:
         await until(lambda: any(e["event"] == "live" for e in events), "live")
+    except BaseException:
+        stop.set()
+        await asyncio.wait_for(live, 10)
+        await engine.close()
+        raise
+    return engine, events, stop, live
+
+
+async def test_live_changes_land_during_an_audit_which_neither_reports_nor_overwrites_them(gated, tmp_path):
+    source = gated
+    source.resources = {f"/r{i}.txt": f"resource {i}".encode() for i in range(5)}
+    source.changelists = [(T0, None, [])]
+    engine, events, stop, live = await start_live(source, tmp_path)
+    try:
         folder = tmp_path / source.base.split("//")[1].replace(":", "_")
         (folder / "r2.txt").write_bytes(b"tampered")     # bit rot: the deep audit repairs it
         list_gate, r2_gate = asyncio.Event(), asyncio.Event()
@@ -168,16 +182,9 @@ async def test_a_change_during_one_audit_hides_nothing_from_the_next(gated, tmp_
     source = gated
     source.resources = {f"/r{i}.txt": f"resource {i}".encode() for i in range(3)}
     source.changelists = [(T0, None, [])]
-    engine = SyncEngine(tmp_path, capability_list=source.url("/caps.xml"), options=SyncOptions(settle=0.0),
-                        retry_base=0.05, poll_interval=600)
-    await engine.open()
-    events: list[dict] = []
-    engine.events.listeners.append(lambda e: events.append(e.to_json()))
-    stop = asyncio.Event()
-    live = asyncio.create_task(engine.run(stop))
+    engine, events, stop, live = await start_live(source, tmp_path)
     g1, g2 = asyncio.Event(), asyncio.Event()
     try:
-        await until(lambda: any(e["event"] == "live" for e in events), "live")
         folder = tmp_path / source.base.split("//")[1].replace(":", "_")
         source.gates = {"/resourcelist.xml": g1}
         source.requests.clear()
