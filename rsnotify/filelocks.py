@@ -43,3 +43,25 @@ def unlock(handle: IO[Any]) -> None:
     import portalocker
 
     portalocker.unlock(handle)
+
+
+def lock_or_holder(handle: IO[str]) -> str | None:
+    """Lock `handle` (a lock file opened "a+") without waiting: None when this process holds it
+    now, else who does (what its holder wrote with `write_holder`; "another process" when
+    nothing), and `handle` is closed."""
+    try:
+        lock(handle, wait=False)
+    except LockBusyError:
+        handle.seek(0)
+        holder = handle.read().strip() or "another process"
+        handle.close()
+        return holder
+    return None
+
+
+def write_holder(handle: IO[str], name: str) -> None:
+    """Say in a lock file this process holds who holds it (what `lock_or_holder` tells others)."""
+    handle.seek(0)
+    handle.truncate()
+    handle.write(name)
+    handle.flush()

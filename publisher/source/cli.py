@@ -20,8 +20,7 @@ import click
 
 from rsnotify import eventloop
 from rsnotify.clitypes import FiniteFloatRange
-from rsnotify.filelocks import LockBusyError
-from rsnotify.filelocks import lock as lock_file
+from rsnotify.filelocks import lock_or_holder, write_holder
 from rsnotify.websub import normalize_url
 
 from ..errors import SettingsError, StateError
@@ -210,18 +209,11 @@ def _hold_memory(memory_path: Path) -> IO[str]:
         handle = lock_path.open("a+", encoding="utf-8")
     except OSError as exc:
         raise click.ClickException(f"cannot open the change memory {memory_path}: {exc.strerror or exc}") from None
-    try:
-        lock_file(handle, wait=False)
-    except LockBusyError:
-        handle.seek(0)
-        holder = handle.read().strip() or "another process"
-        handle.close()
+    holder = lock_or_holder(handle)
+    if holder is not None:
         raise click.ClickException(f"the change memory {memory_path} is in use by {holder}: one rsnotify source "
-                                   "per SRC and change memory (stop it first, or give another --db)") from None
-    handle.seek(0)
-    handle.truncate()
-    handle.write(f"rsnotify source (pid {os.getpid()})")
-    handle.flush()
+                                   "per SRC and change memory (stop it first, or give another --db)")
+    write_holder(handle, f"rsnotify source (pid {os.getpid()})")
     return handle
 
 

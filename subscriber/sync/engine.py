@@ -22,7 +22,7 @@ from typing import IO, TYPE_CHECKING, Any
 import aiohttp
 
 from rsnotify.datetimes import format_datetime
-from rsnotify.filelocks import LockBusyError, lock, unlock
+from rsnotify.filelocks import lock_or_holder, unlock, write_holder
 from rsnotify.netguard import Network
 
 from ..discovery import (
@@ -621,21 +621,14 @@ def lock_holder(root: Path, *, take: bool = False) -> str | None:
     path = root / STATE_DIR / "lock"
     path.parent.mkdir(parents=True, exist_ok=True)
     file = path.open("a+")
-    try:
-        lock(file, wait=False)
-    except LockBusyError:
-        file.seek(0)
-        holder = file.read().strip() or "another process"
-        file.close()
+    holder = lock_or_holder(file)
+    if holder is not None:
         return holder
     if not take:
         unlock(file)
         file.close()
         return None
-    file.seek(0)
-    file.truncate()
-    file.write(f"rsnotify (pid {os.getpid()})")
-    file.flush()
+    write_holder(file, f"rsnotify (pid {os.getpid()})")
     _held_locks[root.resolve()] = file
     return None
 
