@@ -149,16 +149,9 @@ async def test_a_periodic_audit_lets_notifications_through_while_it_waits_for_th
     source = gated
     source.resources = {f"/r{i}.txt": f"resource {i}".encode() for i in range(3)}
     source.changelists = [(T0, None, [])]
-    engine = SyncEngine(tmp_path, capability_list=source.url("/caps.xml"), options=SyncOptions(settle=0.0),
-                        retry_base=0.05, poll_interval=600, audit_every=0.5)
-    await engine.open()
-    events: list[dict] = []
-    engine.events.listeners.append(lambda e: events.append(e.to_json()))
+    engine, events, stop, live = await start_live(source, tmp_path, audit_every=0.5)
     list_gate = asyncio.Event()
-    stop = asyncio.Event()
-    live = asyncio.create_task(engine.run(stop))
     try:
-        await until(lambda: any(e["event"] == "live" for e in events), "live")
         source.requests.clear()
         source.gates = {"/resourcelist.xml": list_gate}     # the next audit's list waits
         await until(lambda: "/resourcelist.xml" in source.requests, "the periodic audit to ask for the list")
