@@ -111,22 +111,18 @@ def _scanned_notification(md: tuple[str, str, str], link_values: list[tuple[str,
                           entries: list[Entry]) -> ChangeNotification | None:
     """The notification that notification_scan found, held to _read_plain_notification's rules
     (its links, entries and rs:md read as from a tree); None when any is unusual or wrong."""
-    up = None
     links: list[Link] = []
     for rel, href in link_values:
         if (link := _plain_link(rel, href)) is None:
             return None
-        if link.rel == "up" and up is None:
-            up = link.href
-        else:
-            links.append(link)
+        links.append(link)
     locs: list[str] = []
     changes: list[ResourceChange] = []
     for loc, change, when, hash_value, length_value, media_type in entries:
         if (read := _plain_change(loc.strip(), change, when, hash_value, length_value, media_type, locs)) is None:
             return None
         changes.append(read)
-    return _plain_notification(*md, changes, locs, up, links)
+    return _plain_notification(*md, changes, locs, links)
 
 
 def read_notification(root: etree._Element) -> ChangeNotification:
@@ -395,7 +391,7 @@ def _read_plain_notification(root: etree._Element) -> ChangeNotification | None:
     anything is unusual or wrong, and read_notification then reads it step by step. Whatever this
     returns, that reading returns too: the same rules, without the messages' names and the
     model's re-checks of what was checked here."""
-    md = up = None
+    md = None
     links: list[Link] = []
     changes: list[ResourceChange] = []
     locs: list[str] = []
@@ -412,21 +408,19 @@ def _read_plain_notification(root: etree._Element) -> ChangeNotification | None:
         elif tag == RS_LN:
             if (link := _read_plain_link(child)) is None:
                 return None
-            if link.rel == "up" and up is None:
-                up = link.href
-            else:
-                links.append(link)
+            links.append(link)
     if md is None:
         return None
-    return _plain_notification(md.get("capability"), md.get("from"), md.get("until"), changes, locs, up, links)
+    return _plain_notification(md.get("capability"), md.get("from"), md.get("until"), changes, locs, links)
 
 
 def _plain_notification(capability: str | None, from_text: str | None, until_text: str | None,
-                        changes: list[ResourceChange], locs: list[str], up: str | None,
+                        changes: list[ResourceChange], locs: list[str],
                         links: list[Link]) -> ChangeNotification | None:
-    """The notification that the <urlset>'s rs:md values (None: absent) and its entries, read by
-    _plain_change with their locs gathered in `locs`, make, by _read_plain_notification's rules;
-    None when anything about them is unusual or wrong."""
+    """The notification that the <urlset>'s rs:md values (None: absent), its entries, read by
+    _plain_change with their locs gathered in `locs`, and its links in document order (the first
+    `up` one is the notification's up) make, by _read_plain_notification's rules; None when
+    anything about them is unusual or wrong."""
     if len(changes) > MAX_ENTRIES or has_loc_problem(locs):
         return None
     if capability not in (CHANGE_NOTIFICATION, LEGACY_CHANGE_NOTIFICATION) or from_text is None or until_text is None:
@@ -437,7 +431,11 @@ def _plain_notification(capability: str | None, from_text: str | None, until_tex
         return None
     if change_order_problems(from_time, until_time, changes):   # no message is built when none
         return None
-    return prechecked_notification(from_time, until_time, tuple(changes), up, tuple(links), capability)
+    up = next((link for link in links if link.rel == "up"), None)
+    if up is not None:
+        links.remove(up)       # the first up link (an equal one before it would be up too)
+    return prechecked_notification(from_time, until_time, tuple(changes), None if up is None else up.href,
+                                   tuple(links), capability)
 
 
 def _read_plain_link(element: etree._Element) -> Link | None:
