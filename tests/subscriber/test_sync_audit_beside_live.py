@@ -9,7 +9,9 @@ callback receiver writes them, and the audit is asked for through the state's re
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
 
@@ -70,10 +72,12 @@ def deliver(engine: SyncEngine, source: ListSource, sequence: int, minute: int, 
     engine.wake.set()
 
 
-async def start_live(source: ListSource, tmp_path, **engine_options) -> tuple[SyncEngine, list[dict],
-                                                                          asyncio.Event, asyncio.Task]:
-    """A live engine over `source` (the engine, its events as JSON, the stop event, the run task),
-    once it says it is live."""
+@contextlib.asynccontextmanager
+async def live_engine(source: ListSource, tmp_path, *gates: asyncio.Event,
+                      **engine_options) -> AsyncIterator[tuple[SyncEngine, list[dict]]]:
+    """A live engine over `source`, once it says it is live: (the engine, its events as JSON).
+    Afterwards it is stopped and closed, with the Source's gates and `gates` opened first (an
+    audit waiting at one must not hold the stop up)."""
     engine = SyncEngine(tmp_path, capability_list=source.url("/caps.xml"), options=SyncOptions(settle=0.0),
                         retry_base=0.05, poll_interval=600, **engine_options)
     await engine.open()
@@ -83,20 +87,20 @@ async def start_live(source: ListSource, tmp_path, **engine_options) -> tuple[Sy
     live = asyncio.create_task(engine.run(stop))
     try:
         await until(lambda: any(e["event"] == "live" for e in events), "live")
-    except BaseException:
+        yield engine, events
+    finally:
         stop.set()
+        for gate in (*source.gates.values(), *gates):
+            gate.set()
         await asyncio.wait_for(live, 10)
         await engine.close()
-        raise
-    return engine, events, stop, live
 
 
 async def test_live_changes_land_during_an_audit_which_neither_reports_nor_overwrites_them(gated, tmp_path):
     source = gated
     source.resources = {f"/r{i}.txt": f"resource {i}".encode() for i in range(5)}
     source.changelists = [(T0, None, [])]
-    engine, events, stop, live = await start_live(source, tmp_path)
-    try:
+    async with live_engine(source, tmp_path) as (engine, events):
         folder = tmp_path / source.base.split("//")[1].replace(":", "_")
         (folder / "r2.txt").write_bytes(b"tampered")     # bit rot: the deep audit repairs it
         list_gate, r2_gate = asyncio.Event(), asyncio.Event()
@@ -137,21 +141,14 @@ async def test_live_changes_land_during_an_audit_which_neither_reports_nor_overw
         assert applied[0]["latency_ms"] < 3000
         status = engine.state.counts_by_state()
         assert status == {"ok": 5}, status
-    finally:
-        stop.set()
-        for gate in source.gates.values():
-            gate.set()
-        await asyncio.wait_for(live, 10)
-        await engine.close()
 
 
 async def test_a_periodic_audit_lets_notifications_through_while_it_waits_for_the_list(gated, tmp_path):
     source = gated
     source.resources = {f"/r{i}.txt": f"resource {i}".encode() for i in range(3)}
     source.changelists = [(T0, None, [])]
-    engine, events, stop, live = await start_live(source, tmp_path, audit_every=0.5)
     list_gate = asyncio.Event()
-    try:
+    async with live_engine(source, tmp_path, list_gate, audit_every=0.5) as (engine, events):
         source.requests.clear()
         source.gates = {"/resourcelist.xml": list_gate}     # the next audit's list waits
         await until(lambda: "/resourcelist.xml" in source.requests, "the periodic audit to ask for the list")
@@ -162,11 +159,6 @@ async def test_a_periodic_audit_lets_notifications_through_while_it_waits_for_th
         await until(lambda: any(e["event"] == "audit.done" for e in events), "the audit's end")
         [done] = [e for e in events if e["event"] == "audit.done"][:1]
         assert done["trigger"] == "every" and done["in_sync"], done
-    finally:
-        stop.set()
-        list_gate.set()
-        await asyncio.wait_for(live, 10)
-        await engine.close()
 
 
 async def test_a_change_during_one_audit_hides_nothing_from_the_next(gated, tmp_path):
@@ -175,9 +167,8 @@ async def test_a_change_during_one_audit_hides_nothing_from_the_next(gated, tmp_
     source = gated
     source.resources = {f"/r{i}.txt": f"resource {i}".encode() for i in range(3)}
     source.changelists = [(T0, None, [])]
-    engine, events, stop, live = await start_live(source, tmp_path)
     g1, g2 = asyncio.Event(), asyncio.Event()
-    try:
+    async with live_engine(source, tmp_path, g1, g2) as (engine, events):
         folder = tmp_path / source.base.split("//")[1].replace(":", "_")
         source.gates = {"/resourcelist.xml": g1}
         source.requests.clear()
@@ -198,9 +189,3 @@ async def test_a_change_during_one_audit_hides_nothing_from_the_next(gated, tmp_
         report = engine.state.request_result(second)[1]["report"]
         assert report["corrupt"] == 1 and report["repaired"] == 1, report
         assert (folder / "r1.txt").read_bytes() == b"r1 v2"
-    finally:
-        stop.set()
-        g1.set()
-        g2.set()
-        await asyncio.wait_for(live, 10)
-        await engine.close()
