@@ -1,28 +1,33 @@
 """The hub's side of the outbound-address guard (the policy is rsnotify.netguard): every
-request the hub makes is judged on the address it connects to, thin-ping fetches by a
-connector that refuses non-public addresses with OutboundRefusedError, deliveries,
-verifications and denials by rsnotify/outbound.py with the same HINT; intake refuses an IP-literal
-URL at once. Also the bounded reading of an answer's body.
+request the hub makes (deliveries, verifications, denials, thin-ping fetches, diagnostics links)
+goes through an rsnotify/outbound.py client made by `outbound_client`, judged on the address it
+connects to; intake refuses an IP-literal URL at once.
 """
 from __future__ import annotations
 
 import ipaddress
 from collections.abc import Iterable
-from typing import Any
 from urllib.parse import urlsplit
-
-import aiohttp
 
 from rsnotify import netguard
 from rsnotify.netguard import Network, is_allowed_address
+from rsnotify.outbound import OutboundClient
 
 from .errors import OutboundRefusedError
 from .settings import HubSettings
 
-__all__ = ["Network", "ResponseTooLargeError", "check_address", "describe_refusal", "is_allowed_address",
-           "literal_refusal", "make_session", "read_limited"]
+__all__ = ["HINT", "USER_AGENT", "Network", "check_address", "is_allowed_address", "literal_refusal",
+           "outbound_client"]
 
 HINT = "allow its network with --allow-network CIDR"
+USER_AGENT = "rsnotify-hub (+https://github.com/rsnotify)"
+
+
+def outbound_client(settings: HubSettings, *, limit: int, max_idle: int, keep_headers: bool = False) -> OutboundClient:
+    """A client for the hub's outbound requests, guarded by `settings`' allowed networks, naming
+    the hub as its User-Agent; `keep_headers` for one whose answers' header fields are read."""
+    return OutboundClient(allowed=settings.allowed_networks, hint=HINT, limit=limit, max_idle=max_idle,
+                          user_agent=USER_AGENT, keep_headers=keep_headers)
 
 
 def check_address(address: str, allowed: Iterable[Network] = ()) -> None:
@@ -52,55 +57,3 @@ def literal_refusal(url: str, allowed: Iterable[Network] = ()) -> str | None:
     except OutboundRefusedError as exc:
         return str(exc)
     return None
-
-
-def make_session(settings: HubSettings, *, limit: int = 100, timeout: aiohttp.ClientTimeout | None = None,
-                 **options: Any) -> aiohttp.ClientSession:
-    """A ClientSession on the guarded connector (rsnotify.netguard.make_session); `timeout`
-    defaults to the settings' fetch and connect timeouts."""
-    timeout = timeout or aiohttp.ClientTimeout(total=settings.fetch_timeout, sock_connect=settings.connect_timeout)
-    return netguard.make_session(settings.allowed_networks, OutboundRefusedError, HINT, limit=limit,
-                                 timeout=timeout, **options)
-
-
-def describe_refusal(exc: BaseException) -> str | None:
-    """The guard's message when `exc` (an aiohttp error) came from a refused address, else None."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, OutboundRefusedError):
-            return str(current)
-        inner = getattr(current, "os_error", None)
-        if isinstance(inner, OutboundRefusedError):
-            return str(inner)
-        for sub in getattr(current, "exceptions", ()) or ():
-            found = describe_refusal(sub)
-            if found:
-                return found
-        current = current.__cause__ or current.__context__
-    return None
-
-
-class ResponseTooLargeError(Exception):
-    """A response body went past the size bound; nothing of it is used."""
-
-
-async def read_limited(response: aiohttp.ClientResponse, limit: int, *, strict: bool = False) -> bytes:
-    """At most `limit` bytes of a response body (the rest is not read).
-
-    With `strict`, a body longer than `limit` raises ResponseTooLargeError instead.
-    """
-    if strict and response.content_length is not None and response.content_length > limit:
-        raise ResponseTooLargeError(f"response of {response.content_length} bytes is over the limit of {limit}")
-    chunks: list[bytes] = []
-    size = 0
-    while size <= limit:
-        chunk = await response.content.read(min(65536, limit + 1 - size))
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-        size += len(chunk)
-    if strict:
-        raise ResponseTooLargeError(f"response is over the limit of {limit} bytes")
-    return b"".join(chunks)[:limit]

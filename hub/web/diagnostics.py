@@ -24,10 +24,10 @@ import secrets
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-import aiohttp
 from aiohttp import web
 
 from rsnotify.errors import Problems
+from rsnotify.outbound import Limits, OutboundClient
 from rsnotify.websub import SIGNATURE_HEADER, check_url, verify_signature
 
 from .. import keys, store
@@ -35,7 +35,7 @@ from ..callbacks import callback_url
 from ..crypto import decrypt_secret
 from ..errors import AuthenticationError, BadRequestError, NotFoundError, SettingsError
 from ..logs import redact_callback, redact_in
-from ..netguard import describe_refusal, make_session, read_limited
+from ..netguard import outbound_client
 from ..records import Subscription
 from . import reports
 from .appkeys import CLOCK, FERNET, REDIS, SETTINGS
@@ -48,6 +48,8 @@ MAX_TIMESTAMP_DIGITS = 12   # epoch seconds until the year 33658
 SIGNATURE_WINDOW = 300      # s a signed request's timestamp may differ from the hub's clock
 TOKEN_TTL = 86_400          # s a diagnostics token works
 LINK_INTERVAL = 60          # s between two links sent to one callback
+CONNECTIONS = 20            # the links' sends at once (one per subscription a minute at most)
+ANSWER_READ = 1024          # bytes of a callback's answer read: only its status is logged
 ATTEMPTS_SHOWN = 20
 TOKEN_BYTES = 32
 
@@ -55,9 +57,9 @@ TOKEN_BYTES = 32
 
 @dataclass
 class Outbound:
-    """The web process's guarded session for diagnostics links, and the sends in flight."""
+    """The web process's guarded client for diagnostics links, and the sends in flight."""
 
-    session: aiohttp.ClientSession
+    client: OutboundClient
     tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
 
@@ -158,22 +160,22 @@ async def send_link(app: web.Application, subscription: Subscription, link: str)
     settings = app[SETTINGS]
     url = callback_url(subscription.callback, {"hub.mode": "diagnostics", "hub.topic": subscription.topic,
                                                "hub.diagnostics": link})
-    timeout = aiohttp.ClientTimeout(total=settings.fetch_timeout, sock_connect=settings.connect_timeout)
-    try:
-        async with app[OUTBOUND].session.get(url, allow_redirects=False, timeout=timeout) as response:
-            await read_limited(response, 1024)
-            log.info("diagnostics link sent to %s for subscription %s: callback answered %s",
-                     redact_callback(subscription.callback), subscription.sid, response.status,
-                     extra={"sid": subscription.sid})
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        why = describe_refusal(exc) or f"{type(exc).__name__} {exc}".strip()
+    limits = Limits(connect_timeout=settings.connect_timeout, total_timeout=settings.fetch_timeout,
+                    max_body=ANSWER_READ)
+    answer = await app[OUTBOUND].client.request("GET", url, {}, b"", limits)
+    if answer.status is not None:
+        log.info("diagnostics link sent to %s for subscription %s: callback answered %s",
+                 redact_callback(subscription.callback), subscription.sid, answer.status,
+                 extra={"sid": subscription.sid})
+    else:
+        why = answer.error if answer.is_refused else f"callback unreachable: {answer.error}"
         log.warning("diagnostics link for subscription %s not delivered to %s: %s", subscription.sid,
                     redact_callback(subscription.callback), redact_in(why, subscription.callback),
                     extra={"sid": subscription.sid})
 
 
 async def _outbound(app: web.Application) -> AsyncIterator[None]:
-    outbound = app[OUTBOUND] = Outbound(make_session(app[SETTINGS], limit=20))
+    outbound = app[OUTBOUND] = Outbound(outbound_client(app[SETTINGS], limit=CONNECTIONS, max_idle=0))
     try:
         yield
     finally:
@@ -182,7 +184,7 @@ async def _outbound(app: web.Application) -> AsyncIterator[None]:
             task.cancel()
         if pending:
             await asyncio.wait(pending, timeout=5)
-        await outbound.session.close()
+        await outbound.client.close()
 
 
 def add_routes(app: web.Application) -> None:

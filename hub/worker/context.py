@@ -1,7 +1,7 @@
 """The worker process's context: one event loop in a thread of its own, one outbound client for
-the deliveries, verifications and denials (rsnotify/outbound.py), one aiohttp.ClientSession for
-thin-ping fetches (they need the answer's headers), one async Redis client, the settings — kept
-for the life of the process, so connections to subscribers are reused across jobs.
+the deliveries, verifications and denials and one for thin-ping fetches (rsnotify/outbound.py;
+that one keeps the answers' header fields), one async Redis client, the settings — kept for the
+life of the process, so connections to subscribers are reused across jobs.
 
 This is the only process-wide state of the hub; job functions reach it through `context()`.
 """
@@ -16,7 +16,6 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import aiohttp
 from cryptography.fernet import Fernet
 from redis.asyncio import Redis
 from redis.exceptions import RedisError
@@ -36,7 +35,7 @@ from .lane import VerificationLane
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-USER_AGENT = "rsnotify-hub (+https://github.com/rsnotify)"
+FETCH_CONNECTIONS = 4     # the thin-ping fetcher's pool
 STOP_GRACE = 5.0          # s a stopping worker waits for the deliveries in flight
 
 
@@ -72,14 +71,13 @@ class LoopThread:
 
 @dataclass
 class WorkerContext:
-    """What jobs and the async cores need: settings, Redis, the outbound client, the ClientSession,
-    the Fernet, the queue for follow-up jobs, the delivery machinery, the clock, and the loop
+    """What jobs and the async cores need: settings, Redis, the outbound clients, the Fernet, the queue for follow-up jobs, the delivery machinery, the clock, and the loop
     they all live on."""
 
     settings: HubSettings
     redis: Redis
     outbound: OutboundClient      # the deliveries' POSTs, the verification and denial GETs
-    session: aiohttp.ClientSession  # thin-ping fetches
+    fetcher: OutboundClient       # thin-ping fetches (keeps the answers' header fields)
     fernet: Fernet
     queue: Queue | None
     batch: RedisBatcher
@@ -130,14 +128,14 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
         raise
     # every lane's requests at once, so no lane waits for another's connections
     limit = settings.delivery_concurrency + settings.retry_concurrency + settings.verify_concurrency + 50
-    # aiohttp's default session timeout, as before: each fetch sets its own
-    session = netguard.make_session(settings, limit=limit, timeout=aiohttp.client.DEFAULT_TIMEOUT,
-                                    auto_decompress=False, headers={"User-Agent": USER_AGENT})
     # the deliveries' and verifications' pool, room for every lane's requests at once: each one
     # in flight has a connection, and as many stay idle for the next requests to the same callbacks
-    outbound = OutboundClient(allowed=settings.allowed_networks, hint=netguard.HINT, limit=limit, max_idle=limit,
-                              user_agent=USER_AGENT)
-    ctx = WorkerContext(settings, redis, outbound, session, fernet, queue, RedisBatcher(redis), clock)
+    outbound = netguard.outbound_client(settings, limit=limit, max_idle=limit)
+    # a worker fetches one thin-ping topic at a time (a job each); a few idle connections serve
+    # a Source that is pinged again
+    fetcher = netguard.outbound_client(settings, limit=FETCH_CONNECTIONS, max_idle=FETCH_CONNECTIONS,
+                                       keep_headers=True)
+    ctx = WorkerContext(settings, redis, outbound, fetcher, fernet, queue, RedisBatcher(redis), clock)
     ctx.deliveries = Deliveries(settings, ctx.batch, fernet, settings.delivery_concurrency,
                                 follow_seconds=follow_seconds)
     # the heartbeat makes this worker's claims valid: beat before the first claim
@@ -146,7 +144,7 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
         await asyncio.to_thread(ctx.heartbeat.start)
     except BaseException:
         await outbound.close()
-        await session.close()
+        await fetcher.close()
         await redis.aclose()
         raise
     ctx.verifying = VerificationLane(ctx.deliveries.worker_id, settings.verify_concurrency)
@@ -157,7 +155,7 @@ async def open_context(settings: HubSettings, *, redis_url: str | None = None, q
 async def close_context(ctx: WorkerContext, *, drain: bool = True) -> None:
     """Let in-flight deliveries end (all of their backlog with `drain`, else the current POST),
     release every claim, put taken verifications back in line, stop the heartbeat, and close the
-    outbound client, the session and the Redis client."""
+    outbound clients and the Redis client."""
     try:
         if ctx.verifying is not None and ctx.verifying.task is not None:
             ctx.verifying.task.cancel()
@@ -176,7 +174,7 @@ async def close_context(ctx: WorkerContext, *, drain: bool = True) -> None:
         if ctx.heartbeat is not None:
             await asyncio.to_thread(ctx.heartbeat.stop)
         await ctx.outbound.close()
-        await ctx.session.close()
+        await ctx.fetcher.close()
         await ctx.redis.aclose()
 
 

@@ -1,7 +1,8 @@
 """Async core of the thin-ping fetch: GET a topic URL and append what it returns to the topic's log.
 
-Bounded in time (fetch_timeout) and size (fetch_max_bytes), through the guarded session,
-never following redirects. No RQ here beyond queueing the fan-out.
+Bounded in time (fetch_timeout) and size (fetch_max_bytes), through the worker's guarded
+outbound client (the deliveries' own, keeping the answers' header fields), never following
+redirects. No RQ here beyond queueing the fan-out.
 """
 from __future__ import annotations
 
@@ -9,13 +10,18 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-import aiohttp
+from yarl import URL
 
 from rsnotify.errors import WireError
+from rsnotify.outbound import Limits
+from rsnotify.outbound_answer import (
+    BodyTooLongError,
+    ContentEncodingError,
+    RequestFailedError,
+)
 from rsnotify.websub import links_by_rel, parse_link_header
 
 from .. import enqueue, store
-from ..netguard import ResponseTooLargeError, describe_refusal, read_limited
 from ..records import AppendedNotification
 
 log = logging.getLogger(__name__)
@@ -37,22 +43,32 @@ class FetchOutcome:
 async def fetch_topic(ctx: Any, topic: str) -> FetchOutcome:
     """Fetch `topic` and append the body with its Content-Type; then make sure a fan-out is queued."""
     settings = ctx.settings
-    timeout = aiohttp.ClientTimeout(total=settings.fetch_timeout, sock_connect=settings.connect_timeout)
+    limit = settings.fetch_max_bytes
+    # the body as sent is read at most one byte past the limit: enough to tell it is too long
+    limits = Limits(settings.connect_timeout, settings.fetch_timeout, limit + 1)
     try:
-        async with ctx.session.get(topic, allow_redirects=False, timeout=timeout, headers=IDENTITY) as response:
+        async with await ctx.fetcher.open("GET", URL(topic), IDENTITY, limits) as response:
             status = response.status
             if not 200 <= status < 300:
                 return _refused(topic, status, f"topic answered {status}; expected 2xx (redirects are not followed)")
-            encoding = response.headers.get("Content-Encoding", "identity").lower()
-            if encoding != "identity" and ctx.session.auto_decompress is False:
+            headers = response.headers
+            encoding = headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("", "identity"):
                 return _refused(topic, status, f"topic answered with Content-Encoding {encoding}; expected identity")
-            body = await read_limited(response, settings.fetch_max_bytes, strict=True)
-            content_type = response.headers.get("Content-Type", DEFAULT_CONTENT_TYPE)
-            resourcesync = _resourcesync_link(response.headers.getall("Link", []))
-    except ResponseTooLargeError as exc:
-        return _refused(topic, None, f"{exc} (--fetch-max-bytes)")
-    except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-        return _refused(topic, None, describe_refusal(exc) or f"topic unreachable: {type(exc).__name__} {exc}".strip())
+            length = headers.get("content-length", "")
+            if length.isdigit() and int(length) > limit:
+                return _refused(topic, status, f"response of {int(length)} bytes is over the limit of {limit} "
+                                               "(--fetch-max-bytes)")
+            body = await response.read(limit)
+            content_type = headers.get("content-type", DEFAULT_CONTENT_TYPE)
+            resourcesync = _resourcesync_link(headers.get("link", ""))
+    except BodyTooLongError:
+        return _refused(topic, None, f"response is over the limit of {limit} bytes (--fetch-max-bytes)")
+    except (RequestFailedError, ContentEncodingError) as exc:
+        refused = isinstance(exc, RequestFailedError) and exc.is_refused
+        return _refused(topic, None, str(exc) if refused else f"topic unreachable: {exc}")
+    except ValueError as exc:   # yarl: not a URL it can send to (intake checked it; a refusal, never a crash)
+        return _refused(topic, None, f"topic URL cannot be fetched: {exc}")
     appended = await store.append_notification(
         ctx.redis, topic, body, content_type=content_type, resourcesync=resourcesync,
         now=ctx.now(), max_len=settings.log_max_len)
@@ -67,9 +83,11 @@ def _refused(topic: str, status: int | None, reason: str) -> FetchOutcome:
     return FetchOutcome(topic, status, None, reason)
 
 
-def _resourcesync_link(values: list[str]) -> str:
+def _resourcesync_link(value: str) -> str:
+    """The first rel="resourcesync" link of the answer's Link fields (the client joins repeated
+    fields with ", ", which a Link header's grammar reads as one list)."""
     try:
-        found = links_by_rel(parse_link_header(values), "resourcesync")
+        found = links_by_rel(parse_link_header([value]), "resourcesync") if value else []
     except WireError:
         return ""
     return found[0] if found else ""

@@ -15,14 +15,13 @@ import redis.asyncio as redis_async
 from cryptography.fernet import Fernet
 from rq import Queue
 
-from rsnotify.hub import enqueue, keys, records, store
+from rsnotify.hub import enqueue, keys, netguard, records, store
 from rsnotify.hub.crypto import encrypt_secret, load_fernet
 from rsnotify.hub.enqueue import make_queue
-from rsnotify.hub.netguard import HINT, make_session
 from rsnotify.hub.settings import HubSettings
 from rsnotify.hub.web.app import build_app
 from rsnotify.hub.worker import fanout, runs
-from rsnotify.hub.worker.context import USER_AGENT, close_context, open_context
+from rsnotify.hub.worker.context import close_context, open_context
 from rsnotify.outbound import OutboundClient
 from tests.support.clock import Clock
 from tests.support.jobs import JobRunner, deliver_subscription
@@ -49,13 +48,13 @@ async def hub_client(aiohttp_client, hub_settings: HubSettings, clock: Clock):
 
 @dataclass
 class IntakeContext:
-    """What a worker gives the async cores (settings, redis, outbound client, session, fernet,
-    queue, now), each client guarded as the worker's are for `settings`."""
+    """What a worker gives the async cores (settings, redis, outbound clients, fernet, queue,
+    now), each client guarded as the worker's are for `settings`."""
 
     settings: HubSettings
     redis: redis_async.Redis
     outbound: OutboundClient      # verifications and denials
-    session: Any                  # thin-ping fetches
+    fetcher: OutboundClient       # thin-ping fetches
     fernet: Any
     queue: Queue
     clock: Clock
@@ -67,23 +66,25 @@ class IntakeContext:
         """Take `settings`, with new clients guarded by its allowed networks."""
         await self.close_clients()
         self.settings = settings
-        self.outbound, self.session = outbound_client(settings), make_session(settings)
+        self.outbound, self.fetcher = outbound_client(settings), outbound_client(settings, keep_headers=True)
 
     async def close_clients(self) -> None:
         await self.outbound.close()
-        await self.session.close()
+        await self.fetcher.close()
 
 
-def outbound_client(settings: HubSettings) -> OutboundClient:
-    """The outbound client a worker with `settings` has (hub/worker/context.py)."""
-    return OutboundClient(allowed=settings.allowed_networks, hint=HINT, user_agent=USER_AGENT)
+def outbound_client(settings: HubSettings, *, keep_headers: bool = False) -> OutboundClient:
+    """An outbound client as a worker with `settings` has (hub/worker/context.py): the
+    deliveries' one, or with `keep_headers` the thin-ping fetcher."""
+    return netguard.outbound_client(settings, limit=100, max_idle=100, keep_headers=keep_headers)
 
 
 @pytest.fixture
 async def intake_ctx(hub_settings: HubSettings, clock: Clock) -> AsyncIterator[IntakeContext]:
     client = redis_async.Redis.from_url(hub_settings.redis_url)
     connection = redis_lib.Redis.from_url(hub_settings.redis_url)
-    ctx = IntakeContext(hub_settings, client, outbound_client(hub_settings), make_session(hub_settings),
+    ctx = IntakeContext(hub_settings, client, outbound_client(hub_settings),
+                        outbound_client(hub_settings, keep_headers=True),
                         load_fernet(hub_settings), make_queue(hub_settings.queue_name, connection), clock)
     yield ctx
     await ctx.close_clients()

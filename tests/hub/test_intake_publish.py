@@ -3,6 +3,7 @@ authentication, size bounds and bad input, against the real app, Redis and loopb
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 import socket
 from datetime import UTC, datetime, timedelta
@@ -10,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict
 
 from rsnotify.hub import keys, store
 from rsnotify.hub.errors import IdempotencyConflictError
@@ -287,7 +289,8 @@ async def test_without_tokens_only_loopback_clients_may_publish(aiohttp_server, 
 
 @pytest.fixture
 async def topic_server(aiohttp_server):
-    """Loopback topics: /feed (XML with a resourcesync link), /text, /moved (302), /big, /slow, /gone."""
+    """Loopback topics: /feed (XML with a resourcesync link), /text, /moved (302), /big, /streamed
+    (big, chunked), /gzip (coded), /links (two Link fields), /slow, /gone."""
     hits: list[str] = []
 
     async def handle(request):
@@ -302,6 +305,20 @@ async def topic_server(aiohttp_server):
                 raise web.HTTPFound("/feed")
             case "/big":
                 return web.Response(body=b"x" * 5000)
+            case "/streamed":       # chunked: no Content-Length tells its size in advance
+                response = web.StreamResponse()
+                await response.prepare(request)
+                for _ in range(5):
+                    await response.write(b"x" * 400)
+                await response.write_eof()
+                return response
+            case "/gzip":           # coded although identity was asked for: it cannot be relayed as sent
+                return web.Response(body=gzip.compress(NOTIFICATION), content_type="application/xml",
+                                    headers={"Content-Encoding": "gzip"})
+            case "/links":          # two Link fields, the resourcesync link in the second
+                return web.Response(body=NOTIFICATION, content_type="application/xml", headers=CIMultiDict(
+                    [("Link", '<http://example.org/a>; rel="alternate"'),
+                     ("Link", f'<{CAPABILITIES}>; rel="resourcesync"')]))
             case "/slow":
                 await asyncio.sleep(5)
                 return web.Response(text="late")
@@ -334,24 +351,34 @@ async def test_thin_ping_fetches_each_topic_and_appends_body_and_type(hub_client
     assert set(fan_outs) == {keys.topic_id(feed), keys.topic_id(text)}
 
 
+async def test_thin_ping_fetch_reads_every_link_field_of_the_answer(hub_client, intake_ctx, topic_server, run_jobs):
+    linked = str(topic_server.make_url("/links"))
+    await ping(hub_client, hub_url=[linked])
+    [outcome] = await run_jobs(intake_ctx)
+    assert outcome.notification is not None, outcome.reason
+    [(_, entry)] = await log_entries(intake_ctx.redis, linked)
+    assert entry[b"body"] == NOTIFICATION and entry[b"rs"] == CAPABILITIES.encode()
+
+
 async def test_thin_ping_fetch_is_bounded_and_never_redirected(hub_client, intake_ctx, topic_server, run_jobs):
     intake_ctx.settings = intake_ctx.settings.with_values(fetch_max_bytes=1000, fetch_timeout=0.5)
-    names = ("moved", "big", "slow", "gone")
+    names = ("moved", "big", "streamed", "gzip", "slow", "gone")
     await ping(hub_client, hub_url=[str(topic_server.make_url("/" + n)) for n in names])
     outcomes = {o.topic.rsplit("/", 1)[-1]: o for o in await run_jobs(intake_ctx)}
     assert all(o.notification is None for o in outcomes.values())
     assert "302" in outcomes["moved"].reason and "410" in outcomes["gone"].reason
     assert "over the limit of 1000" in outcomes["big"].reason
+    assert "over the limit of 1000" in outcomes["streamed"].reason
+    assert "Content-Encoding gzip" in outcomes["gzip"].reason
+    assert "within 0.5 s" in outcomes["slow"].reason
     assert "/feed" not in topic_server.hits
     assert await nothing_stored(intake_ctx.redis)
 
 
 async def test_thin_ping_to_a_refused_network_fetches_nothing(aiohttp_client, hub_settings, intake_ctx, topic_server,
                                                               run_jobs, clock):
-    from rsnotify.hub.netguard import make_session
     public = hub_settings.with_values(host="0.0.0.0")
-    await intake_ctx.session.close()
-    intake_ctx.settings, intake_ctx.session = public, make_session(public)
+    await intake_ctx.use_settings(public)
     client = await aiohttp_client(build_app(public, now=clock))
     # a hub not on loopback takes pings only from loopback clients when it has no tokens: the test client is one;
     # a topic at a refused address literal is refused at intake, so no fetch is ever queued

@@ -12,10 +12,9 @@ import pytest
 from aiohttp import web
 
 from rsnotify.hub import keys, store
-from rsnotify.hub.netguard import HINT
+from rsnotify.hub.netguard import HINT, USER_AGENT
 from rsnotify.hub.records import Intent
 from rsnotify.hub.web.app import build_app
-from rsnotify.hub.worker.context import USER_AGENT
 from rsnotify.hub.worker.verification import send_denial, verify
 from rsnotify.netguard import refusal_message
 
