@@ -53,6 +53,10 @@ def intents_prefix() -> str:                # intent_key without its challenge (
     return f"{PREFIX}intent:"
 
 
+def renewals_key() -> str:                  # INCR counter: bumped by each renewal that sets or drops a secret
+    return f"{PREFIX}renewals"
+
+
 def sub_lock_key(sid: str) -> str:          # owner lock of a subscription's deliveries (SET NX PX)
     return f"{PREFIX}sub:{sid}:lock"
 

@@ -297,15 +297,18 @@ def check_secret(value: str | None) -> str | None:
 
 
 SUBSCRIPTION_FIELDS = ("hub.mode", "hub.topic", "hub.callback", "hub.lease_seconds", "hub.secret")
+# what an unsubscription reads: its hub.lease_seconds and hub.secret are ignored (WebSub 5.1), so
+# not even a repeat of them is a reason to refuse it
+UNSUBSCRIPTION_FIELDS = SUBSCRIPTION_FIELDS[:3]
 
 
-def _check_single_values(form: Mapping[str, str], problems: Problems) -> None:
+def _check_single_values(form: Mapping[str, str], problems: Problems, names: tuple[str, ...]) -> None:
     """A field repeated with different values (a multidict form) is a problem: which one counts
     would depend on the parser, and a proxy in front may read another one than the hub."""
     getall = getattr(form, "getall", None)
     if getall is None:
         return
-    for name in SUBSCRIPTION_FIELDS:
+    for name in names:
         values = getall(name, [])
         if len(set(values)) > 1:
             problems.add(f"{name} is given {len(values)} times with different values; send it once")
@@ -318,8 +321,8 @@ def parse_subscription_form(form: Mapping[str, str]) -> SubscriptionRequest:
     ignored for unsubscriptions.
     """
     problems = Problems()
-    _check_single_values(form, problems)
     mode = form.get("hub.mode")
+    _check_single_values(form, problems, SUBSCRIPTION_FIELDS if mode == "subscribe" else UNSUBSCRIPTION_FIELDS)
     if mode not in MODES:
         problems.add(f"hub.mode must be subscribe or unsubscribe, got {mode!r}")
     topic = problems.check(check_url, "hub.topic", form.get("hub.topic"))

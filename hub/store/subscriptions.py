@@ -12,6 +12,7 @@ from ..keys import (
     due_key,
     intent_key,
     leases_key,
+    renewals_key,
     stats_key,
     sub_key,
     sub_lock_key,
@@ -34,7 +35,8 @@ from ..records import (
     to_int,
 )
 
-# KEYS: sub, topic subs, leases, log, topics, topic, seq, due, lock, topic subs changes[, taken, intent, stats]
+# KEYS: sub, topic subs, leases, log, topics, topic, seq, due, lock, topic subs changes, renewals[, taken, intent,
+#       stats]
 # ARGV: sid, topic, callback, tid, secret, lease_seconds, expires, now, start cursor, start seq, replay,
 # replayed[, challenge, counter field if new, counter field if renewed]: `replayed`, the entries a replay
 # re-sends, is added to the subscription's count of them ("" for none).
@@ -44,7 +46,10 @@ from ..records import (
 # due now: the subscriber just answered, so waiting out the backoff helps nobody.
 # With the taken-challenge keys (a worker's verification lane) the same step also ends the challenge
 # (out of the worker's taken list, its intent deleted: single use) and counts the outcome, so an
-# activation and its challenge's end can never be seen apart. Returns 1 when new.
+# activation and its challenge's end can never be seen apart. A renewal that sets, changes or drops
+# the secret bumps the renewals counter: a worker holding the subscription between publishes (a
+# busy topic) signs with the secret it read when it took it, and re-reads it when the counter moves
+# (worker/deliveries.py). Returns 1 when new.
 _ACTIVATE = Script("""
 local is_new = redis.call('EXISTS', KEYS[1]) == 0
 if is_new then
@@ -75,6 +80,9 @@ else
     redis.call('ZADD', KEYS[8], ARGV[8], ARGV[1])
   end
 end
+if not is_new and ((redis.call('HGET', KEYS[1], 'secret') or '') ~= '' or ARGV[5] ~= '') then
+  redis.call('INCR', KEYS[11])
+end
 redis.call('HSET', KEYS[1], 'secret', ARGV[5], 'lease_seconds', ARGV[6], 'expires', ARGV[7])
 if ARGV[12] ~= '' then redis.call('HINCRBY', KEYS[1], 'replayed', ARGV[12]) end
 if redis.call('SADD', KEYS[2], ARGV[1]) == 1 then redis.call('INCR', KEYS[10]) end
@@ -82,10 +90,10 @@ redis.call('ZADD', KEYS[3], ARGV[7], ARGV[1])
 if redis.call('SADD', KEYS[5], ARGV[4]) == 1 then
   redis.call('HSET', KEYS[6], 'url', ARGV[2], 'created', ARGV[8])
 end
-if KEYS[11] then
-  redis.call('LREM', KEYS[11], 1, ARGV[13])
-  redis.call('DEL', KEYS[12])
-  redis.call('HINCRBY', KEYS[13], is_new and ARGV[14] or ARGV[15], 1)
+if KEYS[12] then
+  redis.call('LREM', KEYS[12], 1, ARGV[13])
+  redis.call('DEL', KEYS[13])
+  redis.call('HINCRBY', KEYS[14], is_new and ARGV[14] or ARGV[15], 1)
 end
 if is_new then return 1 end
 return 0
@@ -133,7 +141,7 @@ async def activate_subscription(
     sid, tid = subscription_id(topic, callback), topic_id(topic)
     expires = int(now) + lease_seconds
     keys = [sub_key(sid), topic_subs_key(tid), leases_key(), topic_log_key(tid), topics_key(), topic_key(tid),
-            topic_seq_key(tid), due_key(), sub_lock_key(sid), topic_subs_changes_key(tid)]
+            topic_seq_key(tid), due_key(), sub_lock_key(sid), topic_subs_changes_key(tid), renewals_key()]
     args: list[Any] = [sid, topic, callback, tid, secret, lease_seconds, expires, int(now), *(start or ("", ""))]
     args += ["1", max(0, replayed)] if replay and start is not None else ["0", ""]
     if taken is not None:

@@ -10,6 +10,7 @@ from typing import Any
 from ..batch import RedisBatcher
 from ..keys import (
     fanout_queued_key,
+    renewals_key,
     stats_key,
     sub_dead_body_key,
     sub_dead_key,
@@ -41,6 +42,17 @@ async def topic_url(batch: RedisBatcher, tid: str) -> str:
 async def subscription_topic_id(batch: RedisBatcher, sid: str) -> str:
     """The subscription's topic id; "" when the subscription is gone."""
     return text(await batch.execute("HGET", sub_key(sid), "tid"))
+
+
+async def renewal_count(batch: RedisBatcher) -> int:
+    """How many renewals so far set, changed or dropped a secret (store.activate_subscription)."""
+    return int(await batch.execute("GET", renewals_key()) or 0)
+
+
+async def subscription_secret(batch: RedisBatcher, sid: str) -> str | None:
+    """The subscription's stored secret (a Fernet token, "" for none); None when it is gone."""
+    token = await batch.execute("HGET", sub_key(sid), "secret")
+    return None if token is None else text(token)
 
 
 async def read_log(batch: RedisBatcher, tid: str, after: str, count: int) -> list[LogEntry]:

@@ -70,6 +70,7 @@ class Deliveries:
         self.worker_id = worker_id or uuid.uuid4().hex[:12]   # claims name it (heartbeat.py)
         self._claims = 0
         self._secrets: dict[str, str] = {}
+        self._renewals_seen: int | None = None    # batched.renewal_count at the last look (None: never)
         self._stats: defaultdict[str, float] = defaultdict(float)
         self.summary = DeliverySummary(log)       # one INFO line a minute instead of one per success
         self.name: str | None = None              # the RQ worker's name, once its process has one
@@ -178,6 +179,25 @@ class Deliveries:
             secret = self._secrets[token] = decrypt_secret(self.fernet, token) or ""
         return secret or None
 
+    async def _take_up_renewed_secrets(self) -> None:
+        """Re-read the secrets of the runs held here once a renewal set, changed or dropped one.
+
+        A run signs with the secret read when it claimed the subscription, and on a busy topic it
+        holds the claim for as long as publishes keep coming: without this, a verified renewal's
+        new secret (or none, WebSub 5.1) would reach the deliveries only at the next claim. One GET
+        per look while runs are held; the runs' secrets are read only when the counter moved."""
+        if not self.runs:
+            return                               # runs claimed later read the secret they claim
+        count = await batched.renewal_count(self.batch)
+        if count == self._renewals_seen:
+            return
+        self._renewals_seen = count
+        runs = [run for run in self.runs.values() if not run.stop]
+        tokens = await asyncio.gather(*(batched.subscription_secret(self.batch, run.sid) for run in runs))
+        for run, token in zip(runs, tokens, strict=True):
+            if token is not None:                # a removed one stops at its next checkpoint
+                run.secret = self._secret(token)
+
     async def checkpoint(self, run: SubRun, *, release: bool, due_at: float | None = None) -> list[Any]:
         """Write the run's pending state; with `release` also give up the claim. The answer tells
         what the subscription looks like now: {1, state, expires, last log id, resend, next_attempt},
@@ -239,6 +259,7 @@ class Deliveries:
                 runs = [r for r in self.runs.values() if r.is_dirty and not r.stop]
                 if runs:
                     await asyncio.gather(*(self.checkpoint(r, release=False) for r in runs))
+                await self._take_up_renewed_secrets()
                 if self.stranded:
                     await self._hand_back()
                 if time.monotonic() - last_renew >= renew_every:
