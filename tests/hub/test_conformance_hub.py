@@ -12,13 +12,19 @@ import time
 import urllib.parse
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Self
 
 import pytest
 import redis as redis_lib
 from aiohttp import web
 
 from rsnotify.hub import keys
-from rsnotify.websub import SEQUENCE_HEADER, SIGNATURE_HEADER, links_by_rel, parse_link_header
+from rsnotify.websub import (
+    SEQUENCE_HEADER,
+    SIGNATURE_HEADER,
+    links_by_rel,
+    parse_link_header,
+)
 from tests.support.http import http
 from tests.support.hubproc import HubProcess, start_hub
 from tests.support.subscribers import RecordingSubscriber
@@ -189,7 +195,7 @@ class Publisher:
             publish(self.hub, self.topic)
             self.count += 1
 
-    def __enter__(self) -> Publisher:
+    def __enter__(self) -> Self:
         self.thread.start()
         return self
 
@@ -265,3 +271,21 @@ def test_h27_only_a_2xx_with_exactly_the_challenge_verifies(hub, redis, sink) ->
     for name, (_, verifies) in VERIFICATION_ANSWERS.items():
         assert bool(subscription(redis, topic, sink.url(f"/h27/{name}"))) is verifies, name
     assert sink.seen("/h27/echo") == []               # a redirect is never followed
+
+
+# --- H-18, H-23: a verified unsubscription ends the deliveries, busy topic or not -------------------
+
+
+def test_h18_a_verified_unsubscription_stops_the_deliveries_of_a_busy_topic(hub, redis, sink) -> None:
+    topic = "http://source.example.org/h18/changes"
+    callback = sink.url("/h18")
+    subscribe(hub, topic, callback, lease_seconds="1007")
+    wait_active(redis, topic, callback, "1007")
+    with Publisher(hub, topic):
+        wait_until(lambda: len(sink.deliveries("/h18")) >= 5, 30, "deliveries of the busy topic")
+        status, body = post_pairs(hub, [("hub.mode", "unsubscribe"), ("hub.topic", topic), ("hub.callback", callback)])
+        assert status == 202, body
+        wait_until(lambda: subscription(redis, topic, callback) == {}, 30, "the unsubscription")
+        removed_at = time.time()
+        time.sleep(2.5)
+    assert [d for d in sink.deliveries("/h18") if d.at > removed_at + 1.5] == []
