@@ -289,3 +289,19 @@ def test_h18_a_verified_unsubscription_stops_the_deliveries_of_a_busy_topic(hub,
         removed_at = time.time()
         time.sleep(2.5)
     assert [d for d in sink.deliveries("/h18") if d.at > removed_at + 1.5] == []
+
+
+# --- H-02, H-09: a form in any spelling of its media type is a subscription request ----------------
+
+
+@pytest.mark.parametrize("content_type", ["application/x-www-form-urlencoded; charset=UTF-8",
+                                          "Application/X-WWW-Form-URLEncoded",
+                                          "application/x-www-form-urlencoded;charset=utf-8"])
+def test_h02_h09_a_form_typed_with_a_charset_or_in_capitals_gets_202(hub, redis, sink, content_type) -> None:
+    topic = "http://source.example.org/h02/changes"
+    callback = sink.url(f"/h02/{len(content_type)}-{content_type[0]}")
+    form = urllib.parse.urlencode({"hub.mode": "subscribe", "hub.topic": topic, "hub.callback": callback,
+                                   "hub.lease_seconds": "1008"}).encode()
+    status, body = http("POST", hub.url, form, {"Content-Type": content_type})
+    assert status == 202, body
+    wait_active(redis, topic, callback, "1008")
