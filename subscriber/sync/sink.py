@@ -85,6 +85,7 @@ class SymlinkRefusedError(OSError):
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
                          errno.EFBIG})
 WRITE_PROBLEM = "cannot write "     # how write_problem's message for a write starts
+REMOVE_PROBLEM = "cannot remove "   # ... and for a remove (a delete the disk refused)
 
 
 def write_problem(exc: OSError, path: Path | str, verb: str = "write") -> str:
@@ -316,6 +317,24 @@ class FolderSink:
             raise
         return fds
 
+    def _open_nearest(self, folders: tuple[str, ...]) -> int:
+        """The fd of the deepest of DIR/folders... that exists (DIR's own when none does), each
+        opened from its parent's without following a link; nothing is made. FileNotFoundError
+        when DIR itself is missing, PathConflictError / SymlinkRefusedError as `_open_chain`."""
+        fd = os.open(self._root_text, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for name in folders:
+                try:
+                    child = self._open_folder(fd, name, create=False)
+                except FileNotFoundError:
+                    break
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
     def _open_folder(self, parent: int, name: str, *, create: bool) -> int:
         for _ in range(3):
             try:
@@ -382,23 +401,26 @@ class FolderSink:
 
     def disk_refusal(self, path: Path | str, size: int) -> OSError | None:
         """What the disk says to a file of `size` bytes at `path` now, found without fetching it:
-        an empty temp file made beside it and removed (a read-only or forbidden folder, no inode
-        left), and the folder's free space against `size`. Nothing is reserved: room taken for a
-        probe would fail the sync's other writes on a nearly full disk (its inbox among them), and
-        a file system without fallocate would have every byte written. The error (one of
-        DISK_ERRNOS), or None when the write may go (or the disk cannot tell)."""
+        an empty temp file made and removed in the file's folder, or in its nearest existing
+        ancestor when that folder is not there yet (a read-only or forbidden folder, no inode
+        left; making the missing folders needs the same), and that folder's free space against
+        `size`. The probe changes nothing in the copy: it makes no folder (one made for a file the
+        disk then refuses would stay behind as an empty folder the Source does not have) and
+        removes only its own temp file. Nothing is reserved either: room taken for a probe would
+        fail the sync's other writes on a nearly full disk (its inbox among them), and a file
+        system without fallocate would have every byte written. The error (one of DISK_ERRNOS),
+        or None when the write may go (or the disk cannot tell)."""
         try:
             parts = self._parts(path)
-            fds = self._open_chain(parts[:-1], create=True)
+            folder = self._open_nearest(parts[:-1])
         except (PathConflictError, SymlinkRefusedError, ValueError):
             return None        # not the disk: the retry itself says what it is
         except OSError as exc:
             return exc if exc.errno in DISK_ERRNOS else None
-        folder = fds[-1]
         try:
             fd, tmp = self._create_partial(folder)
         except OSError as exc:
-            _close(fds)
+            os.close(folder)
             return exc if exc.errno in DISK_ERRNOS else None
         try:
             room = os.fstatvfs(fd)
@@ -407,7 +429,7 @@ class FolderSink:
         finally:
             os.close(fd)
             _unlink_quietly(folder, tmp)
-            _close(fds)
+            os.close(folder)
         if size > room.f_bavail * room.f_frsize:
             return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return None
