@@ -273,3 +273,31 @@ async def test_an_audit_repair_of_a_held_back_resource_probes_the_disk_before_an
             assert copy(tmp_path, source) == source.resources
     finally:
         await engine.close()
+
+
+@pytest.mark.parametrize("size", [100, 100_000, 300_000])   # written inline, by a thread, streamed
+async def test_a_fetch_the_full_disk_refused_leaves_no_empty_folder_once_the_source_drops_it(source, tmp_path, size):
+    # A new file in a new folder on a full disk: making the folder takes no block on tmpfs, but
+    # the file cannot be written. When the Source then deletes the file, the copy must not keep
+    # a folder the Source never had empty.
+    source.resources = {"/d/r0.txt": b"resource 0"}
+    engine = await engine_for(source, tmp_path)
+    try:
+        assert await engine.sync_once() == 0
+        folder = tmp_path / source.base.split("//")[1].replace(":", "_") / "d"
+        with tmpfs_over(folder, "64k"):
+            filler = fill(folder)
+            t1 = T0 + timedelta(minutes=1)
+            created = source.change("/d/sub/deeper/new.txt", (b"a new file " * 30_000)[:size], t1)
+            source.changelists = [(T0, None, [created])]
+            engine.ctx.changelist_url = source.url("/changelist.xml")
+            assert await engine.sync_once() == 1
+            assert entries(folder) == {"r0.txt", "filler"}
+            deleted = source.change("/d/sub/deeper/new.txt", None, t1 + timedelta(minutes=1))
+            source.changelists = [(T0, None, [created, deleted])]
+            assert await engine.sync_once() == 0
+            assert entries(folder) == {"r0.txt", "filler"}
+            filler.unlink()
+            assert copy(tmp_path, source) == source.resources
+    finally:
+        await engine.close()
