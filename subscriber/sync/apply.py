@@ -30,7 +30,6 @@ from .exclude import Exclusions
 from .fetcher import Fetcher, FetchResult
 from .outcomes import ChangeOutcome, FetchOutcome, Refusal, ResourceState
 from .sink import (
-    REMOVE_PROBLEM,
     WRITE_PROBLEM,
     FolderSink,
     Placement,
@@ -104,13 +103,6 @@ def want_of(kind: str, changed_at: datetime | None, lastmod: datetime | None,
     """The JSON a record keeps of a change still to apply."""
     return json.dumps({"change": kind, "datetime": to_text(changed_at), "lastmod": to_text(lastmod),
                        "hashes": [list(pair) for pair in hashes], "length": length})
-
-
-def held_by_disk(record: ResourceRecord) -> bool:
-    """The record holds back a change the Destination's own disk refused: a write (a fetch) or
-    a remove (a delete), whose one-line reason write_problem made."""
-    return record.state == ResourceState.FAILED and record.want is not None \
-        and (record.last_error or "").startswith((WRITE_PROBLEM, REMOVE_PROBLEM))
 
 
 def probes_disk(record: ResourceRecord) -> bool:

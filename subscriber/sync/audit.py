@@ -351,7 +351,7 @@ async def _repair(ctx: SyncContext, items: list[tuple[Resource, ResourceRecord |
         if refused:
             ctx.state.commit([rescheduled for _, rescheduled in refused])
             ctx.applier.say_still_refused([rescheduled for _, rescheduled in refused])
-            still = {probed.loc for probed, _ in refused}
+            still = {record.loc for record, _ in refused}
             held = [item for item in held if item[0].loc not in still]
             report.repair_failed += len(still)
             for _, rescheduled in refused:

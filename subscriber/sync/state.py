@@ -193,8 +193,8 @@ class InboxRow:
     received_at: float
 
 
-# A record holding back a change the disk refused (apply.held_by_disk, in SQL): its reason is
-# write_problem's line for a write or a remove.
+# A record holding back a change the Destination's own disk refused: its reason is
+# sink.write_problem's line for a write (a fetch) or a remove (a delete).
 _HELD_BY_DISK = ("state = 'failed' AND want IS NOT NULL AND (substr(last_error, 1, length(?)) = ? "
                  "OR substr(last_error, 1, length(?)) = ?)")
 _HELD_BY_DISK_ARGS = (WRITE_PROBLEM, WRITE_PROBLEM, REMOVE_PROBLEM, REMOVE_PROBLEM)
@@ -433,7 +433,7 @@ class SyncState:
 
     def held_by_disk(self, limit: int = 10_000) -> list[ResourceRecord]:
         """Records holding back a change the Destination's own disk refused (a write or a
-        remove, as apply.held_by_disk tells them), by path."""
+        remove), by path."""
         rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE {_HELD_BY_DISK} ORDER BY path LIMIT ?",
                            (*_HELD_BY_DISK_ARGS, limit))
         return [ResourceRecord.from_row(row) for row in rows]
