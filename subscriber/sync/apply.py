@@ -348,12 +348,14 @@ class Applier:
         ordered = [by_loc[c.loc] for c in collapsed]
         return [record for record, _ in ordered if record is not None], [outcome for _, outcome in ordered]
 
-    async def retry(self, records: Sequence[ResourceRecord]) -> list[ResourceRecord]:
-        """Try again the changes these records hold back; the records to commit."""
+    async def retry(self, records: Sequence[ResourceRecord], *, say_next_try: bool = True) -> list[ResourceRecord]:
+        """Try again the changes these records hold back; the records to commit. `say_next_try`:
+        a line when the disk still refuses some, with their next try (not for --once's last try,
+        which says what it left for the next run)."""
         if not records or self.dry_run:
             return []
         records = [r for r in records if r.want and not self.exclusions.excludes(r.loc)]
-        records, still_refused = await self._still_refused_by_disk(records)
+        records, still_refused = await self._still_refused_by_disk(records, say_next_try)
         changes = [change_from_want(r) for r in records]
         new_records, outcomes = await self._apply_batch(changes, {r.loc: r for r in records})
         fixed = sum(o.outcome in _LANDED for o in outcomes)
@@ -364,7 +366,7 @@ class Applier:
             self._say("retry", f"retried {tried:,} held-back change(s): {fixed:,} applied now")
         return new_records + still_refused
 
-    async def _still_refused_by_disk(self, records: list[ResourceRecord]
+    async def _still_refused_by_disk(self, records: list[ResourceRecord], say: bool = True
                                      ) -> tuple[list[ResourceRecord], list[ResourceRecord]]:
         """Split off the fetches the disk refused last time and still refuses (a probe beside
         the file, no GET): a full disk with thousands of held-back resources costs the Source
@@ -380,7 +382,8 @@ class Applier:
         now = self.state.records(r.loc for r in records)
         still = [rescheduled for probed, rescheduled in refused if now.get(probed.loc) == probed]
         held = {record.loc for record in still}
-        self.say_still_refused(still)
+        if say:
+            self.say_still_refused(still)
         return [r for r in now.values() if r.loc not in held and r.state in RETRIED_STATES and r.want], still
 
     async def disk_refusals(self, items: Sequence[tuple[ResourceRecord, int | None]]
@@ -423,7 +426,7 @@ class Applier:
         pause = min(wait_at_most, max(0.0, max(r.next_retry_at or 0.0 for r in held) - time.time()))
         if pause > 0:
             await asyncio.sleep(pause)
-        self.state.commit(await self.retry(held))
+        self.state.commit(await self.retry(held, say_next_try=False))
         first = self.state.held_by_disk(limit=1)
         return (self.state.count_held_by_disk(), first[0]) if first else (0, None)
 
