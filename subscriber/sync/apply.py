@@ -48,9 +48,18 @@ _RETRY_BASE = {ResourceState.CONFLICT: 1.0, ResourceState.STALE: 30.0, ResourceS
 # minutes. A try asks the disk first (Applier._still_refused_by_disk): no GET while it still refuses.
 LOCAL_RETRY_BASE = 2.0
 LOCAL_RETRY_CAP = 300.0
+# `sync --once` gives every change the disk held back one last try before it exits
+# (Applier.last_try): at once when its retry time has come, else when it comes but never more
+# than this many seconds from now. That is the first step of the schedule above, so a change
+# the disk refused during the run gets the pause a live sync would give it, and a cron run
+# never sleeps out a backoff of minutes.
+LAST_TRY_WAIT = LOCAL_RETRY_BASE
 _LINES_PER_MINUTE = 20       # stderr lines about single resources, per kind
 SWEEP_GAP = 10.0             # seconds: a baseline or sweep this recent makes another sweep pointless
 _UPDATED = ChangeType.UPDATED.value
+# A retried change that is now applied: a held-back delete that removed its file (or found it
+# gone) counts as fixed as a fetch that stored its bytes does.
+_LANDED = (ChangeOutcome.STORED, ChangeOutcome.UNCHANGED, ChangeOutcome.DELETED, ChangeOutcome.ABSENT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +103,13 @@ def want_of(kind: str, changed_at: datetime | None, lastmod: datetime | None,
     """The JSON a record keeps of a change still to apply."""
     return json.dumps({"change": kind, "datetime": to_text(changed_at), "lastmod": to_text(lastmod),
                        "hashes": [list(pair) for pair in hashes], "length": length})
+
+
+def probes_disk(record: ResourceRecord) -> bool:
+    """A fetch the disk refused last time: the disk is asked (FolderSink.disk_refusal) before
+    any GET for it, by a retry and by an audit's repair alike."""
+    return record.state == ResourceState.FAILED and bool(record.path) \
+        and (record.last_error or "").startswith(WRITE_PROBLEM) and not wants_delete(record)
 
 
 def wants_delete(record: ResourceRecord) -> bool:
@@ -332,15 +348,17 @@ class Applier:
         ordered = [by_loc[c.loc] for c in collapsed]
         return [record for record, _ in ordered if record is not None], [outcome for _, outcome in ordered]
 
-    async def retry(self, records: Sequence[ResourceRecord]) -> list[ResourceRecord]:
-        """Try again the changes these records hold back; the records to commit."""
+    async def retry(self, records: Sequence[ResourceRecord], *, say_next_try: bool = True) -> list[ResourceRecord]:
+        """Try again the changes these records hold back; the records to commit. `say_next_try`:
+        a line when the disk still refuses some, with their next try (not for --once's last try,
+        which says what it left for the next run)."""
         if not records or self.dry_run:
             return []
         records = [r for r in records if r.want and not self.exclusions.excludes(r.loc)]
-        records, still_refused = await self._still_refused_by_disk(records)
+        records, still_refused = await self._still_refused_by_disk(records, say_next_try)
         changes = [change_from_want(r) for r in records]
         new_records, outcomes = await self._apply_batch(changes, {r.loc: r for r in records})
-        fixed = sum(o.outcome in (ChangeOutcome.STORED, ChangeOutcome.UNCHANGED) for o in outcomes)
+        fixed = sum(o.outcome in _LANDED for o in outcomes)
         self.flush_refusals()
         tried = len(outcomes) + len(still_refused)
         self._emit(ev.RETRY_DONE, retried=tried, fixed=fixed, still_failing=tried - fixed)
@@ -348,38 +366,69 @@ class Applier:
             self._say("retry", f"retried {tried:,} held-back change(s): {fixed:,} applied now")
         return new_records + still_refused
 
-    async def _still_refused_by_disk(self, records: list[ResourceRecord]
+    async def _still_refused_by_disk(self, records: list[ResourceRecord], say: bool = True
                                      ) -> tuple[list[ResourceRecord], list[ResourceRecord]]:
         """Split off the fetches the disk refused last time and still refuses (a probe beside
         the file, no GET): a full disk with thousands of held-back resources costs the Source
         nothing until it has room again. Those come back rescheduled; the rest are to retry."""
-        local = [r for r in records if r.state == ResourceState.FAILED and r.path
-                 and (r.last_error or "").startswith(WRITE_PROBLEM) and not wants_delete(r)]
+        # the announced length, else one byte: a disk with no block left refuses even that
+        local = [(r, json.loads(r.want or "{}").get("length")) for r in records if probes_disk(r)]
         if not local:
             return records, []
-        # the announced length, else one byte: a disk with no block left refuses even that
-        sizes = [json.loads(r.want or "{}").get("length") or 1 for r in local]
-        paths = [self.sink.absolute(r.path or "") for r in local]
-        refusals = await asyncio.to_thread(lambda: [self.sink.disk_refusal(p, n) for p, n in zip(paths, sizes)])
-        refused: list[tuple[ResourceRecord, ResourceRecord]] = []     # (as probed, rescheduled)
-        for record, path, refusal in zip(local, paths, refusals, strict=True):
-            if refusal is not None:
-                attempts = record.attempts + 1
-                refused.append((record, replace(record, attempts=attempts,
-                                                last_error=write_problem(refusal, path)[:500],
-                                                next_retry_at=time.time() + retry_delay(ResourceState.FAILED,
-                                                                                        attempts, local=True))))
+        refused = await self.disk_refusals(local)
         # The probe ran in a thread: read every record again, so a change applied meanwhile (an
         # audit's repair) is built on, is never overwritten by a rescheduled copy of what it
         # replaced, and a record no longer held back is left alone.
         now = self.state.records(r.loc for r in records)
         still = [rescheduled for probed, rescheduled in refused if now.get(probed.loc) == probed]
         held = {record.loc for record in still}
+        if say:
+            self.say_still_refused(still)
+        return [r for r in now.values() if r.loc not in held and r.state in RETRIED_STATES and r.want], still
+
+    async def disk_refusals(self, items: Sequence[tuple[ResourceRecord, int | None]]
+                            ) -> list[tuple[ResourceRecord, ResourceRecord]]:
+        """Ask the disk about each held-back fetch (its record, the length it will write; None:
+        one byte, which a disk with no block left refuses too), in a thread, with no GET. For
+        each one the disk still refuses: (the record as probed, the record rescheduled, with
+        the new reason and the next try)."""
+        paths = [self.sink.absolute(record.path or "") for record, _ in items]
+        sizes = [length or 1 for _, length in items]
+        refusals = await asyncio.to_thread(lambda: [self.sink.disk_refusal(p, n) for p, n in zip(paths, sizes)])
+        refused: list[tuple[ResourceRecord, ResourceRecord]] = []
+        for (record, _), path, refusal in zip(items, paths, refusals, strict=True):
+            if refusal is not None:
+                attempts = record.attempts + 1
+                refused.append((record, replace(record, attempts=attempts,
+                                                last_error=write_problem(refusal, path)[:500],
+                                                next_retry_at=time.time() + retry_delay(ResourceState.FAILED,
+                                                                                        attempts, local=True))))
+        return refused
+
+    def say_still_refused(self, still: Sequence[ResourceRecord]) -> None:
+        """One stderr line for the held-back fetches a probe found the disk still refusing."""
         if still:
             self._say("failed", f"{len(still):,} held-back change(s) still cannot be written "
                                 f"({still[0].last_error}); next try in "
                                 f"{retry_delay(ResourceState.FAILED, still[0].attempts, local=True):.0f} s")
-        return [r for r in now.values() if r.loc not in held and r.state in RETRIED_STATES and r.want], still
+
+    async def last_try(self, wait_at_most: float = LAST_TRY_WAIT) -> tuple[int, ResourceRecord | None]:
+        """Before `sync --once` exits: one last try of every change the disk held back (a
+        fetch after a probe, so no GET while the disk still refuses; a delete by removing the
+        file again), after waiting for the latest one's retry time, `wait_at_most` seconds at
+        most. Commits what it did; returns how many are still held back, and the first of
+        them by path."""
+        if self.dry_run:
+            return 0, None
+        held = self.state.held_by_disk()
+        if not held:
+            return 0, None
+        pause = min(wait_at_most, max(0.0, max(r.next_retry_at or 0.0 for r in held) - time.time()))
+        if pause > 0:
+            await asyncio.sleep(pause)
+        self.state.commit(await self.retry(held, say_next_try=False))
+        first = self.state.held_by_disk(limit=1)
+        return (self.state.count_held_by_disk(), first[0]) if first else (0, None)
 
     async def retry_due(self, *, everything: bool = False) -> int:
         """Retry (and commit) held-back changes whose time has come (`everything`: all of them,

@@ -25,7 +25,7 @@ from typing import Any, TypeVar
 from rsnotify.datetimes import format_datetime
 from rsnotify.lists import Resource
 
-from .apply import hashes_match
+from .apply import hashes_match, probes_disk
 from .context import SyncContext
 from .outcomes import ChangeOutcome, Refusal, ResourceState
 from .remote import SourceDocumentError
@@ -343,6 +343,19 @@ async def _repair(ctx: SyncContext, items: list[tuple[Resource, ResourceRecord |
     locs = [resource.loc for resource, _, _ in held]
     ctx.applier.hold_for_repair(locs)
     try:
+        # A resource held back by the disk is fetched only if the disk now takes it (the probe a
+        # held-back retry makes): while it refuses, no GET, the record is rescheduled and the
+        # resource stays a failed repair.
+        probed = [(record, resource.length) for resource, record, _ in held if record is not None and probes_disk(record)]
+        refused = await ctx.applier.disk_refusals(probed) if probed else []
+        if refused:
+            ctx.state.commit([rescheduled for _, rescheduled in refused])
+            ctx.applier.say_still_refused([rescheduled for _, rescheduled in refused])
+            still = {record.loc for record, _ in refused}
+            held = [item for item in held if item[0].loc not in still]
+            report.repair_failed += len(still)
+            for _, rescheduled in refused:
+                report.note("repair_failed", rescheduled.loc)
         # every fetch ends before the holds go (return_exceptions): one failing must not let a
         # waiting live change write a file another fetch of this repair is still writing
         ended = await asyncio.gather(*(ctx.applier.fetch_resource(r, rec, p, repair=True) for r, rec, p in held),

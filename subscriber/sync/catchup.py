@@ -139,9 +139,13 @@ async def _apply_list(ctx: SyncContext, remote: RemoteList, high_water: datetime
                     continue
                 if change.changed_at == high_water:
                     at_high_water.append(change)
-                    continue
             pending.append(change)
-        pending += _not_yet_applied(ctx, at_high_water)
+        if at_high_water:
+            # Those at H the records show applied are dropped; the rest keep their place in the
+            # list: the last change per loc wins (apply.collapse), so one stamped H must never
+            # come after a later change of its loc (a held-back creation, then its delete).
+            done = {id(c) for c in at_high_water} - {id(c) for c in _not_yet_applied(ctx, at_high_water)}
+            pending = [c for c in pending if id(c) not in done]
         if pending:
             await _apply(ctx, pending, report)
             pending = []

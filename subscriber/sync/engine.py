@@ -355,6 +355,12 @@ class SyncEngine:
             self.status(f"the Source cannot be read: {exc}")
             self.events.emit(ev.DEGRADED, reason=str(exc))
             return EXIT_UNREACHABLE if isinstance(exc, SourceUnreachableError) else EXIT_DIFFERENCES
+        # A cron run ends here, and the next may be an hour away: whatever the disk held back
+        # gets one last try first (a probe before any GET), and what it still refuses is named.
+        held, first = await self.ctx.applier.last_try()
+        if first is not None:
+            self.status(f"{held:,} change(s) held back by the local disk after a last try; first: "
+                        f"{first.last_error} (the next run tries again)")
         code = self.exit_code()
         if self.options.dry_run:
             planned = self.ctx.applier.planned

@@ -382,8 +382,9 @@ class Fetcher:
                 return FetchResult(loc, FetchOutcome.MISMATCH, computed["md5"], computed["sha256"], size, detail,
                                    expected)
             self.sink.install(tmp, Path(path))
-        except BaseException:
-            self.sink.discard(tmp)
+        except BaseException as exc:
+            # the disk refused (a full one mid-body): the folders made for this file go too
+            self.sink.discard(tmp, unmake=isinstance(exc, OSError))
             raise
         return FetchResult(loc, FetchOutcome.STORED, computed["md5"], computed["sha256"], size)
 

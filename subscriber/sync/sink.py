@@ -85,6 +85,7 @@ class SymlinkRefusedError(OSError):
 DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
                          errno.EFBIG})
 WRITE_PROBLEM = "cannot write "     # how write_problem's message for a write starts
+REMOVE_PROBLEM = "cannot remove "   # ... and for a remove (a delete the disk refused)
 
 
 def write_problem(exc: OSError, path: Path | str, verb: str = "write") -> str:
@@ -204,6 +205,7 @@ class FolderSink:
         self._counter = itertools.count()
         self._hosts: dict[tuple[str, str], str] = {}    # (scheme, netloc) -> its host folder
         self._folders: dict[str, tuple[str, tuple[str, ...]]] = {}   # loc head -> (path text to it, reasons)
+        self._made: dict[str, list[int]] = {}   # open temp file -> the folders open_partial made for it
         try:
             self.name_max = int(os.pathconf(self._root_text if self.root.exists() else "/", "PC_NAME_MAX"))
         except (OSError, ValueError, AttributeError):
@@ -292,10 +294,12 @@ class FolderSink:
             raise ValueError(f"{path} is not a resource path under {self.root}")
         return parts
 
-    def _open_chain(self, folders: tuple[str, ...], *, create: bool, keep_all: bool = False) -> list[int]:
+    def _open_chain(self, folders: tuple[str, ...], *, create: bool, keep_all: bool = False,
+                    made: list[int] | None = None) -> list[int]:
         """Open DIR and each folder below it, none through a symlink; the fds, DIR's first
         (`keep_all`), else only the last one's (each parent is closed once its child is open,
-        so a deep path holds two fds at most).
+        so a deep path holds two fds at most). `made` gets the index in `folders` of each
+        folder this call made (those it made are removed again if a later one fails).
 
         FileNotFoundError (create=False), PathConflictError (a file in the way),
         SymlinkRefusedError (a link in the way)."""
@@ -307,16 +311,54 @@ class FolderSink:
             os.makedirs(self._root_text, exist_ok=True)   # DIR itself is the user's choice
             fds = [os.open(self._root_text, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)]
         try:
-            for name in folders:
-                fds.append(self._open_folder(fds[-1], name, create=create))
+            for index, name in enumerate(folders):
+                fds.append(self._open_folder(fds[-1], name, create=create, made=made, index=index))
                 if not keep_all:
                     os.close(fds.pop(0))
         except BaseException:
             _close(fds)
+            if made:
+                self.unmake(folders, made)
             raise
         return fds
 
-    def _open_folder(self, parent: int, name: str, *, create: bool) -> int:
+    def unmake(self, folders: tuple[str, ...], made: list[int]) -> None:
+        """Remove the folders of `folders` (their indexes: `made`) that were made for a file
+        that was then not written, deepest first, each only while it is empty: a write the
+        disk refused leaves the copy as it was, not with an empty folder the Source has not."""
+        try:
+            fds = self._open_chain(folders[:max(made)], create=False, keep_all=True)
+        except (OSError, ValueError):
+            return
+        try:
+            for index in sorted(made, reverse=True):
+                try:
+                    os.rmdir(folders[index], dir_fd=fds[index])
+                except OSError:
+                    break         # not empty (another file landed there meanwhile), or gone
+        finally:
+            _close(fds)
+
+    def _open_nearest(self, folders: tuple[str, ...]) -> int:
+        """The fd of the deepest of DIR/folders... that exists (DIR's own when none does), each
+        opened from its parent's without following a link; nothing is made. FileNotFoundError
+        when DIR itself is missing, PathConflictError / SymlinkRefusedError as `_open_chain`."""
+        fd = os.open(self._root_text, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            for name in folders:
+                try:
+                    child = self._open_folder(fd, name, create=False)
+                except FileNotFoundError:
+                    break
+                os.close(fd)
+                fd = child
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def _open_folder(self, parent: int, name: str, *, create: bool, made: list[int] | None = None,
+                     index: int = 0) -> int:
         for _ in range(3):
             try:
                 return os.open(name, _DIR_FLAGS, dir_fd=parent)
@@ -327,6 +369,9 @@ class FolderSink:
                     os.mkdir(name, 0o755, dir_fd=parent)
                 except FileExistsError:
                     pass        # made meanwhile (or a file/link: the next open tells)
+                else:
+                    if made is not None:
+                        made.append(index)
             except OSError as exc:
                 if exc.errno not in (errno.ENOTDIR, errno.ELOOP):
                     raise
@@ -359,8 +404,9 @@ class FolderSink:
         parts = self._parts(path)
         # One openat2 and one renameat2 where they do (see beneath.py), else step by step.
         folder = beneath.open_folder(self._root_text, parts[:-1])
+        made: list[int] = []
         if folder is None:
-            folder = self._open_chain(parts[:-1], create=True)[-1]
+            folder = self._open_chain(parts[:-1], create=True, made=made)[-1]
         try:
             fd, tmp = self._create_partial(folder)
             try:
@@ -377,28 +423,35 @@ class FolderSink:
                 raise
             if not beneath.rename_new(folder, tmp, parts[-1]):
                 self._install_at(folder, tmp, parts[-1])
+        except BaseException:
+            if made:                             # ... nor the folders made for it
+                self.unmake(parts[:-1], made)
+            raise
         finally:
             os.close(folder)
 
     def disk_refusal(self, path: Path | str, size: int) -> OSError | None:
         """What the disk says to a file of `size` bytes at `path` now, found without fetching it:
-        an empty temp file made beside it and removed (a read-only or forbidden folder, no inode
-        left), and the folder's free space against `size`. Nothing is reserved: room taken for a
-        probe would fail the sync's other writes on a nearly full disk (its inbox among them), and
-        a file system without fallocate would have every byte written. The error (one of
-        DISK_ERRNOS), or None when the write may go (or the disk cannot tell)."""
+        an empty temp file made and removed in the file's folder, or in its nearest existing
+        ancestor when that folder is not there yet (a read-only or forbidden folder, no inode
+        left; making the missing folders needs the same), and that folder's free space against
+        `size`. The probe changes nothing in the copy: it makes no folder (one made for a file the
+        disk then refuses would stay behind as an empty folder the Source does not have) and
+        removes only its own temp file. Nothing is reserved either: room taken for a probe would
+        fail the sync's other writes on a nearly full disk (its inbox among them), and a file
+        system without fallocate would have every byte written. The error (one of DISK_ERRNOS),
+        or None when the write may go (or the disk cannot tell)."""
         try:
             parts = self._parts(path)
-            fds = self._open_chain(parts[:-1], create=True)
+            folder = self._open_nearest(parts[:-1])
         except (PathConflictError, SymlinkRefusedError, ValueError):
             return None        # not the disk: the retry itself says what it is
         except OSError as exc:
             return exc if exc.errno in DISK_ERRNOS else None
-        folder = fds[-1]
         try:
             fd, tmp = self._create_partial(folder)
         except OSError as exc:
-            _close(fds)
+            os.close(folder)
             return exc if exc.errno in DISK_ERRNOS else None
         try:
             room = os.fstatvfs(fd)
@@ -407,7 +460,7 @@ class FolderSink:
         finally:
             os.close(fd)
             _unlink_quietly(folder, tmp)
-            _close(fds)
+            os.close(folder)
         if size > room.f_bavail * room.f_frsize:
             return OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
         return None
@@ -416,12 +469,20 @@ class FolderSink:
         """A new temp file beside `path`. PathConflictError when the folder cannot exist,
         SymlinkRefusedError when a link is in the way."""
         parts = self._parts(path)
-        fds = self._open_chain(parts[:-1], create=True)
+        made: list[int] = []
+        fds = self._open_chain(parts[:-1], create=True, made=made)
         try:
             fd, tmp = self._create_partial(fds[-1])
+        except BaseException:
+            if made:
+                self.unmake(parts[:-1], made)
+            raise
         finally:
             _close(fds)
-        return os.fdopen(fd, "wb"), path.with_name(tmp)
+        partial = path.with_name(tmp)
+        if made:     # removed again by `discard(..., unmake=True)` when the disk refuses the body
+            self._made[str(partial)] = made
+        return os.fdopen(fd, "wb"), partial
 
     def _create_partial(self, folder: int) -> tuple[int, str]:
         for _ in range(3):
@@ -443,6 +504,7 @@ class FolderSink:
 
     def install(self, tmp: Path, path: Path) -> None:
         """Rename a finished temp file (from open_partial) into place; removes it on failure."""
+        self._made.pop(str(tmp), None)
         parts = self._parts(path)
         try:
             fds = self._open_chain(parts[:-1], create=False)
@@ -453,15 +515,23 @@ class FolderSink:
         finally:
             _close(fds)
 
-    def discard(self, tmp: Path) -> None:
+    def discard(self, tmp: Path, *, unmake: bool = False) -> None:
+        """Remove a temp file from open_partial; with `unmake` (the disk refused its body), also
+        the folders open_partial made for it, while they are empty. Otherwise (the Source failed:
+        the fetch is tried again soon) they stay, so no other fetch into them meets a folder
+        removed under it."""
+        made = self._made.pop(str(tmp), None)
         try:
-            fds = self._open_chain(self._parts(tmp)[:-1], create=False)
+            folders = self._parts(tmp)[:-1]
+            fds = self._open_chain(folders, create=False)
         except (OSError, ValueError):
             return
         try:
             _unlink_quietly(fds[-1], tmp.name)
         finally:
             _close(fds)
+        if unmake and made:
+            self.unmake(folders, made)
 
     # --- reading and deleting -------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from rsnotify.copies import STATE_FILE as STATE_FILE
 from rsnotify.datetimes import parse_w3c_datetime
 
 from .outcomes import ResourceState
+from .sink import REMOVE_PROBLEM, WRITE_PROBLEM
 
 # Records in these states hold a change still to apply (`want`), retried until it succeeds
 # or the Source drops the resource.
@@ -192,6 +193,11 @@ class InboxRow:
     received_at: float
 
 
+# A record holding back a change the Destination's own disk refused: its reason is
+# sink.write_problem's line for a write (a fetch) or a remove (a delete).
+_HELD_BY_DISK = ("state = 'failed' AND want IS NOT NULL AND (substr(last_error, 1, length(?)) = ? "
+                 "OR substr(last_error, 1, length(?)) = ?)")
+_HELD_BY_DISK_ARGS = (WRITE_PROBLEM, WRITE_PROBLEM, REMOVE_PROBLEM, REMOVE_PROBLEM)
 # A record whose copy is at its path (ResourceRecord.holds_file, in SQL).
 _HOLDS_FILE = "(state IN ('ok', 'stale') OR (state = 'failed' AND (md5 IS NOT NULL OR sha256 IS NOT NULL)))"
 IN_BATCH = 500      # values bound in one "IN (...)" query
@@ -424,6 +430,16 @@ class SyncState:
                            "AND (? IS NULL OR next_retry_at <= ?) ORDER BY next_retry_at "
                            "LIMIT ?", (*RETRIED_STATES, now, now, limit))
         return [ResourceRecord.from_row(row) for row in rows]
+
+    def held_by_disk(self, limit: int = 10_000) -> list[ResourceRecord]:
+        """Records holding back a change the Destination's own disk refused (a write or a
+        remove), by path."""
+        rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE {_HELD_BY_DISK} ORDER BY path LIMIT ?",
+                           (*_HELD_BY_DISK_ARGS, limit))
+        return [ResourceRecord.from_row(row) for row in rows]
+
+    def count_held_by_disk(self) -> int:
+        return int(self._query(f"SELECT count(*) FROM resources WHERE {_HELD_BY_DISK}", _HELD_BY_DISK_ARGS)[0][0])
 
     def next_retry_at(self) -> float | None:
         marks = ",".join("?" * len(RETRIED_STATES))
