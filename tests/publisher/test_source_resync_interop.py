@@ -12,13 +12,14 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import time
 import unicodedata
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote
 
 from rsnotify.datetimes import format_datetime
-from rsnotify.lists import open_list
+from rsnotify.lists import ListRef, open_list
 from tests.support.http import fetch
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
@@ -48,6 +49,11 @@ def resync(*args: str, cwd: Path) -> str:
 def decoded_tree(root: Path) -> dict[str, bytes]:
     """path (decoded as resync's names need) -> bytes, for every file under root."""
     return {unquote(p.relative_to(root).as_posix()): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+def resource_lengths(base: str) -> dict[str, int | None]:
+    """The Source's Resource List (a single list) as decoded path -> length."""
+    return {unquote(e.loc.removeprefix(base)): e.length for e in open_list(io.BytesIO(fetch(base + "resourcelist.xml").body))}
 
 
 def source_tree(root: Path) -> dict[str, bytes]:
@@ -86,11 +92,7 @@ def test_resync_copies_follows_and_audits_a_folder_of_awkward_names(hub_process,
     (src / "d1/d2/d3/d4/d5/d6/d7/d8/d9/d10/deep leaf.txt").rename(src / "d1" / "moved up.txt")
     (src / "empty.txt").write_bytes(b"not empty any more\n")
     expected = source_tree(src)
-
-    def listed_now() -> dict[str, int | None]:
-        return {unquote(e.loc.removeprefix(base)): e.length
-                for e in open_list(io.BytesIO(fetch(base + "resourcelist.xml").body))}
-    wait_until(lambda: listed_now() == {name: len(body) for name, body in expected.items()}, WAIT,
+    wait_until(lambda: resource_lengths(base) == {name: len(body) for name, body in expected.items()}, WAIT,
                "the live changes in the Resource List")
     # resync starts after the Resource List's `at` (see the README: its own checkpoint is the
     # newest lastmod it fetched, from which it would replay the start scan's creates).
@@ -124,3 +126,46 @@ def test_resync_explorer_walks_from_the_well_known_uri_to_every_list(hub_process
     # resync knows no change-notification capability: its only warning is about that entry.
     warnings = [line for line in output.splitlines() if "WARNING" in line or "EXPECTED" in line]
     assert all("change-notification" in line for line in warnings), warnings
+
+
+def test_resync_follows_a_change_list_index_one_list_at_a_time(hub_process, run_source, tmp_path):
+    """resync cannot read a Change List Index; the README's way round it: --changelist-uri at
+    each list of the index in turn, from the first whose until is after --from."""
+    hub = hub_process(workers=1)
+    src = tmp_path / "src"
+    src.mkdir()
+    for i in range(3):
+        (src / f"start {i}.txt").write_bytes(b"%d\n" % i)
+    base = f"http://127.0.0.1:{free_port()}/"
+    run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
+               "--rotate", "1", ready_url=base + "resourcelist.xml")
+    at = open_list(io.BytesIO(fetch(base + "resourcelist.xml").body)).info.at
+    assert at is not None
+    copy = tmp_path / "copy"
+    resync("resync-sync", "--baseline", base, str(copy), cwd=tmp_path)
+
+    # Three live batches over more than a second each: the lists rotate between them.
+    edits = [lambda: (src / "start 0.txt").write_bytes(b"changed\n"), lambda: (src / "start 1.txt").unlink(),
+             lambda: (src / "late+new.txt").write_bytes(b"late\n")]
+    for number, edit in enumerate(edits, 1):
+        edit()
+        wanted = {name: len(body) for name, body in source_tree(src).items()}
+        wait_until(lambda: resource_lengths(base) == wanted, WAIT, f"batch {number} in the Resource List")  # noqa: B023
+        time.sleep(1.2)
+    index = open_list(io.BytesIO(fetch(base + "changelist.xml").body))
+    assert index.info.is_index
+    lists = [ref for ref in index if isinstance(ref, ListRef)]
+    assert len(lists) >= 3
+
+    # resync on the index itself: it cannot (and says so, while exiting 0).
+    done = subprocess.run([str(BIN / "resync-sync"), "--incremental", "--delete", "--from",
+                           format_datetime(at + timedelta(microseconds=1)), base, str(copy)],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path, check=False)
+    assert "ChangeTypeError" in done.stdout + done.stderr
+
+    after_at = format_datetime(at + timedelta(microseconds=1))
+    for ref in lists:
+        if ref.until is None or ref.until > at:
+            resync("resync-sync", "--incremental", "--delete", "--from", after_at, "--changelist-uri", ref.loc,
+                   base, str(copy), cwd=tmp_path)
+    assert decoded_tree(copy) == source_tree(src)
