@@ -2,7 +2,8 @@
 resync-explorer) copies a folder of awkward names (spaces, NFC and NFD, %, #, ?, +, sub-delims,
 leading dots, an empty file, a symlink, a deep tree) with --baseline, follows creates, updates,
 deletes and a rename with --incremental --delete, finds the copy in sync with --audit (lengths and
-md5/sha-256 hashes checked), and walks the documents from the well-known URI.
+md5/sha-256 hashes checked), and walks the documents from the well-known URI; served by
+`rsnotify source` and written by `rsnotify source --write` behind nginx alike.
 
 resync writes each resource under its loc's path as it is, without decoding it; so the copy is
 compared with the folder after decoding its names, and a name that needs no escaping in a URL
@@ -18,8 +19,11 @@ from datetime import timedelta
 from pathlib import Path
 from urllib.parse import unquote
 
+import pytest
+
 from rsnotify.datetimes import format_datetime
 from rsnotify.lists import ListRef, open_list
+from tests.publisher.test_static_source import nginx, nginx_site  # noqa: F401  (nginx: a fixture)
 from tests.support.http import fetch
 from tests.support.ports import free_port
 from tests.support.waiting import wait_until
@@ -60,16 +64,23 @@ def source_tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 
 
-def test_resync_copies_follows_and_audits_a_folder_of_awkward_names(hub_process, run_source, tmp_path):
+@pytest.mark.parametrize("mode", ["served", "written behind nginx"])
+def test_resync_copies_follows_and_audits_a_folder_of_awkward_names(hub_process, run_source, request, tmp_path,
+                                                                     mode):
     hub = hub_process(workers=1)
     src = tmp_path / "src"
     for name, body in FILES.items():
         (src / name).parent.mkdir(parents=True, exist_ok=True)
         (src / name).write_bytes(body)
     (src / "link.txt").symlink_to("target.txt")          # inside the folder: served as a file
-    base = f"http://127.0.0.1:{free_port()}/"
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/"
+    written: tuple[str, ...] = ()
+    if mode != "served":   # `rsnotify source --write OUT`, the README's nginx block serving SRC and OUT
+        request.getfixturevalue("nginx")(nginx_site("/", src, tmp_path / "out", hub.url, base), port)
+        written = ("--write", str(tmp_path / "out"))
     run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
-               "--include-hidden", ready_url=base + "resourcelist.xml")
+               "--include-hidden", *written, ready_url=base + "resourcelist.xml")
     listed = wait_until(lambda: (e := list(open_list(io.BytesIO(fetch(base + "resourcelist.xml").body))))
                         and len(e) == len(FILES) + 1 and e, WAIT, "every file in the Resource List")
     at = open_list(io.BytesIO(fetch(base + "resourcelist.xml").body)).info.at
