@@ -2,15 +2,17 @@
 PART_ENTRIES resources the list is an index of parts by loc range, a batch replaces only the
 parts holding what changed (a new name each time, the index renamed last), splits a part grown
 too big, drops one left empty, and deletes replaced parts only after readers of the previous
-index had time to fetch them. resync copies and follows such a list behind nginx."""
+index had time to fetch them. resync and `rsnotify sync` copy such a list behind nginx."""
 from __future__ import annotations
 
 import io
 import os
 import subprocess
 import sys
+import threading
 from datetime import timedelta
 from pathlib import Path
+from random import Random
 from urllib.parse import unquote
 
 from rsnotify.datetimes import format_datetime
@@ -216,6 +218,12 @@ def test_resync_copies_and_follows_a_parted_list_behind_nginx(hub_process, nginx
         run = subprocess.run([str(BIN / "resync-sync"), "--audit", "--hash", "sha-256", base, str(copy)],
                              capture_output=True, text=True, timeout=300, cwd=tmp_path, check=False)
         assert f"IN SYNC (same={count}, to create=0, to update=0, to delete=0)" in run.stdout + run.stderr, run.stdout
+        # rsnotify's own sync reads the same index and parts.
+        synced = cli.run("sync", "--source", base, "--dir", str(tmp_path / "mirror"), "--once", timeout=300)
+        assert synced.returncode == 0, synced.stdout + synced.stderr
+        mirror = tmp_path / "mirror" / f"127.0.0.1_{port}" / "data"
+        assert {p.relative_to(mirror).as_posix(): p.read_bytes() for p in mirror.rglob("*") if p.is_file()} == {
+            p.relative_to(src).as_posix(): p.read_bytes() for p in src.rglob("*") if p.is_file()}
     finally:
         source.terminate()
         source.wait(30)
@@ -241,3 +249,46 @@ def test_write_closes_the_open_change_list_past_5000_entries(hub_process, tmp_pa
     assert info.is_index and len(refs) == 2 and refs[0].until is not None and refs[1].until is None
     _, changes = read(out, refs[1].loc.removeprefix(BASE))
     assert [(c.loc, c.change.value) for c in changes] == [(BASE + "c00003.txt", "updated")]
+
+
+def test_a_reader_during_many_batches_always_reads_a_whole_list_of_one_moment(tmp_path):
+    source = make_source(tmp_path, {f"s{i:03d}.txt": b"s" for i in range(60)})
+    source.resource_list.part_entries = 10
+    source.sync_folder()
+    source.write_all()
+    out, src = tmp_path / "out", tmp_path / "src"
+    states: dict[object, dict[str, int]] = {listed(out)[0].at: folder_state(src)}
+    seen: list[tuple[object, dict[str, int | None]]] = []
+    stop = threading.Event()
+
+    failures: list[BaseException] = []
+
+    def read_continuously() -> None:
+        while not stop.is_set():
+            try:
+                info, _, resources = listed(out)      # a missing part or half a file raises here
+            except Exception as exc:  # noqa: BLE001 - handed to the test's thread, which fails on it
+                failures.append(exc)
+                return
+            seen.append((info.at, as_listed(resources)))
+
+    reader = threading.Thread(target=read_continuously)
+    reader.start()
+    try:
+        random = Random(7)
+        for batch in range(40):
+            path = src / f"s{random.randrange(90):03d}.txt"
+            if path.exists() and random.random() < 0.3:
+                path.unlink()
+            else:
+                path.write_bytes(b"x" * random.randrange(1, 50))
+            source.sync_paths([path])
+            states[listed(out)[0].at] = folder_state(src)
+    finally:
+        stop.set()
+        reader.join(30)
+    assert failures == [] and len(seen) > 10
+    for at, resources in seen:
+        assert resources == states[at], at
+    source.outbox.close()
+    source.memory.close()
