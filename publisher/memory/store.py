@@ -360,6 +360,38 @@ def iter_resources(db: sqlite3.Connection, topic: str) -> Iterator[Resource]:
             yield Resource(loc, _datetime(lastmod), _hashes(hashes), length, media_type)
 
 
+def iter_resources_between(db: sqlite3.Connection, topic: str, low: str, high: str | None) -> Iterator[Resource]:
+    """The topic's resources whose loc is in [low, high) (high None: no upper bound), by loc.
+
+    SQLite compares TEXT as UTF-8 bytes, which orders like Python compares str (by code point),
+    so ranges cut with Python's bisect hold the same locs here."""
+    cursor = db.execute(
+        "SELECT loc, lastmod, hash, length, type FROM resources WHERE topic = ? AND loc >= ? AND (? IS NULL OR loc < ?) "
+        "ORDER BY loc",
+        (topic, low, high, high),
+    )
+    while rows := cursor.fetchmany(_FETCH):
+        for loc, lastmod, hashes, length, media_type in rows:
+            yield Resource(loc, _datetime(lastmod), _hashes(hashes), length, media_type)
+
+
+def resources_change_id(db: sqlite3.Connection, topic: str) -> int:
+    """The id of the last change the topic's `resources` reflect (0: none yet)."""
+    row = db.execute("SELECT change_id FROM resources_state WHERE topic = ?", (topic,)).fetchone()
+    return int(row[0]) if row else 0
+
+
+def changed_locs(db: sqlite3.Connection, topic: str, after: int, through: int) -> set[str]:
+    """The locs of the topic's changes with an id in (after, through]: the resources a Resource
+    List written at change `after` may show wrongly once `resources` reflect change `through`."""
+    rows = db.execute(
+        "SELECT DISTINCT c.loc FROM changes c JOIN changelists l ON l.id = c.list_id "
+        "WHERE l.topic = ? AND c.id > ? AND c.id <= ?",
+        (topic, after, through),
+    )
+    return {loc for (loc,) in rows}
+
+
 def resource_count(db: sqlite3.Connection, topic: str) -> int:
     return db.execute("SELECT COUNT(*) FROM resources WHERE topic = ?", (topic,)).fetchone()[0]
 

@@ -27,6 +27,11 @@ from rsnotify.notification import ChangeType, ResourceChange
 log = logging.getLogger(__name__)
 
 _CHUNK = 1024 * 1024
+# Characters a URL path segment may hold as they are (RFC 3986 pchar: sub-delims, ":" and "@",
+# beside the unreserved ones quote() always keeps). Left unescaped because a Destination that
+# maps a loc to a file name without decoding it (resync does) then copies "a+b.txt" as itself,
+# not as "a%2Bb.txt"; what must be escaped (space, %, #, ?, non-ASCII, ...) still is.
+_PATH_SAFE = "/!$&'()*+,;=:@"
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +102,7 @@ class Folder:
 
     def loc(self, path: Path) -> str:
         relative = path.relative_to(self.root).as_posix()
-        return self.base_url + quote(relative, safe="/")
+        return self.base_url + quote(relative, safe=_PATH_SAFE)
 
     def path_for(self, relative_url: str) -> Path | None:
         """The file that a URL path below the base serves, or None (not one of ours)."""

@@ -3,25 +3,24 @@ that already serves the folder (nginx, Apache, a bucket) to serve beside it.
 
 Scanning, recording and publishing are `Source`'s own (the same change memory and outbox);
 this module only turns the memory into files in OUT: the Source Description, the Capability
-List, the Resource List (or index and parts), the Change List document and each Change List,
-and an empty topic file. Every file is written under a temporary name and renamed, so a web
-server never serves half a document. No HTTP here.
+List, the Resource List (or index and parts, rewritten in proportion to each batch of changes:
+static_resourcelist.py), the Change List document and each Change List, and an empty topic file.
+Every file is written under a temporary name and renamed, so a web server never serves half a
+document. No HTTP here.
 """
 from __future__ import annotations
 
 import io
 import logging
 import os
-import re
-import shutil
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from ..memory.changelist import changelist_name
-from ..memory.resourcelist import RESOURCE_LIST_NAME
 from ..memory.store import changelists
 from .server import Source
+from .static_resourcelist import PartedResourceList
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +29,6 @@ CAPABILITY_LIST_NAME = "capabilitylist.xml"
 CHANGE_LIST_NAME = "changelist.xml"
 TOPIC_NAME = "changes"
 TEMPORARY_PREFIX = ".rsnotify-write-"  # files being written; reserved so a scan of SRC skips them
-_KEEP_SNAPSHOTS = 2  # a client still reading the previous Resource List's parts finds them
-_PART = re.compile(r"^resourcelist-(?P<snapshot>.+)-\d{4}\.xml$")
 
 
 class StaticSource(Source):
@@ -41,6 +38,10 @@ class StaticSource(Source):
     def __init__(self, *args: Any, out: Path, **options: Any) -> None:
         super().__init__(*args, **options)
         self.out = out
+        self.resource_list = PartedResourceList(
+            self.memory, self.publisher.topic_url, out, url=self.urls.child, up=self.urls.capability_list,
+            temporary_prefix=TEMPORARY_PREFIX,
+        )
 
     def _publish(self, changes: list) -> int:
         count = super()._publish(changes)
@@ -70,25 +71,7 @@ class StaticSource(Source):
     # -- lists ----------------------------------------------------------------------------------
 
     def _write_resource_list(self) -> None:
-        snapshot = self._snapshot_resource_list()
-        try:
-            for part in snapshot.parts:  # parts first: the index that names them comes last
-                self._copy(part, part.name)
-            self._copy(snapshot.main, RESOURCE_LIST_NAME)
-        finally:
-            shutil.rmtree(snapshot.folder, ignore_errors=True)
-        self._drop_old_parts()
-        log.debug("wrote the Resource List (%d resource(s), %d part(s)) into %s", snapshot.count, len(snapshot.parts), self.out)
-
-    def _drop_old_parts(self) -> None:
-        by_snapshot: dict[str, list[Path]] = {}
-        for path in self.out.glob("resourcelist-*.xml"):
-            if match := _PART.match(path.name):
-                by_snapshot.setdefault(match["snapshot"], []).append(path)
-        # Snapshot names start with the list's `at`, so name order is age order.
-        for name in sorted(by_snapshot)[:-_KEEP_SNAPSHOTS]:
-            for path in by_snapshot[name]:
-                path.unlink(missing_ok=True)
+        self.resource_list.write()
 
     def _write_changelists(self) -> None:
         topic = self.publisher.topic_url
@@ -116,11 +99,6 @@ class StaticSource(Source):
         temporary = self.out / f"{TEMPORARY_PREFIX}{name}"
         temporary.write_bytes(data)
         os.replace(temporary, target)
-
-    def _copy(self, source: Path, name: str) -> None:
-        temporary = self.out / f"{TEMPORARY_PREFIX}{name}"
-        shutil.copyfile(source, temporary)
-        os.replace(temporary, self.out / name)
 
     @staticmethod
     def _remove(paths: Iterable[Path]) -> None:
