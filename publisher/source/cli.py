@@ -115,8 +115,7 @@ def source(ctx: click.Context, src: str, base_url: str, hub_urls: tuple[str, ...
     if once and write_dir is None:
         raise click.UsageError("--once needs --write: a served Source runs until stopped", ctx)
     out = static_cli.check_out(ctx, write_dir, folder_path, memory_path) if write_dir is not None else None
-    policy = ListPolicy(rotate_seconds=rotate_seconds, keep_seconds=keep_days * 86_400 if keep_days else None,
-                        **({"max_entries": static_cli.WRITE_LIST_ENTRIES} if out is not None else {}))
+    policy = ListPolicy(rotate_seconds=rotate_seconds, keep_seconds=keep_days * 86_400 if keep_days else None)
     _held = _hold_memory(memory_path)   # released when the process ends, however it ends
     try:
         memory = ChangeMemory(memory_path, policy)

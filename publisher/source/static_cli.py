@@ -24,10 +24,6 @@ from .server import RESERVED_NAMES, SourceUrls
 from .static import TEMPORARY_PREFIX, StaticSource
 
 ONCE_FLUSH_SECONDS = 60.0  # how long --once waits for the hub(s) to accept what it recorded
-# The open Change List is rewritten whole after each batch (a file cannot grow in place without a
-# reader seeing it half written), so --write closes it past this many entries rather than the
-# Sitemap limit of 50,000: a batch then rewrites at most ~1.6 MB of it, whatever the history.
-WRITE_LIST_ENTRIES = 5_000
 
 
 def check_out(ctx: click.Context, write_dir: str, src: Path, memory_path: Path) -> Path:

@@ -23,7 +23,6 @@ from rsnotify.publisher.outbox import Outbox
 from rsnotify.publisher.source.folder import Folder
 from rsnotify.publisher.source.server import RESERVED_NAMES, SourceUrls
 from rsnotify.publisher.source.static import StaticSource
-from rsnotify.publisher.source.static_cli import WRITE_LIST_ENTRIES
 from rsnotify.publisher.source.static_resourcelist import PART_ENTRIES
 from tests.publisher.test_static_source import nginx, nginx_site  # noqa: F401  (nginx: a fixture)
 from tests.support import cli
@@ -227,28 +226,6 @@ def test_resync_copies_and_follows_a_parted_list_behind_nginx(hub_process, nginx
     finally:
         source.terminate()
         source.wait(30)
-
-
-def test_write_closes_the_open_change_list_past_5000_entries(hub_process, tmp_path):
-    """The open Change List is rewritten whole after each batch, so --write keeps it small."""
-    hub = hub_process(workers=1)
-    src, out = tmp_path / "src", tmp_path / "out"
-    src.mkdir()
-    for i in range(WRITE_LIST_ENTRIES + 10):
-        (src / f"c{i:05d}.txt").write_bytes(b"c")
-    args = ("source", "--dir", str(src), "--base-url", BASE, "--hub", hub.url, "--db", str(tmp_path / "m.db"),
-            "--write", str(out), "--once")
-    first = cli.run(*args, timeout=300)
-    assert first.returncode == 0, first.stderr
-    info, entries = read(out, "changelist.xml")
-    assert not info.is_index and len(entries) == WRITE_LIST_ENTRIES + 10
-    (src / "c00003.txt").write_bytes(b"changed")
-    second = cli.run(*args, timeout=300)
-    assert second.returncode == 0, second.stderr
-    info, refs = read(out, "changelist.xml")
-    assert info.is_index and len(refs) == 2 and refs[0].until is not None and refs[1].until is None
-    _, changes = read(out, refs[1].loc.removeprefix(BASE))
-    assert [(c.loc, c.change.value) for c in changes] == [(BASE + "c00003.txt", "updated")]
 
 
 def test_a_reader_during_many_batches_always_reads_a_whole_list_of_one_moment(tmp_path):
