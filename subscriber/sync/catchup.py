@@ -18,6 +18,7 @@ from rsnotify.lists import ListRef
 from rsnotify.notification import ChangeType, ResourceChange
 
 from .context import SyncContext
+from .listdates import refuse_future_bounds, refuse_future_changes
 from .names import migrate_names
 from .outcomes import ChangeOutcome, ResourceState
 from .remote import RemoteList, SourceDocumentError
@@ -60,6 +61,11 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     if not ctx.changelist_url:
         raise CatchupImpossibleError("the Source advertises no Change List")
     top = await RemoteList.open(ctx.session, ctx.changelist_url, "Change List")
+    try:
+        refuse_future_bounds("Change List Index" if top.info.is_index else "Change List", top.url, top.info)
+    except SourceDocumentError:
+        top.close()
+        raise
     if not top.info.is_index:
         if top.info.from_ is not None and top.info.from_ > high_water:
             top.close()
@@ -73,6 +79,8 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     refs: list[ListRef] = []
     async for chunk in top.chunks():
         refs.extend(e for e in chunk if isinstance(e, ListRef))
+    for ref in refs:
+        refuse_future_bounds("Change List Index", top.url, ref)
     bounded = [r for r in refs if r.from_ is not None]
     unbounded = [r for r in refs if r.from_ is None]   # fetched to learn their bounds
     if not bounded and not unbounded:
@@ -80,6 +88,7 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     for ref in unbounded:
         remote = await RemoteList.open(ctx.session, ref.loc, "Change List")
         remote.close()
+        refuse_future_bounds("Change List", remote.url, remote.info)
         bounded.append(ListRef(ref.loc, from_=remote.info.from_, until=remote.info.until))
     bounded.sort(key=lambda r: (r.from_ or high_water))
     selected = [r for r in bounded if r.until is None or r.until > high_water]
@@ -111,6 +120,11 @@ async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
         if remote.info.is_index:
             remote.close()
             raise SourceDocumentError(f"{remote.url} is an index inside a Change List Index; expected a Change List")
+        try:
+            refuse_future_bounds("Change List", remote.url, remote.info)
+        except SourceDocumentError:
+            remote.close()
+            raise
         report.lists.append(remote.url)
         last_datetime = await _apply_list(ctx, remote, high_water, report)
         if remote.info.until is not None:
@@ -129,6 +143,8 @@ async def _apply_list(ctx: SyncContext, remote: RemoteList, high_water: datetime
     last_datetime: datetime | None = None
     pending: list[ResourceChange] = []
     async for chunk in remote.chunks(CHUNK):
+        # before any of the chunk is applied: a future datetime would become a record's changed_at
+        refuse_future_changes(remote.url, (c for c in chunk if isinstance(c, ResourceChange)))
         at_high_water: list[ResourceChange] = []
         for change in chunk:
             if not isinstance(change, ResourceChange):

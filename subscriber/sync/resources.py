@@ -8,8 +8,9 @@ from datetime import datetime
 
 import aiohttp
 
-from rsnotify.lists import ListRef, Resource
+from rsnotify.lists import ListInfo, ListRef, Resource
 
+from .listdates import refuse_future_bounds
 from .remote import RemoteList
 
 
@@ -23,6 +24,7 @@ class ResourceListRead:
 async def resource_chunks(session: aiohttp.ClientSession, url: str, read: ResourceListRead
                           ) -> AsyncIterator[list[Resource]]:
     top = await RemoteList.open(session, url, "Resource List")
+    _check_dates(top, top.info)
     read.at = top.info.at
     if not top.info.is_index:
         read.hint = top.entries_hint
@@ -33,8 +35,19 @@ async def resource_chunks(session: aiohttp.ClientSession, url: str, read: Resour
     async for chunk in top.chunks():
         parts.extend(e for e in chunk if isinstance(e, ListRef))
     for ref in parts:
+        refuse_future_bounds("Resource List Index", url, ref)
         remote = await RemoteList.open(session, ref.loc, "Resource List")
+        _check_dates(remote, remote.info)
         if top.info.at is None and remote.info.at is not None and (read.at is None or remote.info.at < read.at):
             read.at = remote.info.at   # an index without `at`: the oldest part's
         async for chunk in remote.chunks():
             yield [e for e in chunk if isinstance(e, Resource)]
+
+
+def _check_dates(remote: RemoteList, info: ListInfo) -> None:
+    """Refuse (and close) a list dated in the future: its `at` would be the high-water mark."""
+    try:
+        refuse_future_bounds("Resource List", remote.url, info)
+    except BaseException:
+        remote.close()
+        raise

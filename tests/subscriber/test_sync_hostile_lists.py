@@ -1,0 +1,203 @@
+"""Hostile lists through a real `rsnotify sync --once` process: a loopback Source serving raw XML
+documents (dates no model can hold, locs no writer would write), and what the run does with
+each: its exit code, one line on stderr, no traceback, nothing written outside the copy, and
+the copy unchanged (or correct)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from rsnotify.subscriber.sync.runner import status_of
+from tests.support.ports import free_port
+from tests.support.servers import ThreadedServer
+
+RSNOTIFY = str(Path(sys.executable).with_name("rsnotify"))
+NS = 'xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/"'
+T0 = "2026-01-01T00:00:00Z"
+
+
+@dataclass
+class RawSource:
+    """Serves documents by raw request path, as bytes the test wrote; a Capability List at
+    /caps.xml naming /rl.xml and /cl.xml."""
+
+    port: int
+    docs: dict[str, bytes] = field(default_factory=dict)
+    hits: list[str] = field(default_factory=list)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def caps(self) -> None:
+        self.docs["/caps.xml"] = (
+            f'<?xml version="1.0"?><urlset {NS}><rs:md capability="capabilitylist"/>'
+            f'<url><loc>{self.base}/rl.xml</loc><rs:md capability="resourcelist"/></url>'
+            f'<url><loc>{self.base}/cl.xml</loc><rs:md capability="changelist"/></url></urlset>').encode()
+
+    def resource_list(self, entries: str, at: str = T0, path: str = "/rl.xml") -> None:
+        self.docs[path] = (f'<?xml version="1.0"?><urlset {NS}><rs:md capability="resourcelist" at="{at}"/>'
+                           f'{entries}</urlset>').encode()
+
+    def change_list(self, entries: str, from_: str = T0, until: str | None = None, path: str = "/cl.xml") -> None:
+        bound = f' until="{until}"' if until else ""
+        self.docs[path] = (f'<?xml version="1.0"?><urlset {NS}><rs:md capability="changelist" from="{from_}"'
+                           f'{bound}/>{entries}</urlset>').encode()
+
+    def body(self, path: str, data: bytes) -> str:
+        """Serve `data` at `path`; a <url> entry listing it with its md5 and length."""
+        self.docs[path] = data
+        return url(self.base + path, md5=hashlib.md5(data).hexdigest(), length=len(data))
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.hits.append(request.raw_path)
+        doc = self.docs.get(request.raw_path)
+        if doc is None:
+            raise web.HTTPNotFound()
+        return web.Response(body=doc, content_type="application/xml")
+
+
+def url(loc: str, *, md5: str | None = None, length: int | None = None, change: str | None = None,
+        when: str | None = None) -> str:
+    md = "".join(f' {name}="{value}"' for name, value in (("hash", md5 and f"md5:{md5}"), ("length", length),
+                                                          ("change", change), ("datetime", when)) if value is not None)
+    return f"<url><loc>{loc}</loc><rs:md{md}/></url>"
+
+
+@pytest.fixture
+def raw() -> Iterator[RawSource]:
+    source = RawSource(free_port())
+    source.caps()
+    app = web.Application()
+
+    async def handle(request: web.Request) -> web.StreamResponse:
+        return await source.handle(request)
+
+    app.router.add_route("GET", "/{tail:.*}", handle)
+    server = ThreadedServer(app, port=source.port).start()
+    yield source
+    server.stop()
+
+
+@dataclass
+class Run:
+    code: int
+    stderr: str
+    events: list[dict]
+
+    def lines(self, start: str) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.startswith(start)]
+
+
+def sync_once(source: RawSource, dest: Path, *extra: str, timeout: float = 60) -> Run:
+    done = subprocess.run([RSNOTIFY, "sync", "--capability-list", source.base + "/caps.xml", "--dir", str(dest),
+                           "--once", "--json", *extra], capture_output=True, text=True, timeout=timeout, check=False)
+    assert "Traceback" not in done.stderr, done.stderr
+    return Run(done.returncode, done.stderr, [json.loads(line) for line in done.stdout.splitlines() if line.strip()])
+
+
+def files(root: Path) -> dict[str, bytes]:
+    """Every file below `root` but the state folder, by relative path."""
+    found = {}
+    for folder, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d != ".rsnotify"]
+        for name in names:
+            path = Path(folder, name)
+            found[path.relative_to(root).as_posix()] = path.read_bytes()
+    return found
+
+
+def high_water(dest: Path) -> str | None:
+    info = status_of(dest)
+    assert info is not None
+    return json.loads(json.dumps(info, default=str))["high_water"]
+
+
+# --- dates -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("at", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00"])
+def test_a_date_out_of_range_in_utc_is_a_clear_refusal_not_a_traceback(raw, tmp_path, at):
+    # Valid W3C text whose UTC instant is in year 0 or 10000: no datetime holds it.
+    dest = tmp_path / "dest"
+    entry = raw.body("/a.txt", b"A")
+    raw.resource_list(entry, at=at)
+    raw.change_list("")
+    run = sync_once(raw, dest)
+    assert run.code == 1
+    [said] = run.lines("rsnotify sync: the Source cannot be read: ")
+    assert f"has at='{at}'; expected a W3C datetime" in said, run.stderr
+    assert files(dest) == {}
+    raw.resource_list(entry)                        # a good Resource List, a bad Change List entry
+    raw.change_list(url(raw.base + "/a.txt", change="updated", when=at))
+    run = sync_once(raw, dest)
+    assert run.code == 1
+    [said] = run.lines("rsnotify sync: the Source cannot be read: ")
+    assert f"has datetime='{at}'; expected a W3C datetime" in said, run.stderr
+    assert files(dest) == {f"127.0.0.1_{raw.port}/a.txt": b"A"}
+
+
+def test_a_resource_list_of_year_one_is_kept_and_read_back(raw, tmp_path):
+    # The state database's datetime text must read back for every year a list may carry.
+    dest = tmp_path / "dest"
+    raw.resource_list(raw.body("/a.txt", b"A"), at="0001-01-01T00:00:00Z")
+    raw.change_list("")
+    first = sync_once(raw, dest)
+    assert files(dest) == {f"127.0.0.1_{raw.port}/a.txt": b"A"}
+    assert first.code == 0, first.stderr
+    assert high_water(dest).startswith("0001-01-01T00:00:00")
+    again = sync_once(raw, dest)                    # reads the stored high-water mark back
+    assert again.code == 0, again.stderr
+
+
+def _later(days: float) -> str:
+    return (datetime.now(UTC) + timedelta(days=days)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.mark.parametrize("where", ["resourcelist at", "changelist until", "change datetime", "index until"])
+def test_a_list_dated_in_the_future_is_refused_and_the_high_water_mark_stays(raw, tmp_path, where):
+    # A date past the sync's clock would become the high-water mark (or a record's changed_at), and
+    # every real change after it would look old: the copy would never change again.
+    dest = tmp_path / "dest"
+    raw.resource_list(raw.body("/a.txt", b"A"))
+    raw.change_list("")
+    assert sync_once(raw, dest).code == 0
+    before = high_water(dest)
+    raw.docs["/a.txt"] = b"B"
+    changed = url(raw.base + "/a.txt", md5=hashlib.md5(b"B").hexdigest(), length=1, change="updated",
+                  when="2026-01-01T00:00:01Z")
+    far = "9999-12-31T23:59:59Z"
+    if where == "resourcelist at":
+        raw.resource_list(raw.body("/a.txt", b"B"), at=far)
+        dest = tmp_path / "fresh"         # a first baseline meets it
+    elif where == "changelist until":
+        raw.change_list(changed, until=far)
+    elif where == "change datetime":
+        raw.change_list(url(raw.base + "/a.txt", change="updated", when=_later(2)) + changed)
+    else:
+        raw.change_list(changed, path="/cl1.xml")
+        raw.docs["/cl.xml"] = (f'<?xml version="1.0"?><sitemapindex {NS}><rs:md capability="changelist"/>'
+                               f'<sitemap><loc>{raw.base}/cl1.xml</loc><rs:md from="{T0}" until="{far}"/>'
+                               '</sitemap></sitemapindex>').encode()
+    run = sync_once(raw, dest)
+    assert run.code == 1
+    [said] = run.lines("rsnotify sync: the Source cannot be read: ")
+    assert "in the future" in said and "the Source's clock is wrong" in said, run.stderr
+    if where == "resourcelist at":
+        assert files(dest) == {} and high_water(dest) is None
+        return
+    assert files(dest) == {f"127.0.0.1_{raw.port}/a.txt": b"A"}
+    assert high_water(dest) == before
+    raw.change_list(changed)                        # the Source's clock fixed: the change arrives
+    assert sync_once(raw, dest).code == 0
+    assert files(dest) == {f"127.0.0.1_{raw.port}/a.txt": b"B"}
