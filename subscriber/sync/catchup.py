@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from rsnotify.datetimes import format_datetime
-from rsnotify.lists import ListRef
+from rsnotify.lists import CHANGE_LIST, ListRef
 from rsnotify.notification import ChangeType, ResourceChange
 
 from .context import SyncContext
@@ -62,6 +62,7 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
         raise CatchupImpossibleError("the Source advertises no Change List")
     top = await RemoteList.open(ctx.session, ctx.changelist_url, "Change List")
     try:
+        _refuse_not_a_change_list(top)
         refuse_future_bounds("Change List Index" if top.info.is_index else "Change List", top.url, top.info)
     except SourceDocumentError:
         top.close()
@@ -88,6 +89,7 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     for ref in unbounded:
         remote = await RemoteList.open(ctx.session, ref.loc, "Change List")
         remote.close()
+        _refuse_not_a_change_list(remote)
         refuse_future_bounds("Change List", remote.url, remote.info)
         bounded.append(ListRef(ref.loc, from_=remote.info.from_, until=remote.info.until))
     bounded.sort(key=lambda r: (r.from_ or high_water))
@@ -100,6 +102,13 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
             f"{format_datetime(selected[0].from_)}, after the high-water mark {format_datetime(high_water)}: "
             "older lists were rotated away")
     return list(selected)
+
+
+def _refuse_not_a_change_list(remote: RemoteList) -> None:
+    """A Resource List (or any other document) where a Change List belongs has no change to read:
+    taken as one, it would be a silent "nothing changed"."""
+    if remote.info.capability != CHANGE_LIST:
+        raise SourceDocumentError(f"{remote.url} is a {remote.info.capability} document; expected a Change List")
 
 
 async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
@@ -121,6 +130,7 @@ async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
             remote.close()
             raise SourceDocumentError(f"{remote.url} is an index inside a Change List Index; expected a Change List")
         try:
+            _refuse_not_a_change_list(remote)
             refuse_future_bounds("Change List", remote.url, remote.info)
         except SourceDocumentError:
             remote.close()

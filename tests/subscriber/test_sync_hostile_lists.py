@@ -201,3 +201,53 @@ def test_a_list_dated_in_the_future_is_refused_and_the_high_water_mark_stays(raw
     raw.change_list(changed)                        # the Source's clock fixed: the change arrives
     assert sync_once(raw, dest).code == 0
     assert files(dest) == {f"127.0.0.1_{raw.port}/a.txt": b"B"}
+
+
+# --- documents of the wrong kind ---------------------------------------------------------------
+
+
+def _index(source: RawSource, capability: str, parts: list[str]) -> bytes:
+    return (f'<?xml version="1.0"?><sitemapindex {NS}><rs:md capability="{capability}" at="{T0}"/>'
+            + "".join(f"<sitemap><loc>{source.base}{part}</loc></sitemap>" for part in parts)
+            + "</sitemapindex>").encode()
+
+
+@pytest.mark.parametrize("served", ["a change list", "a nested index", "an index of itself"])
+def test_a_resource_list_that_is_no_resource_list_deletes_nothing(raw, tmp_path, served):
+    # Read as a Resource List, each of these lists no resource: a re-baseline (or an audit repair)
+    # would then delete the whole copy as "no longer listed", and report it in sync.
+    dest = tmp_path / "dest"
+    raw.resource_list(raw.body("/a.txt", b"A") + raw.body("/b.txt", b"B"), path="/real.xml")
+    raw.docs["/rl.xml"] = raw.docs["/real.xml"]
+    raw.change_list("")
+    assert sync_once(raw, dest).code == 0
+    copy = files(dest)
+    assert len(copy) == 2
+    if served == "a change list":
+        raw.change_list(url(raw.base + "/a.txt", change="updated", when="2026-01-01T00:00:01Z"), path="/rl.xml")
+        expected = f"{raw.base}/rl.xml is a changelist document; expected a Resource List"
+    elif served == "a nested index":
+        raw.docs["/rl.xml"] = _index(raw, "resourcelist", ["/nested.xml"])
+        raw.docs["/nested.xml"] = _index(raw, "resourcelist", ["/real.xml"])
+        expected = f"{raw.base}/nested.xml is an index inside a Resource List Index; expected a Resource List"
+    else:
+        raw.docs["/rl.xml"] = _index(raw, "resourcelist", ["/rl.xml"])
+        expected = f"{raw.base}/rl.xml is an index inside a Resource List Index; expected a Resource List"
+    raw.change_list("", from_="2026-06-01T00:00:00Z")      # starts after H: a re-baseline
+    run = sync_once(raw, dest)
+    assert run.code == 1 and expected in run.stderr, run.stderr
+    assert files(dest) == copy
+    audit = subprocess.run([RSNOTIFY, "audit", "--capability-list", raw.base + "/caps.xml", "--dir", str(dest),
+                            "--repair"], capture_output=True, text=True, timeout=60, check=False)
+    assert "Traceback" not in audit.stderr and audit.returncode != 0 and expected in audit.stderr, audit.stderr
+    assert files(dest) == copy
+
+
+def test_a_change_list_that_is_a_resource_list_is_refused_not_read_as_no_change(raw, tmp_path):
+    dest = tmp_path / "dest"
+    raw.resource_list(raw.body("/a.txt", b"A"))
+    raw.change_list("")
+    assert sync_once(raw, dest).code == 0
+    raw.docs["/cl.xml"] = raw.docs["/rl.xml"]
+    run = sync_once(raw, dest)
+    assert run.code == 1 and f"{raw.base}/cl.xml is a resourcelist document; expected a Change List" in run.stderr
