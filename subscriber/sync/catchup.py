@@ -18,7 +18,7 @@ from rsnotify.lists import CHANGE_LIST, ListRef
 from rsnotify.notification import ChangeType, ResourceChange
 
 from .context import SyncContext
-from .listdates import refuse_future_bounds, refuse_future_changes
+from .listdates import refuse_bad_bounds, refuse_future_changes
 from .names import migrate_names
 from .outcomes import ChangeOutcome, ResourceState
 from .remote import RemoteList, SourceDocumentError
@@ -63,7 +63,7 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     top = await RemoteList.open(ctx.session, ctx.changelist_url, "Change List")
     try:
         _refuse_not_a_change_list(top)
-        refuse_future_bounds("Change List Index" if top.info.is_index else "Change List", top.url, top.info)
+        refuse_bad_bounds("Change List Index" if top.info.is_index else "Change List", top.url, top.info)
     except SourceDocumentError:
         top.close()
         raise
@@ -81,7 +81,7 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     async for chunk in top.chunks():
         refs.extend(e for e in chunk if isinstance(e, ListRef))
     for ref in refs:
-        refuse_future_bounds("Change List Index", top.url, ref)
+        refuse_bad_bounds("Change List Index", top.url, ref)
     bounded = [r for r in refs if r.from_ is not None]
     unbounded = [r for r in refs if r.from_ is None]   # fetched to learn their bounds
     if not bounded and not unbounded:
@@ -90,7 +90,7 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
         remote = await RemoteList.open(ctx.session, ref.loc, "Change List")
         remote.close()
         _refuse_not_a_change_list(remote)
-        refuse_future_bounds("Change List", remote.url, remote.info)
+        refuse_bad_bounds("Change List", remote.url, remote.info)
         bounded.append(ListRef(ref.loc, from_=remote.info.from_, until=remote.info.until))
     bounded.sort(key=lambda r: (r.from_ or high_water))
     selected = [r for r in bounded if r.until is None or r.until > high_water]
@@ -131,7 +131,7 @@ async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
             raise SourceDocumentError(f"{remote.url} is an index inside a Change List Index; expected a Change List")
         try:
             _refuse_not_a_change_list(remote)
-            refuse_future_bounds("Change List", remote.url, remote.info)
+            refuse_bad_bounds("Change List", remote.url, remote.info)
         except SourceDocumentError:
             remote.close()
             raise

@@ -19,9 +19,13 @@ from .remote import SourceDocumentError
 _BOUNDS = ("at", "completed", "from_", "until")
 
 
-def refuse_future_bounds(what: str, url: str, head: ListInfo | ListRef, now: datetime | None = None) -> None:
+def refuse_bad_bounds(what: str, url: str, head: ListInfo | ListRef, now: datetime | None = None) -> None:
     """SourceDocumentError when a list's (or an index entry's) at/completed/from/until lies
-    further ahead than FUTURE_SKEW."""
+    further ahead than FUTURE_SKEW, or its `until` before its `from` (an interval that ends
+    before it starts tells nothing about which changes it holds)."""
+    if head.from_ is not None and head.until is not None and head.until < head.from_:
+        raise SourceDocumentError(f"{what} {url} has until={format_datetime(head.until)} before "
+                                  f"from={format_datetime(head.from_)}; expected from <= until")
     now = now or datetime.now(UTC)
     limit = now + timedelta(seconds=FUTURE_SKEW)
     late = [(name.rstrip("_"), value) for name in _BOUNDS if (value := getattr(head, name)) is not None

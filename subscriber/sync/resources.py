@@ -10,7 +10,7 @@ import aiohttp
 
 from rsnotify.lists import RESOURCE_LIST, ListRef, Resource
 
-from .listdates import refuse_future_bounds
+from .listdates import refuse_bad_bounds
 from .remote import RemoteList, SourceDocumentError
 
 
@@ -35,7 +35,7 @@ async def resource_chunks(session: aiohttp.ClientSession, url: str, read: Resour
     async for chunk in top.chunks():
         parts.extend(e for e in chunk if isinstance(e, ListRef))
     for ref in parts:
-        refuse_future_bounds("Resource List Index", url, ref)
+        refuse_bad_bounds("Resource List Index", url, ref)
         remote = await RemoteList.open(session, ref.loc, "Resource List")
         _check_head(remote, part=True)
         if top.info.at is None and remote.info.at is not None and (read.at is None or remote.info.at < read.at):
@@ -56,7 +56,7 @@ def _check_head(remote: RemoteList, *, part: bool) -> None:
         if part and info.is_index:
             raise SourceDocumentError(f"{remote.url} is an index inside a Resource List Index; expected a "
                                       "Resource List")
-        refuse_future_bounds("Resource List", remote.url, info)
+        refuse_bad_bounds("Resource List", remote.url, info)
     except BaseException:
         remote.close()
         raise

@@ -251,3 +251,38 @@ def test_a_change_list_that_is_a_resource_list_is_refused_not_read_as_no_change(
     raw.docs["/cl.xml"] = raw.docs["/rl.xml"]
     run = sync_once(raw, dest)
     assert run.code == 1 and f"{raw.base}/cl.xml is a resourcelist document; expected a Change List" in run.stderr
+
+
+# --- order and intervals -----------------------------------------------------------------------
+
+
+def test_a_change_list_out_of_order_still_ends_with_the_newest_change(raw, tmp_path):
+    # The spec wants forward chronological order; a Source that breaks it must not leave the copy
+    # on its older change (nor stale forever, its announced hash never served again).
+    dest = tmp_path / "dest"
+    raw.resource_list(raw.body("/a.txt", b"A1"))
+    raw.change_list("")
+    assert sync_once(raw, dest).code == 0
+    raw.docs["/a.txt"] = b"A3"
+    raw.change_list(url(raw.base + "/a.txt", md5=hashlib.md5(b"A3").hexdigest(), length=2, change="updated",
+                        when="2026-01-01T00:00:05Z")
+                    + url(raw.base + "/a.txt", md5=hashlib.md5(b"A2").hexdigest(), length=2, change="updated",
+                          when="2026-01-01T00:00:02Z"))
+    run = sync_once(raw, dest)
+    assert run.code == 0, run.stderr
+    assert files(dest) == {f"127.0.0.1_{raw.port}/a.txt": b"A3"}
+
+
+def test_a_change_list_ending_before_it_starts_is_refused(raw, tmp_path):
+    dest = tmp_path / "dest"
+    raw.resource_list(raw.body("/a.txt", b"A"))
+    raw.change_list("")
+    assert sync_once(raw, dest).code == 0
+    before = high_water(dest)
+    raw.change_list(url(raw.base + "/a.txt", change="deleted", when="2026-01-01T00:00:05Z"),
+                    from_="2026-01-01T00:00:00Z", until="2025-01-01T00:00:00Z")
+    run = sync_once(raw, dest)
+    assert run.code == 1
+    assert (f"Change List {raw.base}/cl.xml has until=2025-01-01T00:00:00Z before from=2026-01-01T00:00:00Z"
+            in run.stderr), run.stderr
+    assert files(dest) == {f"127.0.0.1_{raw.port}/a.txt": b"A"} and high_water(dest) == before
