@@ -1,0 +1,125 @@
+"""kill -9 at bad moments, with real processes (`rsnotify source` over a folder, `rsnotify hub`,
+`rsnotify sync` / `rsnotify audit`): the same command started again ends with `diff -r SRC COPY`
+clean and `rsnotify audit --deep` exit 0. The moments: a ~2,000-file baseline at several points,
+a live burst being applied, an `audit --repair` at work, and the Source itself killed during a
+burst of file changes while a live sync runs."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+from tests.e2e.test_e2e_sync import (  # noqa: F401  (fixtures used by name)
+    Proc,
+    Site,
+    hub,
+    site,
+    spawn,
+    wait_until,
+    write_files,
+)
+
+
+def diff(site: Site) -> str:
+    """`diff -r SRC COPY`'s output: empty when the copy is the Source, byte for byte and name for name."""
+    done = subprocess.run(["diff", "-r", str(site.src), str(site.copy)], capture_output=True, text=True,
+                          check=False)
+    return done.stdout + done.stderr
+
+
+def count_files(root: Path) -> int:
+    return sum(len(names) for _, _, names in os.walk(root))
+
+
+def kill_when(proc: Proc, condition, what: str, timeout: float = 60.0) -> None:
+    """SIGKILL `proc` as soon as `condition()` holds (polled every 5 ms)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert proc.process.poll() is None, f"{what}: exited first with {proc.process.returncode}\n{proc.output()}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}\n{proc.output()[-3000:]}"
+        time.sleep(0.005)
+    proc.process.send_signal(signal.SIGKILL)
+    proc.process.wait(10)
+
+
+def once(site: Site, name: str) -> Proc:
+    return site.sync("--once", name=name)
+
+
+def finish(site: Site, name: str) -> None:
+    """Run `sync --once` to its end: exit 0, no traceback."""
+    proc = once(site, name)
+    code = proc.process.wait(120)
+    assert code == 0 and "Traceback" not in proc.output(), proc.output()[-3000:]
+
+
+def assert_equal_and_audited(site: Site) -> None:
+    assert diff(site) == ""
+    audit = site.run("audit", "--capability-list", site.caplist, "--dir", str(site.dest), "--deep")
+    assert audit.returncode == 0 and "Traceback" not in audit.stderr, audit.stderr
+
+
+def test_kill9_at_several_moments_of_a_baseline_then_the_same_command_ends_equal(site):
+    s = site(2000)
+    state = s.dest / ".rsnotify" / "state.db"
+    moments = [("the state database exists", lambda: state.exists()),
+               ("100 files are written", lambda: count_files(s.copy) >= 100),
+               ("1,000 files are written", lambda: count_files(s.copy) >= 1000),
+               ("1,990 files are written", lambda: count_files(s.copy) >= 1990)]
+    for n, (what, condition) in enumerate(moments):
+        kill_when(once(s, f"kill{n}"), condition, what)
+    finish(s, "last")
+    assert_equal_and_audited(s)
+
+
+def partials(root: Path) -> list[str]:
+    return [os.path.join(folder, name) for folder, _, names in os.walk(root) for name in names
+            if name.startswith(".partial-")]
+
+
+def test_kill9_while_a_large_body_streams_to_its_temp_file_leaves_no_temp_file_after_the_restart(site):
+    s = site(20)
+    for n in range(3):
+        (s.src / "big" / f"b{n}.bin").parent.mkdir(exist_ok=True)
+        (s.src / "big" / f"b{n}.bin").write_bytes(os.urandom(1 << 20) * 16)      # 16 MB: streamed, not inline
+    wait_until(lambda: _listed(s, "big/b2.bin"), "the Source to list the big files", 30)
+    kill_when(once(s, "kill"), lambda: bool(partials(s.dest)), "a temp file to appear")
+    assert partials(s.dest), "the kill was meant to leave a temp file behind"
+    finish(s, "again")
+    assert partials(s.dest) == []
+    assert_equal_and_audited(s)
+
+
+def _listed(site: Site, relative: str) -> bool:
+    try:
+        with urllib.request.urlopen(site.base + "resourcelist.xml", timeout=5) as answer:
+            return (site.base + relative).encode() in answer.read()
+    except OSError:
+        return False
+
+
+def test_the_sweep_after_a_kill_removes_only_temp_files_and_follows_no_link(site, tmp_path):
+    # What a killed sync leaves (.partial-<pid>-<n>) goes; a file a user named otherwise stays,
+    # and a folder link inside DIR is not walked into.
+    s = site(5)
+    finish(s, "first")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / ".partial-1-1").write_bytes(b"not the sync's")
+    (s.copy / "link").symlink_to(outside, target_is_directory=True)
+    (s.copy / "d0" / ".partial-99999-3").write_bytes(b"left by a killed sync")
+    (s.copy / "d0" / ".partial-notes").write_bytes(b"a user's file")
+    lock = s.dest / ".rsnotify" / "lock"
+    assert lock.read_text() == ""                      # the first run ended cleanly
+    lock.write_text("rsnotify (pid 99999)")             # as a killed holder leaves it
+    proc = once(s, "after-kill")
+    assert proc.process.wait(120) == 0, proc.output()
+    assert "removed 1 temp file(s) that a killed sync left" in proc.output()
+    assert not (s.copy / "d0" / ".partial-99999-3").exists()
+    assert (s.copy / "d0" / ".partial-notes").read_bytes() == b"a user's file"
+    assert (outside / ".partial-1-1").read_bytes() == b"not the sync's"
+    again = once(s, "clean")
+    assert again.process.wait(120) == 0 and "temp file" not in again.output()
