@@ -123,3 +123,69 @@ def test_the_sweep_after_a_kill_removes_only_temp_files_and_follows_no_link(site
     assert (outside / ".partial-1-1").read_bytes() == b"not the sync's"
     again = once(s, "clean")
     assert again.process.wait(120) == 0 and "temp file" not in again.output()
+
+
+def burst(src: Path, count: int, tag: str) -> None:
+    """`count` changes: updates of the existing files, then creations (a Source's burst)."""
+    existing = sorted(src.rglob("r*.txt"))
+    for path in existing[:count // 2]:
+        path.write_bytes(f"{tag} {path.name}\n".encode() * 20)
+    write_files(src, range(50_000, 50_000 + count - count // 2), tag=tag)
+
+
+def test_kill9_during_the_live_apply_of_a_burst_then_the_same_command_ends_equal(site):
+    s = site(300)
+    first = s.live("live1")
+    wait_until(s.equal, "the baseline", 60, first)
+    burst(s.src, 300, "burst")
+    # killed as soon as the burst starts landing in the copy, before all of it has
+    kill_when(first, lambda: any((s.copy / f"d{i % 7}" / f"r{i}.txt").exists() for i in range(50_000, 50_150)),
+              "the burst's first file in the copy")
+    assert not s.equal(), "the kill came after the whole burst was applied; it tests nothing"
+    second = s.live("live2")
+    wait_until(s.equal, "equal after the restart", 60, second, s.proc)
+    assert second.stop(signal.SIGINT) == 0
+    assert_equal_and_audited(s)
+
+
+def test_kill9_during_an_audit_repair_then_the_same_command_repairs_the_rest(site):
+    s = site(1500)
+    finish(s, "baseline")
+    damaged = sorted(s.copy.rglob("r*.txt"))
+    for path in damaged[:700]:
+        path.unlink()
+    for path in damaged[700:1400]:
+        path.write_bytes(b"tampered")
+
+    def audit_repair(name: str) -> Proc:
+        return spawn(["audit", "--capability-list", s.caplist, "--dir", str(s.dest), "--repair", "--deep"],
+                     s.tmp / f"{name}.log")
+
+    first = audit_repair("repair1")
+    kill_when(first, lambda: count_files(s.copy) >= 900, "the repair to restore 100 files")
+    assert diff(s) != ""
+    second = audit_repair("repair2")
+    assert second.process.wait(120) == 0 and "Traceback" not in second.output(), second.output()[-3000:]
+    assert_equal_and_audited(s)
+
+
+def test_the_source_killed_during_a_burst_and_restarted_is_caught_up_by_the_running_sync(site):
+    s = site(200)
+    live = s.live("live")
+    wait_until(s.equal, "the baseline", 60, live)
+    burst(s.src, 400, "burst")
+    time.sleep(0.2)                                       # the Source is part-way through the burst
+    s.proc.process.send_signal(signal.SIGKILL)
+    s.proc.process.wait(10)
+    burst(s.src, 100, "while the Source is down")         # changes it never saw happen
+    restarted = spawn(["source", "--dir", str(s.src), "--base-url", s.base, "--hub", _hub_of(s), "--db",
+                       str(s.tmp / "source.db")], s.tmp / "source2.log")
+    s.proc = restarted                                    # stopped by the fixture
+    wait_until(s.equal, "the running sync to converge", 90, live, restarted)
+    assert live.stop(signal.SIGINT) == 0
+    assert_equal_and_audited(s)
+
+
+def _hub_of(site: Site) -> str:
+    args = site.proc.process.args
+    return args[args.index("--hub") + 1]

@@ -286,3 +286,91 @@ def test_a_change_list_ending_before_it_starts_is_refused(raw, tmp_path):
     assert (f"Change List {raw.base}/cl.xml has until=2025-01-01T00:00:00Z before from=2026-01-01T00:00:00Z"
             in run.stderr), run.stderr
     assert files(dest) == {f"127.0.0.1_{raw.port}/a.txt": b"A"} and high_water(dest) == before
+
+
+# --- notifications pushed by a hostile hub ---------------------------------------------------
+
+
+def _notification(from_: str, until: str, entries: str) -> bytes:
+    return (f'<?xml version="1.0"?><urlset {NS}><rs:md capability="change-notification" from="{from_}" '
+            f'until="{until}"/>{entries}</urlset>').encode()
+
+
+async def test_hostile_notifications_through_the_live_inbox_touch_nothing_outside_and_keep_it_running(
+        raw, fake_hub, tmp_path):
+    # The Source names a hub of its choosing (here one the test plays), which relays what it likes
+    # to the running sync's own callback, signed with the secret the sync gave it.
+    import asyncio
+
+    dest, outside = tmp_path / "dest", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "victim.txt").write_bytes(b"the user's own")
+    topic = raw.base + "/changes"
+    raw.docs["/caps.xml"] = raw.docs["/caps.xml"].replace(b"</urlset>", (
+        f'<url><loc>{topic}</loc><rs:ln rel="hub" href="{fake_hub.url}"/>'
+        '<rs:md capability="change-notification"/></url></urlset>').encode())
+    raw.resource_list(raw.body("/a.txt", b"A") + raw.body("/keep.txt", b"K"))
+    raw.change_list("")
+    port = free_port()
+    log = tmp_path / "sync.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen([RSNOTIFY, "sync", "--capability-list", raw.base + "/caps.xml", "--dir", str(dest),
+                                 "--listen", f"127.0.0.1:{port}", "--poll-interval", "60"],
+                                stdout=err, stderr=err)
+    try:
+        for _ in range(300):
+            if fake_hub.subscriptions and "rsnotify sync: live" in log.read_text():
+                break
+            assert proc.poll() is None, log.read_text()
+            await asyncio.sleep(0.1)
+        [subscription] = fake_hub.subscriptions.values()
+        copy = dest / f"127.0.0.1_{raw.port}"
+        assert files(copy) == {"a.txt": b"A", "keep.txt": b"K"}, log.read_text()
+        raw.docs["/new.txt"] = b"N"
+        other = free_port()
+        t1 = "2026-01-01T00:00:01Z"
+        hostile = "".join(url(loc, change=change, when=t1) for loc, change in [
+            (f"{raw.base}/../../../outside/victim.txt", "deleted"),
+            (f"{raw.base}/%2e%2e/%2e%2e/%2e%2e/outside/escape.txt", "created"),
+            ("http://.rsnotify/state.db", "deleted"),
+            (f"{raw.base}/.rsnotify/state.db", "deleted"),
+            (f"http://127.0.0.1:{other}/x.txt", "created"),
+            (f"{raw.base}/a%5C..%5C..%5Cx.txt", "created"),
+            (f"{raw.base}/a.txt", "deleted"),                # fair
+            (f"{raw.base}/new.txt", "created"),              # fair
+            (f"{raw.base}/new.txt/inside", "created"),       # a file that would need new.txt a folder
+        ])
+
+        async def deliver(body: bytes, sequence: int) -> tuple[int, str]:
+            return await fake_hub.deliver(subscription.callback, body, secret=subscription.secret,
+                                          notification_id=f"n-{sequence}", sequence=sequence, topic=topic)
+
+        status, reply = await deliver(_notification(T0, "2026-01-01T00:01:00Z", hostile), 1)
+        assert 200 <= status < 300, reply
+        for _ in range(100):
+            if files(copy).get("new.txt") == b"N" and "a.txt" not in files(copy):
+                break
+            await asyncio.sleep(0.1)
+        assert files(copy) == {"keep.txt": b"K", "new.txt": b"N"}, log.read_text()
+        assert (outside / "victim.txt").read_bytes() == b"the user's own" and os.listdir(outside) == ["victim.txt"]
+        assert (dest / ".rsnotify" / "state.db").is_file()
+        assert sorted(os.listdir(tmp_path)) == ["dest", "outside", "sync.log"]
+        # dated far ahead, not XML at all, a body of a million entries' worth: refused, still running
+        future = _notification("2026-01-01T00:01:00Z", _later(3), url(f"{raw.base}/keep.txt", change="deleted",
+                                                                       when=_later(2)))
+        status, reply = await deliver(future, 2)
+        assert status == 400 and "in the future" in reply, reply
+        # a body that is no notification is kept as an `invalid` inbox row and handled as a gap
+        # (a catch-up from H), so the hub is not asked to send it again: 2xx
+        status, reply = await deliver(b"<urlset><not-closed>", 3)
+        assert 200 <= status < 300, reply
+        status, reply = await deliver(b"<x/>" * 5_000_000, 4)           # 20 MB: over the size cap
+        assert status < 500, reply
+        assert proc.poll() is None and files(copy) == {"keep.txt": b"K", "new.txt": b"N"}
+    finally:
+        proc.send_signal(2)
+        proc.wait(30)
+    said = log.read_text()
+    assert "Traceback" not in said and proc.returncode == 0, said
+    assert "refused (host): http://.rsnotify/state.db" in said
+    assert f"refused (origin): http://127.0.0.1:{other}/x.txt" in said or "refused (host)" in said
