@@ -374,3 +374,13 @@ async def test_hostile_notifications_through_the_live_inbox_touch_nothing_outsid
     assert "Traceback" not in said and proc.returncode == 0, said
     assert "refused (host): http://.rsnotify/state.db" in said
     assert f"refused (origin): http://127.0.0.1:{other}/x.txt" in said or "refused (host)" in said
+
+
+def test_a_loc_listed_a_thousand_times_is_fetched_once_per_list_chunk(raw, tmp_path):
+    dest = tmp_path / "dest"
+    raw.resource_list(raw.body("/a.txt", b"A") * 999 + raw.body("/b.txt", b"B"))   # one chunk of 1,000
+    raw.change_list("")
+    run = sync_once(raw, dest)
+    assert run.code == 0, run.stderr
+    assert files(dest) == {f"127.0.0.1_{raw.port}/a.txt": b"A", f"127.0.0.1_{raw.port}/b.txt": b"B"}
+    assert raw.hits.count("/a.txt") == 1, raw.hits.count("/a.txt")
