@@ -189,3 +189,29 @@ def test_the_source_killed_during_a_burst_and_restarted_is_caught_up_by_the_runn
 def _hub_of(site: Site) -> str:
     args = site.proc.process.args
     return args[args.index("--hub") + 1]
+
+
+def test_kill9_during_a_catch_up_of_mass_deletes_and_updates_then_the_same_command_ends_equal(site):
+    s = site(1500)
+    finish(s, "baseline")
+    files = sorted(s.src.rglob("r*.txt"))
+    for path in files[:1000]:
+        path.unlink()
+    for folder in s.src.iterdir():     # a folder is no resource: one left empty is removed, as the copy does
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    for path in files[1000:]:
+        path.write_bytes(b"updated " * 100)
+    wait_until(lambda: _listed_count(s) == 500, "the Source to record the changes", 60, s.proc)
+    kill_when(once(s, "catchup"), lambda: count_files(s.copy) <= 1300, "the catch-up to delete 200 files")
+    assert diff(s) != ""
+    finish(s, "again")
+    assert_equal_and_audited(s)
+
+
+def _listed_count(site: Site) -> int:
+    try:
+        with urllib.request.urlopen(site.base + "resourcelist.xml", timeout=5) as answer:
+            return answer.read().count(b"<url>")
+    except OSError:
+        return -1
