@@ -56,7 +56,7 @@ class RemoteList:
                 if response.status != 200:
                     raise SourceDocumentError(f"{what} {url} answered {response.status}; expected 200")
                 async for chunk in bounded_chunks(response, MAX_LIST_BYTES, lambda _: SourceDocumentError(
-                        f"{what} {url} is larger than {MAX_LIST_BYTES} bytes")):
+                        f"{what} {url} is larger than {MAX_LIST_BYTES} bytes"), window=session.timeout.sock_read):
                     window = tail + chunk
                     count += window.count(b"<url>") + window.count(b"<sitemap>") \
                         - tail.count(b"<url>") - tail.count(b"<sitemap>")

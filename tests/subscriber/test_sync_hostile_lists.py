@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -32,7 +33,7 @@ class RawSource:
     /caps.xml naming /rl.xml and /cl.xml."""
 
     port: int
-    docs: dict[str, bytes] = field(default_factory=dict)
+    docs: dict[str, Any] = field(default_factory=dict)    # bytes, or an aiohttp handler
     hits: list[str] = field(default_factory=list)
 
     @property
@@ -64,6 +65,8 @@ class RawSource:
         doc = self.docs.get(request.raw_path)
         if doc is None:
             raise web.HTTPNotFound()
+        if callable(doc):
+            return await doc(request)
         return web.Response(body=doc, content_type="application/xml")
 
 
@@ -384,3 +387,36 @@ def test_a_loc_listed_a_thousand_times_is_fetched_once_per_list_chunk(raw, tmp_p
     assert run.code == 0, run.stderr
     assert files(dest) == {f"127.0.0.1_{raw.port}/a.txt": b"A", f"127.0.0.1_{raw.port}/b.txt": b"B"}
     assert raw.hits.count("/a.txt") == 1, raw.hits.count("/a.txt")
+
+
+@pytest.mark.parametrize("document", ["/rl.xml", "/cl.xml"])
+def test_a_list_dripped_a_byte_at_a_time_ends_as_too_slow_not_a_hang(raw, tmp_path, document):
+    # Each byte comes well within --timeout, so a read timeout alone never fires: the list would
+    # take as many seconds as it has bytes (a 50 MB list: over a year), the folder locked meanwhile.
+    import asyncio
+
+    dest = tmp_path / "dest"
+    raw.resource_list(raw.body("/a.txt", b"A"))
+    raw.change_list("")
+    if document == "/cl.xml":
+        assert sync_once(raw, dest).code == 0
+    whole = raw.docs[document]
+
+    async def drip(request: web.Request) -> web.StreamResponse:
+        answer = web.StreamResponse(headers={"Content-Type": "application/xml"})
+        await answer.prepare(request)
+        try:
+            for byte in whole:
+                await answer.write(bytes([byte]))
+                await asyncio.sleep(0.5)
+        except (ConnectionResetError, RuntimeError):
+            pass
+        return answer
+
+    raw.docs[document] = drip
+    before = files(dest) if dest.exists() else {}
+    run = sync_once(raw, dest, "--timeout", "2", timeout=30)
+    assert run.code == 3, run.stderr
+    [said] = run.lines("rsnotify sync: the Source cannot be read: ")
+    assert f"{raw.base}{document}" in said and "under 1024 bytes/s for 2 s or more (too slow" in said, said
+    assert (files(dest) if dest.exists() else {}) == before
