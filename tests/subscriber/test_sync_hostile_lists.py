@@ -420,3 +420,48 @@ def test_a_list_dripped_a_byte_at_a_time_ends_as_too_slow_not_a_hang(raw, tmp_pa
     [said] = run.lines("rsnotify sync: the Source cannot be read: ")
     assert f"{raw.base}{document}" in said and "under 1024 bytes/s for 2 s or more (too slow" in said, said
     assert (files(dest) if dest.exists() else {}) == before
+
+
+def test_a_list_whose_head_is_dripped_ends_as_too_slow_not_a_hang(raw, tmp_path):
+    # The head, not the body: a status line and a thousand header fields, a byte every 0.2 s.
+    import socket
+    import threading
+    import time
+
+    listener = socket.create_server(("127.0.0.1", free_port()))
+    stop = threading.Event()
+    head = b"HTTP/1.1 200 OK\r\n" + b"".join(b"X-F%d: %s\r\n" % (n, b"v" * 50) for n in range(1000))
+
+    def drip(conn: socket.socket) -> None:
+        with conn:
+            try:
+                conn.recv(65536)
+                for byte in head:
+                    if stop.is_set():
+                        return
+                    conn.sendall(bytes([byte]))
+                    time.sleep(0.2)
+            except OSError:
+                pass
+
+    def serve() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=drip, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        elsewhere = f"http://127.0.0.1:{listener.getsockname()[1]}/rl.xml"
+        raw.docs["/caps.xml"] = raw.docs["/caps.xml"].replace(f"{raw.base}/rl.xml".encode(), elsewhere.encode())
+        raw.change_list("")
+        started = time.monotonic()
+        run = sync_once(raw, tmp_path / "dest", "--timeout", "1", timeout=40)
+        assert run.code == 3 and time.monotonic() - started < 30, run.stderr
+        [said] = run.lines("rsnotify sync: the Source cannot be read: ")
+        assert elsewhere in said and "the answer's head did not come within 7 s (too slow)" in said, said
+    finally:
+        stop.set()
+        listener.close()
