@@ -9,6 +9,7 @@ import tempfile
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, BinaryIO, cast
+from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -62,6 +63,10 @@ class RemoteList:
 
     @classmethod
     async def open(cls, session: aiohttp.ClientSession, url: str, what: str) -> RemoteList:
+        if urlsplit(url).scheme.lower() not in ("http", "https"):
+            # a Capability List or index naming file:, ftp: or javascript: is the Source's
+            # mistake (exit 1), not an outage: aiohttp's error for it named only the URL
+            raise SourceDocumentError(f"{what} {url[:200]!r} is not an http or https URL; refused")
         file = tempfile.SpooledTemporaryFile(max_size=_SPOOL)  # noqa: SIM115 - closed by RemoteList.close
         count = 0
         tail = b""

@@ -465,3 +465,13 @@ def test_a_list_whose_head_is_dripped_ends_as_too_slow_not_a_hang(raw, tmp_path)
     finally:
         stop.set()
         listener.close()
+
+
+@pytest.mark.parametrize("where", ["file:///etc/passwd", "ftp://127.0.0.1/rl.xml", "javascript:alert(1)"])
+def test_a_list_url_that_is_not_http_is_the_sources_mistake_not_an_outage(raw, tmp_path, where):
+    raw.docs["/caps.xml"] = raw.docs["/caps.xml"].replace(f"{raw.base}/rl.xml".encode(), where.encode())
+    raw.change_list("")
+    run = sync_once(raw, tmp_path / "dest")
+    assert run.code == 1, run.stderr
+    [said] = run.lines("rsnotify sync: the Source cannot be read: ")
+    assert said.endswith(f"Resource List {where!r} is not an http or https URL; refused"), said
