@@ -286,6 +286,12 @@ class SyncEngine:
             if self.ctx.resourcelist_url:
                 await self.baseline()
                 high_water = self.state.high_water
+                if high_water is None and self.ctx.changelist_url:
+                    # No instant to join the Change Lists to: the copy is the Resource List's, and
+                    # every run (and poll) reads the whole list again; said, not silently so.
+                    self.status(f"the Resource List {self.ctx.resourcelist_url} has no `at` (the spec requires "
+                                "one): its Change Lists cannot be joined to it, so each run reads the whole "
+                                "Resource List again")
                 if high_water is None or not self.ctx.changelist_url:
                     return True
             else:

@@ -485,3 +485,15 @@ def test_a_list_url_that_is_not_http_is_the_sources_mistake_not_an_outage(raw, t
     assert run.code == 1, run.stderr
     [said] = run.lines("rsnotify sync: the Source cannot be read: ")
     assert said.endswith(f"Resource List {where!r} is not an http or https URL; refused"), said
+
+
+def test_a_resource_list_without_at_is_said_once_per_run_and_each_run_reads_it_again(raw, tmp_path):
+    dest = tmp_path / "dest"
+    raw.docs["/rl.xml"] = (f'<?xml version="1.0"?><urlset {NS}><rs:md capability="resourcelist"/>'
+                           f'{raw.body("/a.txt", b"A")}</urlset>').encode()
+    raw.change_list("")
+    for _ in range(2):
+        run = sync_once(raw, dest)
+        assert run.code == 0, run.stderr
+        assert run.lines(f"rsnotify sync: the Resource List {raw.base}/rl.xml has no `at`"), run.stderr
+        assert files(dest) == {f"127.0.0.1_{raw.port}/a.txt": b"A"} and high_water(dest) is None
