@@ -4,21 +4,41 @@ resources come through rsnotify.outbound, which bounds them itself). Each caller
 """
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 
 CHUNK_BYTES = 256 * 1024
+# bytes/s a body must average over each window of `window` seconds (the read timeout): aiohttp's
+# sock_read bounds only the gap between two reads, so a server sending a byte every window - 1 s
+# held the reader for as long as the body is long (a 50 MB list: over a year). With this floor a
+# document ends within about its size / MIN_RATE; a slow but real link (5 KiB/s) is never cut.
+# The same floor as the sync's resource GETs (sync/fetcher.py).
+MIN_RATE = 1024.0
+DEFAULT_WINDOW = 30.0
 
 
 async def bounded_chunks(response: aiohttp.ClientResponse, limit: int,
-                         too_large: Callable[[int], BaseException]) -> AsyncIterator[bytes]:
+                         too_large: Callable[[int], BaseException], *,
+                         window: float | None = None) -> AsyncIterator[bytes]:
     """The body of `response` to its end, a chunk at a time (StreamReader.read(n) stops at what
     is buffered, often 64 KiB); raises `too_large(size)` as soon as more than `limit` bytes came,
-    before that chunk is yielded."""
+    before that chunk is yielded, and aiohttp.ServerTimeoutError (a TimeoutError and a
+    ClientError: what a read timeout raises) when a window of `window` seconds (default 30)
+    brought fewer than MIN_RATE bytes a second."""
+    window = window or DEFAULT_WINDOW
     size = 0
+    window_start, window_size = time.monotonic(), 0
     async for chunk in response.content.iter_chunked(CHUNK_BYTES):
         size += len(chunk)
         if size > limit:
             raise too_large(size)
+        now = time.monotonic()
+        if now - window_start >= window:
+            if size - window_size < MIN_RATE * (now - window_start):
+                raise aiohttp.ServerTimeoutError(
+                    f"the answer came at under {MIN_RATE:g} bytes/s for {window:g} s or more "
+                    f"(too slow; {size} bytes of it came)")
+            window_start, window_size = now, size
         yield chunk

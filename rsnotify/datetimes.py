@@ -73,7 +73,12 @@ def _parse_any(text: str) -> datetime:
     if sign is not None:
         offset = timedelta(hours=int(tz_hour), minutes=int(tz_minute))
         # 12:00+02:00 is 10:00Z: the local wall time minus the offset.
-        value = value - offset if sign == "+" else value + offset
+        try:
+            value = value - offset if sign == "+" else value + offset
+        except OverflowError:
+            # 0001-01-01T00:00+01:00 is in year 0 in UTC, 9999-12-31T23:59-01:00 in year 10000:
+            # a text a Source may send, and no datetime can hold it
+            raise DatetimeError(f"'{text}' is outside the years 1 to 9999 in UTC; expected e.g. {EXAMPLE}") from None
     return value
 
 

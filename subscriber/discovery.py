@@ -12,6 +12,7 @@ Each public function takes `(url, session=None)`: without a session one is opene
 """
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -23,7 +24,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from lxml import etree
 
-from rsnotify.bodies import bounded_chunks
+from rsnotify.bodies import DEFAULT_WINDOW, bounded_chunks
 from rsnotify.errors import DocumentParseError, ValidationError, WireError
 from rsnotify.neterrors import describe_client_error
 from rsnotify.notification import (
@@ -89,12 +90,18 @@ class _Fetched:
 
 async def _fetch(session: aiohttp.ClientSession, url: str, what: str) -> _Fetched:
     """GET `url` following redirects (S-04); DiscoveryError unless the final answer is 200."""
+    # aiohttp's sock_read bounds only the gap between two reads: a head dripped a byte at a time
+    # (and a body, see read_bounded) held `sync`'s start for hours. A real server's heads come at
+    # once when its answer is ready: one read timeout per hop is ample.
+    window = session.timeout.sock_read or DEFAULT_WINDOW
     try:
-        async with session.get(url, allow_redirects=True, max_redirects=MAX_REDIRECTS) as response:
+        async with asyncio.timeout((MAX_REDIRECTS + 2) * window):
+            answer = await session.get(url, allow_redirects=True, max_redirects=MAX_REDIRECTS)
+        async with answer as response:
             if response.content_length is not None and response.content_length > MAX_DOCUMENT_BYTES:
                 raise DiscoveryError(f"{what} at {url} is {response.content_length} bytes; "
                                      f"expected at most {MAX_DOCUMENT_BYTES}")
-            body = await read_bounded(response, MAX_DOCUMENT_BYTES, f"{what} at {url}")
+            body = await read_bounded(response, MAX_DOCUMENT_BYTES, f"{what} at {url}", window=window)
             fetched = _Fetched(str(response.url), response.status, response.headers.get("Content-Type", ""),
                                tuple(response.headers.getall("Link", [])), body)
     except aiohttp.TooManyRedirects as exc:
@@ -145,13 +152,15 @@ async def discover(url: str, session: aiohttp.ClientSession | None = None) -> li
     raise DiscoveryError(f"no change-notification channel found from {url}: " + "; ".join(problems))
 
 
-async def read_bounded(response: aiohttp.ClientResponse, limit: int, what: str) -> bytes:
+async def read_bounded(response: aiohttp.ClientResponse, limit: int, what: str, *,
+                       window: float | None = None) -> bytes:
     """The whole body, read to its end (StreamReader.read(n) stops at what is buffered, often
-    64 KiB); DiscoveryError past `limit` bytes."""
+    64 KiB); DiscoveryError past `limit` bytes; too slow (a TimeoutError) under the
+    bodies.MIN_RATE floor over windows of `window` seconds."""
     def too_large(size: int) -> DiscoveryError:
         return DiscoveryError(f"{what} is larger than {limit} bytes; expected at most {limit}")
 
-    return b"".join([chunk async for chunk in bounded_chunks(response, limit, too_large)])
+    return b"".join([chunk async for chunk in bounded_chunks(response, limit, too_large, window=window)])
 
 
 # --- plain WebSub discovery --------------------------------------------------------------

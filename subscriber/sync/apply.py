@@ -90,10 +90,17 @@ def hashes_match(record: ResourceRecord | None, hashes: Sequence[tuple[str, str]
 
 
 def collapse(changes: Iterable[ResourceChange]) -> list[ResourceChange]:
-    """The last change per loc, in the order of those last changes (forward chronological)."""
+    """The last change per loc, in the order of those last changes (forward chronological).
+
+    A change dated before the one already kept for its loc does not replace it: a Change List
+    out of order (a Source's bug) would otherwise apply its older change and drop the newer,
+    which apply_change alone would have skipped as older."""
     last: dict[str, ResourceChange] = {}
     for change in changes:
-        last.pop(change.loc, None)
+        kept = last.pop(change.loc, None)
+        if kept is not None and change.changed_at is not None and kept.changed_at is not None \
+                and change.changed_at < kept.changed_at:
+            change = kept
         last[change.loc] = change
     return list(last.values())
 

@@ -210,9 +210,15 @@ def _to_fetch(ctx: SyncContext, report: BaselineReport, resources: list[Resource
     """The chunk's resources to fetch, each with its record and placement; the others are
     counted (excluded, newer here, refused, unchanged) or, with --dry-run, planned."""
     wanted: list[tuple[Resource, ResourceRecord | None, Placement]] = []
+    # A loc listed twice in one chunk (a Source's bug, or a hostile list repeating one loc a
+    # thousand times) is taken once, as its last entry says: each copy was a GET and a write
+    # of the same file, all at once.
+    last = {resource.loc: resource for resource in resources}
     for resource in resources:
         report.listed += 1
         ctx.progress.seen += 1
+        if len(last) < len(resources) and last[resource.loc] is not resource:
+            continue
         if ctx.applier.exclusions.excludes(resource.loc):
             report.excluded += 1      # marked seen: a copy made before stays as it is
             if ctx.options.dry_run:

@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from rsnotify.datetimes import format_datetime
-from rsnotify.lists import ListRef
+from rsnotify.lists import CHANGE_LIST, ListRef
 from rsnotify.notification import ChangeType, ResourceChange
 
 from .context import SyncContext
+from .listdates import refuse_bad_bounds, refuse_future_changes
 from .names import migrate_names
 from .outcomes import ChangeOutcome, ResourceState
 from .remote import RemoteList, SourceDocumentError
@@ -60,6 +61,12 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     if not ctx.changelist_url:
         raise CatchupImpossibleError("the Source advertises no Change List")
     top = await RemoteList.open(ctx.session, ctx.changelist_url, "Change List")
+    try:
+        _refuse_not_a_change_list(top)
+        refuse_bad_bounds("Change List Index" if top.info.is_index else "Change List", top.url, top.info)
+    except SourceDocumentError:
+        top.close()
+        raise
     if not top.info.is_index:
         if top.info.from_ is not None and top.info.from_ > high_water:
             top.close()
@@ -73,6 +80,8 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     refs: list[ListRef] = []
     async for chunk in top.chunks():
         refs.extend(e for e in chunk if isinstance(e, ListRef))
+    for ref in refs:
+        refuse_bad_bounds("Change List Index", top.url, ref)
     bounded = [r for r in refs if r.from_ is not None]
     unbounded = [r for r in refs if r.from_ is None]   # fetched to learn their bounds
     if not bounded and not unbounded:
@@ -80,6 +89,8 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     for ref in unbounded:
         remote = await RemoteList.open(ctx.session, ref.loc, "Change List")
         remote.close()
+        _refuse_not_a_change_list(remote)
+        refuse_bad_bounds("Change List", remote.url, remote.info)
         bounded.append(ListRef(ref.loc, from_=remote.info.from_, until=remote.info.until))
     bounded.sort(key=lambda r: (r.from_ or high_water))
     selected = [r for r in bounded if r.until is None or r.until > high_water]
@@ -91,6 +102,13 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
             f"{format_datetime(selected[0].from_)}, after the high-water mark {format_datetime(high_water)}: "
             "older lists were rotated away")
     return list(selected)
+
+
+def _refuse_not_a_change_list(remote: RemoteList) -> None:
+    """A Resource List (or any other document) where a Change List belongs has no change to read:
+    taken as one, it would be a silent "nothing changed"."""
+    if remote.info.capability != CHANGE_LIST:
+        raise SourceDocumentError(f"{remote.url} is a {remote.info.capability} document; expected a Change List")
 
 
 async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
@@ -111,6 +129,12 @@ async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
         if remote.info.is_index:
             remote.close()
             raise SourceDocumentError(f"{remote.url} is an index inside a Change List Index; expected a Change List")
+        try:
+            _refuse_not_a_change_list(remote)
+            refuse_bad_bounds("Change List", remote.url, remote.info)
+        except SourceDocumentError:
+            remote.close()
+            raise
         report.lists.append(remote.url)
         last_datetime = await _apply_list(ctx, remote, high_water, report)
         if remote.info.until is not None:
@@ -129,6 +153,8 @@ async def _apply_list(ctx: SyncContext, remote: RemoteList, high_water: datetime
     last_datetime: datetime | None = None
     pending: list[ResourceChange] = []
     async for chunk in remote.chunks(CHUNK):
+        # before any of the chunk is applied: a future datetime would become a record's changed_at
+        refuse_future_changes(remote.url, (c for c in chunk if isinstance(c, ResourceChange)))
         at_high_water: list[ResourceChange] = []
         for change in chunk:
             if not isinstance(change, ResourceChange):

@@ -42,6 +42,7 @@ from .events import Events
 from .exclude import Exclusions
 from .fetcher import USER_AGENT, Fetcher
 from .headers import RequestRule
+from .leftovers import sweep_partials
 from .live import GAP, WAIT, drain
 from .remote import SourceDocumentError, SourceUnreachableError
 from .session import make_session, source_networks
@@ -131,6 +132,8 @@ class SyncEngine:
         elif not self._locked and not self.read_only:
             self._locked = self._lock_dir(shared=shared)
             self.read_only = not self._locked
+            if self._locked and taken_after_a_kill(self.root):
+                self._sweep_partials()
         if not self.read_only:
             self.state.prune_inbox()
         start = self.capability_list or self.source or self.state.get("capability_list")
@@ -164,6 +167,16 @@ class SyncEngine:
                                changelist_url=self.state.get("changelist_url"), wake=self.wake)
         self.ctx.applier.report = self.status
         self.ctx.applier.exclusions = Exclusions(self.options.exclude, self.state.get("capability_list"))
+
+    def _sweep_partials(self) -> None:
+        """Remove the temp files of the killed process that held DIR before this one."""
+        try:
+            removed = sweep_partials(self.root)
+        except OSError as exc:
+            self.status(f"cannot remove the temp files a killed sync left in {self.root}: {exc}")
+            return
+        if removed:
+            self.status(f"removed {removed:,} temp file(s) that a killed sync left in {self.root}")
 
     def _refuse_dry_run_beside_a_sync(self) -> None:
         """A dry run copies the state files; one being written by a running sync could be torn."""
@@ -273,6 +286,12 @@ class SyncEngine:
             if self.ctx.resourcelist_url:
                 await self.baseline()
                 high_water = self.state.high_water
+                if high_water is None and self.ctx.changelist_url:
+                    # No instant to join the Change Lists to: the copy is the Resource List's, and
+                    # every run (and poll) reads the whole list again; said, not silently so.
+                    self.status(f"the Resource List {self.ctx.resourcelist_url} has no `at` (the spec requires "
+                                "one): its Change Lists cannot be joined to it, so each run reads the whole "
+                                "Resource List again")
                 if high_water is None or not self.ctx.changelist_url:
                     return True
             else:
@@ -634,14 +653,33 @@ def lock_holder(root: Path, *, take: bool = False) -> str | None:
         unlock(file)
         file.close()
         return None
+    file.seek(0)
+    if file.read().strip():
+        # the last holder wrote its name and never cleared it: it was killed (see release_lock)
+        _unreleased.add(root.resolve())
     write_holder(file, f"rsnotify (pid {os.getpid()})")
     _held_locks[root.resolve()] = file
     return None
 
 
+# folders whose lock this process took after a holder that never released it (killed)
+_unreleased: set[Path] = set()
+
+
+def taken_after_a_kill(root: Path) -> bool:
+    """This process holds DIR's lock and the holder before it ended without releasing it (kill
+    -9, a power cut): it may have left temp files behind."""
+    return root.resolve() in _unreleased
+
+
 def release_lock(root: Path) -> None:
     file = _held_locks.pop(root.resolve(), None)
+    _unreleased.discard(root.resolve())
     if file is not None:
+        try:
+            write_holder(file, "")   # an empty lock file: the last holder ended cleanly
+        except OSError:
+            pass                     # a full or read-only disk: the next start sweeps once for nothing
         file.close()   # releases the lock
 
 

@@ -9,14 +9,15 @@ import tempfile
 from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, BinaryIO, cast
+from urllib.parse import urlsplit
 
 import aiohttp
 
-from rsnotify.bodies import bounded_chunks
+from rsnotify.bodies import DEFAULT_WINDOW, bounded_chunks
 from rsnotify.errors import DocumentParseError
 from rsnotify.lists import Entry, ListInfo, ListStream, open_list
 
-from .fetcher import RedirectRefusedError, get_in_origin
+from .fetcher import MAX_REDIRECTS, RedirectRefusedError, get_in_origin
 
 __all__ = ["RemoteList", "SourceDocumentError", "SourceUnreachableError"]
 
@@ -30,6 +31,22 @@ class SourceUnreachableError(Exception):
 
 class SourceDocumentError(Exception):
     """A Source document was fetched but is not usable (4xx, not a list, too big)."""
+
+
+async def _answer(session: aiohttp.ClientSession, url: str) -> aiohttp.ClientResponse:
+    """get_in_origin with a deadline for the answer's head (and its redirects' heads): aiohttp's
+    sock_read bounds only the gap between two reads, so a head dripped a byte at a time held
+    the list (and the folder's lock) for hours. A real server's head comes at once when its
+    answer is ready, which sock_read already bounds: one read timeout per hop, and one to spare."""
+    deadline = (MAX_REDIRECTS + 2) * (session.timeout.sock_read or DEFAULT_WINDOW)
+    timer = asyncio.timeout(deadline)
+    try:
+        async with timer:
+            return await get_in_origin(session, url)
+    except TimeoutError:
+        if not timer.expired():
+            raise          # a read timeout of its own: said as it is
+        raise aiohttp.ServerTimeoutError(f"the answer's head did not come within {deadline:g} s (too slow)") from None
 
 
 class RemoteList:
@@ -46,17 +63,21 @@ class RemoteList:
 
     @classmethod
     async def open(cls, session: aiohttp.ClientSession, url: str, what: str) -> RemoteList:
+        if urlsplit(url).scheme.lower() not in ("http", "https"):
+            # a Capability List or index naming file:, ftp: or javascript: is the Source's
+            # mistake (exit 1), not an outage: aiohttp's error for it named only the URL
+            raise SourceDocumentError(f"{what} {url[:200]!r} is not an http or https URL; refused")
         file = tempfile.SpooledTemporaryFile(max_size=_SPOOL)  # noqa: SIM115 - closed by RemoteList.close
         count = 0
         tail = b""
         try:
-            async with await get_in_origin(session, url) as response:
+            async with await _answer(session, url) as response:
                 if response.status >= 500 or response.status == 429:
                     raise SourceUnreachableError(f"{what} {url} answered {response.status}")
                 if response.status != 200:
                     raise SourceDocumentError(f"{what} {url} answered {response.status}; expected 200")
                 async for chunk in bounded_chunks(response, MAX_LIST_BYTES, lambda _: SourceDocumentError(
-                        f"{what} {url} is larger than {MAX_LIST_BYTES} bytes")):
+                        f"{what} {url} is larger than {MAX_LIST_BYTES} bytes"), window=session.timeout.sock_read):
                     window = tail + chunk
                     count += window.count(b"<url>") + window.count(b"<sitemap>") \
                         - tail.count(b"<url>") - tail.count(b"<sitemap>")

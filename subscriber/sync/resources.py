@@ -8,9 +8,10 @@ from datetime import datetime
 
 import aiohttp
 
-from rsnotify.lists import ListRef, Resource
+from rsnotify.lists import RESOURCE_LIST, ListRef, Resource
 
-from .remote import RemoteList
+from .listdates import refuse_bad_bounds
+from .remote import RemoteList, SourceDocumentError
 
 
 @dataclass
@@ -23,6 +24,7 @@ class ResourceListRead:
 async def resource_chunks(session: aiohttp.ClientSession, url: str, read: ResourceListRead
                           ) -> AsyncIterator[list[Resource]]:
     top = await RemoteList.open(session, url, "Resource List")
+    _check_head(top, part=False)
     read.at = top.info.at
     if not top.info.is_index:
         read.hint = top.entries_hint
@@ -33,8 +35,28 @@ async def resource_chunks(session: aiohttp.ClientSession, url: str, read: Resour
     async for chunk in top.chunks():
         parts.extend(e for e in chunk if isinstance(e, ListRef))
     for ref in parts:
+        refuse_bad_bounds("Resource List Index", url, ref)
         remote = await RemoteList.open(session, ref.loc, "Resource List")
+        _check_head(remote, part=True)
         if top.info.at is None and remote.info.at is not None and (read.at is None or remote.info.at < read.at):
             read.at = remote.info.at   # an index without `at`: the oldest part's
         async for chunk in remote.chunks():
             yield [e for e in chunk if isinstance(e, Resource)]
+
+
+def _check_head(remote: RemoteList, *, part: bool) -> None:
+    """Refuse (and close) a document that is not a Resource List (or, at the top, its index), or
+    one dated in the future (its `at` would be the high-water mark). Read as one anyway, a Change
+    List or a nested index would list no resource, and the baseline would delete the whole copy."""
+    info = remote.info
+    try:
+        if info.capability != RESOURCE_LIST:
+            raise SourceDocumentError(f"{remote.url} is a {info.capability} document; expected a Resource List"
+                                      + (" (a part of the Resource List Index)" if part else ""))
+        if part and info.is_index:
+            raise SourceDocumentError(f"{remote.url} is an index inside a Resource List Index; expected a "
+                                      "Resource List")
+        refuse_bad_bounds("Resource List", remote.url, info)
+    except BaseException:
+        remote.close()
+        raise

@@ -93,12 +93,9 @@ def to_text(value: datetime | None) -> str | None:
         # per text: the text of the last one is reused (datetimes are immutable).
         return last[1]
     utc = value if value.tzinfo is UTC else value.astimezone(UTC)
-    if utc.year >= 1000:
-        # isoformat writes the same text here at two thirds of strftime's cost (one per
-        # record written); strftime stays for the years it writes without zero padding
-        text = f"{utc.isoformat(timespec='microseconds')[:26]}Z"
-    else:
-        text = utc.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    # isoformat pads every year to four digits (glibc's strftime("%Y") writes year 1 as "1",
+    # which from_text cannot read back), at two thirds of strftime's cost
+    text = f"{utc.isoformat(timespec='microseconds')[:26]}Z"
     _remember_text(value, text)
     return text
 

@@ -129,7 +129,10 @@ def test_stored_datetimes_are_the_fixed_width_utc_text_for_every_offset_and_year
         text = to_text(moment)
         assert text == moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ") and len(text) == 27
         assert from_text(text) == moment
-    assert to_text(datetime(999, 12, 31, 23, 30, tzinfo=UTC)) == "999-12-31T23:30:00.000000Z"   # as before
+    # years before 1000 padded too: strftime's "999-..." neither read back nor sorted before "1000-..."
+    early = datetime(999, 12, 31, 23, 30, tzinfo=UTC)
+    assert to_text(early) == "0999-12-31T23:30:00.000000Z" and from_text(to_text(early)) == early
+    assert to_text(early) < to_text(datetime(1000, 1, 1, tzinfo=UTC))
 
 
 def test_records_of_both_shapes_commit_in_order_and_read_back_whole(tmp_path: Path) -> None:
