@@ -427,15 +427,20 @@ class Applier:
         them by path."""
         if self.dry_run:
             return 0, None
-        held = self.state.held_by_disk()
+        held = self._held_by_disk()
         if not held:
             return 0, None
         pause = min(wait_at_most, max(0.0, max(r.next_retry_at or 0.0 for r in held) - time.time()))
         if pause > 0:
             await asyncio.sleep(pause)
         self.state.commit(await self.retry(held, say_next_try=False))
-        first = self.state.held_by_disk(limit=1)
-        return (self.state.count_held_by_disk(), first[0]) if first else (0, None)
+        still = self._held_by_disk()
+        return (len(still), still[0]) if still else (0, None)
+
+    def _held_by_disk(self) -> list[ResourceRecord]:
+        """The records the disk holds back, by path, but those of an --exclude'd loc: this run
+        does not manage them (retry skips them too), so they neither wait nor fail it."""
+        return [r for r in self.state.held_by_disk(limit=None) if not self.exclusions.excludes(r.loc)]
 
     async def retry_due(self, *, everything: bool = False) -> int:
         """Retry (and commit) held-back changes whose time has come (`everything`: all of them,

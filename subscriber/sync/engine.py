@@ -355,6 +355,10 @@ class SyncEngine:
     def exit_code(self) -> int:
         counts = self.state.counts_by_state()
         troubled = sum(counts.get(s, 0) for s in RETRIED_STATES)   # changes still to apply
+        exclusions = self.ctx.applier.exclusions if self.ctx is not None else None
+        if troubled and exclusions is not None and exclusions.patterns:
+            # an --exclude'd resource is not this run's to keep: a change it holds is no difference
+            troubled = sum(1 for loc in self.state.retried_locs() if not exclusions.excludes(loc))
         refused = self.ctx is not None and self.ctx.applier.refusals > 0   # this run refused something
         if self.state.get("unrecoverable_gap") or troubled or refused:
             return EXIT_DIFFERENCES

@@ -428,15 +428,18 @@ class SyncState:
                            "LIMIT ?", (*RETRIED_STATES, now, now, limit))
         return [ResourceRecord.from_row(row) for row in rows]
 
-    def held_by_disk(self, limit: int = 10_000) -> list[ResourceRecord]:
-        """Records holding back a change the Destination's own disk refused (a write or a
-        remove), by path."""
-        rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE {_HELD_BY_DISK} ORDER BY path LIMIT ?",
-                           (*_HELD_BY_DISK_ARGS, limit))
-        return [ResourceRecord.from_row(row) for row in rows]
+    def retried_locs(self) -> list[str]:
+        """The locs of every record holding a change still to apply (the RETRIED_STATES)."""
+        marks = ",".join("?" * len(RETRIED_STATES))
+        return [row[0] for row in self._query(f"SELECT loc FROM resources WHERE state IN ({marks})",
+                                              tuple(RETRIED_STATES))]
 
-    def count_held_by_disk(self) -> int:
-        return int(self._query(f"SELECT count(*) FROM resources WHERE {_HELD_BY_DISK}", _HELD_BY_DISK_ARGS)[0][0])
+    def held_by_disk(self, limit: int | None = 10_000) -> list[ResourceRecord]:
+        """Records holding back a change the Destination's own disk refused (a write or a
+        remove), by path; `limit` None: all of them."""
+        rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE {_HELD_BY_DISK} ORDER BY path LIMIT ?",
+                           (*_HELD_BY_DISK_ARGS, -1 if limit is None else limit))    # -1: no limit
+        return [ResourceRecord.from_row(row) for row in rows]
 
     def next_retry_at(self) -> float | None:
         marks = ",".join("?" * len(RETRIED_STATES))

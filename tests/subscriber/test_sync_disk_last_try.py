@@ -179,6 +179,35 @@ async def test_the_last_try_waits_at_most_two_seconds_and_makes_no_get_while_the
         await engine.close()
 
 
+async def test_a_change_held_back_for_an_excluded_resource_neither_waits_nor_fails_once(source, tmp_path):
+    source.resources = {f"/d/r{i}.txt": f"resource {i}".encode() for i in range(3)}
+    engine = await engine_for(source, tmp_path)
+    try:
+        assert await engine.sync_once() == 0
+        folder = tmp_path / source.base.split("//")[1].replace(":", "_") / "d"
+        with tmpfs_over(folder, "64k"):
+            filler = fill(folder)
+            source.changelists = [(T0, None, [source.change("/d/r1.txt", b"too big for what is left " * 400,
+                                                            T0 + timedelta(minutes=1))])]
+            engine.ctx.changelist_url = source.url("/changelist.xml")
+            assert await engine.sync_once() == 1
+            [held] = engine.state.held_by_disk()
+            await engine.close()
+            # the next run excludes that resource: it does not manage it, so its held-back change
+            # is no reason to wait or to exit 1 (nor tried: no probe, no GET)
+            engine = await engine_for(source, tmp_path, exclude=("d/r1.txt",))
+            source.requests.clear()
+            started = time.monotonic()
+            assert await engine.ctx.applier.last_try() == (0, None)
+            assert time.monotonic() - started < LAST_TRY_WAIT
+            assert await engine.sync_once() == 0
+            assert "/d/r1.txt" not in source.requests
+            assert engine.state.held_by_disk() == [held]       # kept for a run that manages it again
+            filler.unlink()
+    finally:
+        await engine.close()
+
+
 # --- the probe changes nothing ---------------------------------------------------------------
 
 @pytest.mark.parametrize("cause", ["ENOSPC", "EROFS", "writable"])
