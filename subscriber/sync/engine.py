@@ -171,12 +171,17 @@ class SyncEngine:
     def _sweep_partials(self) -> None:
         """Remove the temp files of the killed process that held DIR before this one."""
         try:
-            removed = sweep_partials(self.root)
+            removed, failed = sweep_partials(self.root)
         except OSError as exc:
-            self.status(f"cannot remove the temp files a killed sync left in {self.root}: {exc}")
-            return
+            removed, failed = 0, 1
+            self.status(f"cannot look for the temp files a killed sync left in {self.root}: {exc}")
         if removed:
             self.status(f"removed {removed:,} temp file(s) that a killed sync left in {self.root}")
+        if failed:
+            # the lock keeps the killed holder's name at release, so the next start sweeps again
+            _unswept.add(self.root.resolve())
+            self.status(f"{failed:,} temp file(s) a killed sync left in {self.root} could not be removed; "
+                        "the next start tries again")
 
     def _refuse_dry_run_beside_a_sync(self) -> None:
         """A dry run copies the state files; one being written by a running sync could be torn."""
@@ -668,6 +673,8 @@ def lock_holder(root: Path, *, take: bool = False) -> str | None:
 
 # folders whose lock this process took after a holder that never released it (killed)
 _unreleased: set[Path] = set()
+# of those, the folders whose killed holder's temp files could not all be removed
+_unswept: set[Path] = set()
 
 
 def taken_after_a_kill(root: Path) -> bool:
@@ -679,11 +686,14 @@ def taken_after_a_kill(root: Path) -> bool:
 def release_lock(root: Path) -> None:
     file = _held_locks.pop(root.resolve(), None)
     _unreleased.discard(root.resolve())
+    unswept = root.resolve() in _unswept
+    _unswept.discard(root.resolve())
     if file is not None:
-        try:
-            write_holder(file, "")   # an empty lock file: the last holder ended cleanly
-        except OSError:
-            pass                     # a full or read-only disk: the next start sweeps once for nothing
+        if not unswept:      # else the holder's name stays: the next start sweeps what is left
+            try:
+                write_holder(file, "")   # an empty lock file: the last holder ended cleanly
+            except OSError:
+                pass                     # a full or read-only disk: the next start sweeps once for nothing
         file.close()   # releases the lock
 
 

@@ -3,14 +3,18 @@ its target and is renamed into place when complete; a process killed meanwhile (
 cut) leaves that file behind, and nothing else ever removes it: `diff -r SRC COPY` would list it
 and its bytes would stay on the disk. The next process that takes the folder's lock after such an
 end removes them (`sweep_partials`); only one process writes a folder at a time, so every temp
-file found then belongs to a dead one.
+file found then belongs to a dead one, but for those below a folder another sync keeps (a copy
+nested in this one, with its own lock), which are left to it.
 """
 from __future__ import annotations
 
 import errno
 import os
 import re
+import stat
 from pathlib import Path
+
+from rsnotify.copies import STATE_FILE
 
 from .sink import PARTIAL_PREFIX
 from .state import STATE_DIR
@@ -20,14 +24,19 @@ from .state import STATE_DIR
 _PARTIAL = re.compile(re.escape(PARTIAL_PREFIX) + r"\d+-\d+")
 
 
-def sweep_partials(root: Path) -> int:
-    """Remove every temp file of a dead sync below `root` (never through a symlink: fwalk opens
-    each folder without following one, and a link named like a temp file is removed as a link);
-    how many were removed."""
-    removed = 0
-    for folder, dirs, names, fd in os.fwalk(root):
-        if folder == str(root):
+def sweep_partials(root: Path) -> tuple[int, int]:
+    """Remove every temp file of a dead sync below `root` (DIR, or a link to it; below it never
+    through a symlink: fwalk opens each folder without following one, and a link named like a
+    temp file is removed as a link), going on past one that cannot be removed; (how many were
+    removed, how many could not be)."""
+    removed = failed = 0
+    top = os.path.realpath(root)
+    for folder, dirs, names, fd in os.fwalk(top):
+        if folder == top:
             dirs[:] = [d for d in dirs if d != STATE_DIR]
+        elif STATE_DIR in dirs and _keeps_state(fd):
+            dirs[:] = []        # another sync's copy: its temp files are its own
+            continue
         for name in names:
             if _PARTIAL.fullmatch(name):
                 try:
@@ -35,5 +44,14 @@ def sweep_partials(root: Path) -> int:
                     removed += 1
                 except OSError as exc:
                     if exc.errno != errno.ENOENT:
-                        raise
-    return removed
+                        failed += 1
+    return removed, failed
+
+
+def _keeps_state(folder_fd: int) -> bool:
+    """Does the folder open as `folder_fd` hold a sync's state database (rsnotify.copies.is_copy)?"""
+    try:
+        found = os.stat(f"{STATE_DIR}/{STATE_FILE}", dir_fd=folder_fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISREG(found.st_mode)
