@@ -8,11 +8,12 @@ ports (8080 for `rsnotify hub`, 8081 for `rsnotify subscribe`): under CI the run
 itself, so a test that binds one fails there as it would beside a developer's running hub."""
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tests.support import cli
 from tests.support.http import fetch
 from tests.support.hubproc import HubProcess, start_hub
 from tests.support.ports import free_port
+from tests.support.rawhttp import LOOP_FACTORIES
 from tests.support.waiting import wait_until
 
 
@@ -63,6 +65,16 @@ SLOW_FILES = (
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {path: n for n, path in enumerate(SLOW_FILES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(SLOW_FILES)))     # stable
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The loops pytest-asyncio runs an async test on: the ones its module names with
+    `pytest.mark.asyncio(loop_factories=...)` (tests/support/rawhttp.py's LOOPS), else asyncio's
+    alone (one factory: the test's id is left as it is). The hook answers for every async test
+    (pytest-asyncio refuses a None), so the choice is the marker's."""
+    marker = item.get_closest_marker("asyncio")
+    names = marker.kwargs.get("loop_factories", ("asyncio",)) if marker else ("asyncio",)
+    return {name: LOOP_FACTORIES[name] for name in names}
 
 
 # `rsnotify hub` and `rsnotify subscribe` listen here by default: a developer may be running them.
