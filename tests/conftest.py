@@ -51,7 +51,8 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # xdist workers start them first (pyproject: --no-loadscope-reorder); the rest follow in their
 # usual order. Only the order depends on this list: a file missing from it still runs.
 SLOW_FILES = (
-    "tests/ops/test_ops_failover.py", "tests/ops/test_ops_failover_tls.py", "tests/bench/test_bench_smoke.py", "tests/e2e/test_e2e_sync_ops.py",
+    "tests/ops/test_ops_failover.py", "tests/bench/test_bench_smoke_isolation.py", "tests/bench/test_bench_smoke_paired.py",
+    "tests/bench/test_bench_smoke.py", "tests/bench/test_bench_smoke_sync.py", "tests/ops/test_ops_failover_tls.py", "tests/e2e/test_e2e_sync_ops.py",
     "tests/hub/test_min_replicas.py", "tests/hub/test_edges_replay.py", "tests/e2e/test_e2e_sync_names.py",
     "tests/subscriber/test_sync_exclude.py", "tests/subscriber/test_sync_trust.py", "tests/hub/test_worker_e2e.py", "tests/publisher/test_source.py",
     "tests/e2e/test_e2e_sync.py", "tests/subscriber/test_subscriber_frameworks.py",
