@@ -21,7 +21,7 @@ from rsnotify.hub import keys
 from tests.support import cli
 from tests.support.http import get_json, post_form
 from tests.support.hubproc import HubProcess, start_hub
-from tests.support.sentinels import SentinelGroup, start_sentinel_group
+from tests.support.sentinels import Node, SentinelGroup, start_sentinel_group
 from tests.support.subscribers import Recorded, RecordingSubscriber
 from tests.support.waiting import wait_until
 
@@ -32,9 +32,13 @@ KILL_AFTER = 100
 RETURN_AFTER = 200              # the old primary starts again here, amid the publishes
 CALLBACKS = ("/s1", "/s2", "/s3")
 PUBLIC_URL = "http://hub.rsnotify.test/"
-DOWN_AFTER_MS = 1000
-# --redis-timeout, below the time a promotion takes (down-after + election), so publishes during
-# it are answered 503 and sent again: the path under test. No answer may take much longer.
+# Sentinel's down-after: twice --redis-timeout, so that a publish cannot ride out the promotion
+# (down-after + election) in one request: the hub retries an append for --redis-timeout, and on a
+# busy machine its last attempt (Sentinel lookups and connects over TLS) may take a second more;
+# at 1 s a publish was seen answered 200 after 3 s, with no 503 at all.
+DOWN_AFTER_MS = 2000
+# --redis-timeout, below the time a promotion takes, so publishes during it are answered 503 and
+# sent again: the path under test. No answer may take much longer.
 REDIS_TIMEOUT = 1.0
 REPLICA_TIMEOUT = 0.5
 DATA_PASSWORD = "data-nodes-secret"
@@ -49,6 +53,7 @@ class Publishing:
     accepted: dict[int, int] = field(default_factory=dict)
     refusals: list[tuple[int, str | None]] = field(default_factory=list)   # (status, Retry-After)
     killed_at: float = 0.0          # time.time() of the SIGKILL
+    killed: Node | None = None      # the node killed (and started again, when the old primary returns)
     slowest: float = 0.0            # s of the slowest single answer
 
 
@@ -66,13 +71,17 @@ def publish(hub_url: str, n: int) -> tuple[int, str | None, bytes, float]:
 
 
 def publish_all(hub: HubProcess, group: SentinelGroup, seen: Publishing, old_primary_returns: bool) -> None:
-    killed = group.primary()
     for n in range(1, NOTIFICATIONS + 1):
         if n == KILL_AFTER + 1:
-            killed.kill()
+            # the primary of this moment: on a busy machine the Sentinels may have failed over once
+            # already (a spurious one, down-after being 1 s), and killing the replica it left behind
+            # would test nothing
+            seen.killed = group.primary()
+            seen.killed.kill()
             seen.killed_at = time.time()
         if n == RETURN_AFTER + 1 and old_primary_returns:
-            killed.start()          # same port, same data: Sentinel turns it into a replica
+            assert seen.killed is not None
+            seen.killed.start()     # same port, same data: Sentinel turns it into a replica
         deadline = time.monotonic() + PUBLISH_DEADLINE
         while True:
             status, retry_after, answer, took = publish(hub.url, n)
@@ -130,7 +139,8 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
         publish_all(hub, group, seen, old_primary_returns)
         if old_primary_returns:
             # as a replica; or the primary again, when a second (spurious) failover under load chose it
-            wait_until(lambda: group.role(first_primary) == ("master" if group.primary() is first_primary else "slave"),
+            killed = seen.killed
+            wait_until(lambda: group.role(killed) == ("master" if group.primary() is killed else "slave"),
                        30, "the old primary to come back as a replica", logs=tmp_path / "redis")
 
         def everyone_has_everything() -> bool:
@@ -165,7 +175,7 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
         # on the new primary and on the old one (when it came back), now its replica
         log_key = keys.topic_log_key(keys.topic_id(TOPIC))
         # (one node when a second failover made the old primary the primary again)
-        returned = [first_primary] if old_primary_returns and first_primary is not new_primary else []
+        returned = [seen.killed] if old_primary_returns and seen.killed is not new_primary else []
         for node in [new_primary, *returned]:
             client = group.client(node)
             try:
