@@ -153,12 +153,20 @@ class SentinelGroup:
                    and v.get("state") == "online")
 
     def _sentinels_see(self, replicas: int) -> bool:
+        """Every Sentinel knows the other Sentinels and `replicas` replicas it could promote: each
+        connected, its link to the primary up, as its INFO said within the last 10 s (a replica
+        a Sentinel has not asked yet is not one it promotes: SENTINEL FAILOVER answers NOGOODSLAVE)."""
         for sentinel in self.sentinels:
             client = self.client(sentinel)
             try:
                 state = client.sentinel_master(self.service)
                 if int(state["num-slaves"]) < replicas or int(state["num-other-sentinels"]) < \
                         len(self.sentinels) - 1:
+                    return False
+                promotable = [r for r in client.sentinel_slaves(self.service)
+                              if not (r["is_disconnected"] or r["is_sdown"]) and r["master-link-status"] == "ok"
+                              and r["info-refresh"] < 10_000]
+                if len(promotable) < replicas:
                     return False
             except redis_lib.RedisError:
                 return False
