@@ -12,10 +12,10 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 # Every scenario of `python -m bench` (bench/cli.py's SCENARIOS) in four groups of about the same
-# length, each started by its own file; a scenario that needs the fan-out's ceiling (scale) runs in
-# the group that measures it.
-GROUPS = (("ceiling", "fanout", "scale"), ("latency", "ingest", "subscribe"), ("isolation", "failover"),
-          ("source", "sync"))
+# length (10-20 s each on a quiet 2-core machine), each started by its own file; a scenario that
+# needs the fan-out's ceiling (scale) runs in the group that measures it.
+GROUPS = (("ceiling", "fanout", "scale", "source"), ("latency", "ingest", "subscribe"), ("isolation", "failover"),
+          ("sync",))
 # What each scenario reports, (scenario, medium): one with a ceiling of its own reports that too, and
 # sync reports its baseline on each medium (disk, tmpfs) and its live and inbox steps.
 REPORTS: dict[str, tuple[tuple[str, str | None], ...]] = {

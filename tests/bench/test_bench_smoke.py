@@ -1,6 +1,6 @@
 """The benchmark harness end to end at its smallest size, so it can't rot; figures are not asserted.
 Its scenarios run in four groups, one a file (tests/bench/smoke.py): this one measures the fan-out
-against its ceiling, and scale beside that ceiling."""
+against its ceiling, scale beside that ceiling, and the Source (rsnotify source's publishing)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -23,7 +23,7 @@ def test_the_groups_cover_every_scenario() -> None:
 
 
 @pytest.mark.timeout(420)
-def test_fanout_and_scale_run_end_to_end_against_the_ceiling_with_all_deliveries_checked(tmp_path: Path) -> None:
+def test_fanout_scale_and_source_run_end_to_end_with_all_deliveries_checked(tmp_path: Path) -> None:
     smoke = run_group(tmp_path, GROUPS[0])
     fanout = smoke.only("fanout")
     assert fanout["deliveries"] == fanout["subscribers"] * fanout["notifications"]
