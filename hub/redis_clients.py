@@ -201,6 +201,10 @@ class AsyncSentinelPool(sentinel_async.SentinelConnectionPool, redis_async.Block
                 pass                    # no Sentinel answers now: the command's own connection tells
             if self.master_address != before:
                 await self.disconnect(inuse_connections=True)
+        if command_name is None and not keys and not options:
+            # redis-py >= 5.3 calls this without arguments and warns (DeprecationWarning) when given
+            # any, None included; before 5.3 its callers always name the command
+            return await super().get_connection()
         return await super().get_connection(command_name, *keys, **options)
 
     async def get_master_address(self) -> Any:

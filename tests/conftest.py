@@ -8,11 +8,12 @@ ports (8080 for `rsnotify hub`, 8081 for `rsnotify subscribe`): under CI the run
 itself, so a test that binds one fails there as it would beside a developer's running hub."""
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import socket
 import subprocess
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from tests.support import cli
 from tests.support.http import fetch
 from tests.support.hubproc import HubProcess, start_hub
 from tests.support.ports import free_port
+from tests.support.rawhttp import LOOP_FACTORIES
 from tests.support.waiting import wait_until
 
 
@@ -45,24 +47,47 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         held.close()
 
 
-# The slowest files (a quiet 2-core machine: 6 to 25 s each), collected first so that the
-# xdist workers start them first (pyproject: --no-loadscope-reorder); the rest follow in their
-# usual order. Only the order depends on this list: a file missing from it still runs.
+# The slowest files, longest first, collected first so that the xdist workers start them first
+# (pyproject: --no-loadscope-reorder) and the run ends on short ones; the rest follow in their usual
+# order. The order is that of each file's wall time in a whole run of main on a loaded 2-core
+# machine (load 20-26, 26 Nov 2026: 135 s down to 30 s each; about half that at load 8),
+# the four bench groups and the two failover files as measured beside it. Only the order depends on
+# this list: a file missing from it still runs.
 SLOW_FILES = (
-    "tests/ops/test_ops_failover.py", "tests/bench/test_bench_smoke.py", "tests/e2e/test_e2e_sync_ops.py",
-    "tests/hub/test_min_replicas.py", "tests/hub/test_edges_replay.py", "tests/e2e/test_e2e_sync_names.py",
-    "tests/subscriber/test_sync_exclude.py", "tests/subscriber/test_sync_trust.py", "tests/hub/test_worker_e2e.py", "tests/publisher/test_source.py",
-    "tests/e2e/test_e2e_sync.py", "tests/subscriber/test_subscriber_frameworks.py",
-    "tests/hub/test_hostile_requests.py", "tests/publisher/test_publisher_real_hub.py",
-    "tests/ops/test_ops_browser.py", "tests/hub/test_cli_embedded_workers.py", "tests/hub/engine/test_failover.py",
-    "tests/rsnotify/test_house.py", "tests/e2e/test_e2e_sync_sources.py", "tests/rsnotify/test_properties.py",
-    "tests/hub/engine/test_lanes.py", "tests/hub/test_cli_hub.py", "tests/ops/test_ops_scaleout.py",
+    "tests/hub/test_hostile_requests.py", "tests/subscriber/test_subscriber_frameworks.py", "tests/e2e/test_e2e_sync.py",
+    "tests/publisher/test_source_cli_mistakes.py", "tests/rsnotify/test_quick_reading.py",
+    "tests/bench/test_bench_smoke_sync.py", "tests/publisher/test_static_source.py", "tests/publisher/test_source.py",
+    "tests/hub/test_repeated_form_fields.py", "tests/e2e/test_e2e_sync_ops.py", "tests/rsnotify/test_cli_traps.py",
+    "tests/subscriber/test_sync_cli_stranger.py", "tests/hub/test_cli_hub.py", "tests/bench/test_bench_smoke_paired.py",
+    "tests/hub/test_numeric_hosts.py", "tests/publisher/test_source_edges.py", "tests/subscriber/test_inspect.py",
+    "tests/subscriber/test_sync_live_disk.py", "tests/hub/test_worker_e2e.py", "tests/ops/test_ops_browser.py",
+    "tests/subscriber/test_sync_trust.py", "tests/bench/test_bench_smoke_isolation.py",
+    "tests/subscriber/test_sync_harvest_options.py", "tests/subscriber/test_sync_exclude.py",
+    "tests/ops/test_ops_failover.py", "tests/rsnotify/test_properties.py", "tests/bench/test_bench_smoke.py",
+    "tests/subscriber/test_sync_hostile_answers.py", "tests/e2e/test_e2e_sync_names.py", "tests/hub/test_edges_intake.py",
+    "tests/hub/test_cli_embedded_workers.py", "tests/ops/test_ops_failover_tls.py", "tests/rsnotify/test_house.py",
+    "tests/hub/test_diagnostics_timestamp.py", "tests/hub/engine/test_follow_cost.py", "tests/rsnotify/test_cli_startup.py",
+    "tests/subscriber/test_inspect_served_source.py", "tests/subscriber/test_sync_leftovers.py",
+    "tests/publisher/test_publisher_real_hub.py", "tests/e2e/test_e2e_sync_sources.py",
+    "tests/subscriber/test_sync_resume_without_source.py", "tests/ops/test_ops_scaleout.py",
+    "tests/hub/test_min_replicas.py", "tests/hub/test_edges_replay.py", "tests/hub/engine/test_failover.py",
+    "tests/hub/engine/test_lanes.py",
 )
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     rank = {path: n for n, path in enumerate(SLOW_FILES)}
     items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(SLOW_FILES)))     # stable
+
+
+def pytest_asyncio_loop_factories(config: pytest.Config, item: pytest.Item) -> Mapping[str, Callable[[], asyncio.AbstractEventLoop]]:
+    """The loops pytest-asyncio runs an async test on: the ones its module names with
+    `pytest.mark.asyncio(loop_factories=...)` (tests/support/rawhttp.py's LOOPS), else asyncio's
+    alone (one factory: the test's id is left as it is). The hook answers for every async test
+    (pytest-asyncio refuses a None), so the choice is the marker's."""
+    marker = item.get_closest_marker("asyncio")
+    names = marker.kwargs.get("loop_factories", ("asyncio",)) if marker else ("asyncio",)
+    return {name: LOOP_FACTORIES[name] for name in names}
 
 
 # `rsnotify hub` and `rsnotify subscribe` listen here by default: a developer may be running them.

@@ -24,7 +24,6 @@ from tests.support.rawhttp import (
     Certificates,
     RawServer,
     answering,
-    loop_policy,
     make_certificates,
     raw_servers,
 )
@@ -35,9 +34,7 @@ HEADERS = {"Content-Type": "application/xml", "Link": '<http://example.org/t>; r
 BODY = b"<urlset>\xc3\xa9 exact bytes\r\n</urlset>"
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 
-@pytest.fixture(params=LOOPS)
-def event_loop_policy(request) -> asyncio.AbstractEventLoopPolicy:
-    return loop_policy(request.param)
+pytestmark = pytest.mark.asyncio(loop_factories=LOOPS)     # each test on asyncio's loop and uvloop's
 
 
 @pytest.fixture
@@ -62,6 +59,12 @@ async def client():
 
 async def post(client: OutboundClient, url: URL, limits: Limits = LIMITS, headers=HEADERS, body=BODY) -> Answer:
     return await client.request("POST", url, headers, body, limits)
+
+
+async def test_each_test_runs_on_the_loop_its_id_names(request: pytest.FixtureRequest) -> None:
+    # the marker above is what puts these tests on uvloop; without this they could pass on asyncio's twice
+    loop_module = type(asyncio.get_running_loop()).__module__
+    assert loop_module.startswith("uvloop") == request.node.name.endswith("[uvloop]"), (loop_module, request.node.name)
 
 
 # -- the request

@@ -24,7 +24,6 @@ from tests.support.rawhttp import (
     Handler,
     RawServer,
     answering,
-    loop_policy,
     make_certificates,
     raw_servers,
 )
@@ -34,9 +33,7 @@ HINT = "allow it with --allow-network CIDR"
 LIMITS = Limits(connect_timeout=1.0, total_timeout=None, max_body=64 * 1024 * 1024, read_timeout=1.0)
 
 
-@pytest.fixture(params=LOOPS)
-def event_loop_policy(request) -> asyncio.AbstractEventLoopPolicy:
-    return loop_policy(request.param)
+pytestmark = pytest.mark.asyncio(loop_factories=LOOPS)     # each test on asyncio's loop and uvloop's
 
 
 @pytest.fixture

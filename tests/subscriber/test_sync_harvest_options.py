@@ -221,9 +221,10 @@ def test_rate_spaces_the_requests_to_one_host(tmp_path):
         gaps = [later - earlier for earlier, later in zip(arrivals, arrivals[1:])]
         # lists and resources share one limit per host: every start 0.2 s after the one before,
         # whatever --concurrency allows. Seen at the Source a gap shrinks by however late the
-        # request before it arrived (up to ~0.06 s on a loaded machine); unlimited, 8 come at once
-        assert min(gaps) >= 0.1, gaps
-        assert arrivals[-1] - arrivals[0] >= 0.2 * (len(arrivals) - 1) * 0.9
+        # request before it arrived (0.12 s seen in a whole run at load 18), and the span by how late
+        # the first one did; unlimited, 8 come at once (gaps of a few ms)
+        assert min(gaps) >= 0.05, gaps
+        assert arrivals[-1] - arrivals[0] >= 0.2 * (len(arrivals) - 1) * 0.9, gaps
         bad = cli.run("sync", "--dir", str(tmp_path / "x"), "--capability-list", server.base + "/capabilitylist.xml",
                       "--once", "--rate", "0")
         assert bad.returncode == 2 and "--rate" in bad.stderr

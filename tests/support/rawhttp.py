@@ -144,16 +144,18 @@ def make_certificates(folder: Path) -> Certificates:
 # -- what the client tests' fixtures are made of
 
 
-LOOPS = ("asyncio", "uvloop")   # the outbound client runs on both: the hub's worker on uvloop
+def _uvloop_loop() -> asyncio.AbstractEventLoop:
+    import uvloop       # here, not at import: only the client tests run on it
+    return uvloop.new_event_loop()
 
 
-def loop_policy(name: str) -> asyncio.AbstractEventLoopPolicy:
-    """The policy of one of LOOPS: their transports differ in how they report a peer's close and
-    a write after it."""
-    if name == "uvloop":
-        import uvloop
-        return uvloop.EventLoopPolicy()
-    return asyncio.DefaultEventLoopPolicy()
+# The loops the outbound client's tests run on, by name: their transports differ in how they report
+# a peer's close and a write after it, and the hub's worker runs on uvloop. tests/conftest.py hands
+# them to pytest-asyncio (its pytest_asyncio_loop_factories hook); a module runs each test on both
+# with `pytestmark = pytest.mark.asyncio(loop_factories=LOOPS)`.
+LOOP_FACTORIES: dict[str, Callable[[], asyncio.AbstractEventLoop]] = {
+    "asyncio": asyncio.new_event_loop, "uvloop": _uvloop_loop}
+LOOPS = tuple(LOOP_FACTORIES)
 
 
 @contextlib.asynccontextmanager

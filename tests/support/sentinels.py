@@ -7,6 +7,7 @@ With `tls` (a TlsFiles), every node and Sentinel listens with TLS only, replicat
 from __future__ import annotations
 
 import contextlib
+import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
@@ -152,12 +153,20 @@ class SentinelGroup:
                    and v.get("state") == "online")
 
     def _sentinels_see(self, replicas: int) -> bool:
+        """Every Sentinel knows the other Sentinels and `replicas` replicas it could promote: each
+        connected, its link to the primary up, as its INFO said within the last 10 s (a replica
+        a Sentinel has not asked yet is not one it promotes: SENTINEL FAILOVER answers NOGOODSLAVE)."""
         for sentinel in self.sentinels:
             client = self.client(sentinel)
             try:
                 state = client.sentinel_master(self.service)
                 if int(state["num-slaves"]) < replicas or int(state["num-other-sentinels"]) < \
                         len(self.sentinels) - 1:
+                    return False
+                promotable = [r for r in client.sentinel_slaves(self.service)
+                              if not (r["is_disconnected"] or r["is_sdown"]) and r["master-link-status"] == "ok"
+                              and r["info-refresh"] < 10_000]
+                if len(promotable) < replicas:
                     return False
             except redis_lib.RedisError:
                 return False
@@ -195,7 +204,11 @@ def start_sentinel_group(workdir: Path, *, replicas: int = 2, sentinels: int = 3
         lines = [*_tls_lines(tls, port), "bind 127.0.0.1", f"dir {data}", "appendonly yes",
                  "appendfsync everysec", 'save ""', "daemonize no",
                  # a replica that lost its primary answers reads with what it has; writes never
-                 "replica-read-only yes"]
+                 "replica-read-only yes",
+                 # a (re)joining replica's full sync starts at once: the default waits 5 s for more
+                 # replicas to share a diskless transfer, which the group's start and an old primary
+                 # coming back as a replica would sit out
+                 "repl-diskless-sync-delay 0"]
         if index > 0:
             lines.append(f"replicaof 127.0.0.1 {primary_port}")
         else:
@@ -306,15 +319,29 @@ def tls_capable_server(files: TlsFiles) -> str | None:
     with contextlib.suppress(RedisServerError):     # no server at all: then there is no TLS one either
         candidates.append(find_redis_server())
     for binary in dict.fromkeys(c for c in candidates if c):
-        process = subprocess.Popen([binary, "--port", "0", "--tls-port", str(free_port()), "--bind", "127.0.0.1",
+        port = free_port()
+        process = subprocess.Popen([binary, "--port", "0", "--tls-port", str(port), "--bind", "127.0.0.1",
                                     "--tls-cert-file", str(files.cert), "--tls-key-file", str(files.key),
                                     "--tls-ca-cert-file", str(files.ca), "--save", "", "--appendonly", "no"],
                                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                    cwd=files.ca.parent)
         try:
-            process.wait(1.0)           # one without TLS exits at once on the unknown directive
-        except subprocess.TimeoutExpired:
-            process.kill()
+            # one without TLS exits at once on the unknown directive; one with it listens on the port
+            if _listens_or_exits(process, port):
+                return binary
+        finally:
+            if process.poll() is None:
+                process.kill()
             process.wait()
-            return binary
     return None
+
+
+def _listens_or_exits(process: subprocess.Popen, port: int, timeout: float = 10.0) -> bool:
+    """True once 127.0.0.1:`port` takes a connection, False once `process` has exited (or never
+    listened within `timeout`)."""
+    deadline = time.monotonic() + timeout
+    while process.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+        time.sleep(0.02)
+    return False

@@ -13,14 +13,17 @@ T = TypeVar("T")
 
 def wait_until(condition: Callable[[], T], timeout: float = 30.0, what: str = "the condition",
                logs: Iterable[Path] | Path = ()) -> T:
-    """Poll `condition` every 50 ms until it is true and return what it gave; on timeout fail with
-    `what` and the tail of each log (a directory: its *.log files then), so a failure shows what
-    the processes said."""
+    """Poll `condition` until it is true and return what it gave; on timeout fail with `what` and
+    the tail of each log (a directory: its *.log files then), so a failure shows what the processes
+    said. The polls start 20 ms apart and grow to 100 ms: a quick answer is seen at once, and a long
+    wait does not keep a hub busy answering (most conditions are HTTP requests to one)."""
     deadline = time.monotonic() + timeout
+    pause = 0.02
     while not (result := condition()):
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}{log_tails(logs)}")
-        time.sleep(0.05)
+        time.sleep(pause)
+        pause = min(pause * 1.5, 0.1)
     return result
 
 
