@@ -26,7 +26,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from rsnotify.lists import RESOURCE_LIST, ListInfo, ListRef, ListWriter, Resource
+from rsnotify.errors import DocumentParseError
+from rsnotify.lists import (
+    RESOURCE_LIST,
+    ListInfo,
+    ListRef,
+    ListWriter,
+    Resource,
+    open_list,
+)
 from rsnotify.notification import Link
 
 from ..memory.resourcelist import RESOURCE_LIST_NAME
@@ -80,9 +88,21 @@ class PartedResourceList:
         self._written_through: int | None = None  # change id the files in OUT reflect; None: none yet
         self._retired: list[tuple[float, str]] = []
         self._swept = False
+        self._previous: set[str] = set()    # the parts the index in OUT named when this run began
 
     def write(self) -> None:
-        """Bring the files in OUT up to every change recorded in the memory."""
+        """Bring the files in OUT up to every change recorded in the memory. A write that fails
+        (a full disk) leaves the next one to write the whole list again."""
+        if not self._swept:
+            # the index an earlier run left is still served until this run's replaces it
+            self._previous = self._parts_named_in_out()
+        try:
+            self._write()
+        except BaseException:
+            self._written_through = None
+            raise
+
+    def _write(self) -> None:
         self.memory.update_resources(self.topic)
         with self.memory.snapshot() as db:
             through = resources_change_id(db, self.topic)
@@ -164,6 +184,17 @@ class PartedResourceList:
                 writer.write(entry)
         os.replace(temporary, self.out / name)
 
+    def _parts_named_in_out(self) -> set[str]:
+        """The part files the Resource List index in OUT names (none: no index, or unreadable)."""
+        try:
+            with (self.out / RESOURCE_LIST_NAME).open("rb") as handle:
+                listed = open_list(handle)
+                if not listed.info.is_index:
+                    return set()
+                return {ref.loc.rsplit("/", 1)[-1] for ref in listed if isinstance(ref, ListRef)}
+        except (OSError, DocumentParseError):
+            return set()
+
     def _retire(self, names: Iterable[str]) -> None:
         now = self.clock()
         self._retired.extend((now, name) for name in names)
@@ -171,15 +202,23 @@ class PartedResourceList:
     def _delete_retired(self) -> None:
         horizon = self.clock() - self.retire_seconds
         if not self._swept:
-            # Parts an earlier run left: retired when their file was last written, at the latest.
+            # Parts an earlier run left: those its index named were served until this run's index
+            # replaced it, so they are retired now, and readers of that index keep them for
+            # retire_seconds (a cron run of --write --once must not pull them from under a
+            # Destination's baseline); any other one when its file was last written, at the latest.
             self._swept = True
             current = {part.name for part in self.parts}
+            now = self.clock()
             for path in self.out.glob(f"{PART_PREFIX}*.xml"):
-                if path.name not in current:
-                    try:
-                        self._retired.append((path.stat().st_mtime, path.name))
-                    except OSError:
-                        continue
+                if path.name in current:
+                    continue
+                if path.name in self._previous:
+                    self._retired.append((now, path.name))
+                    continue
+                try:
+                    self._retired.append((path.stat().st_mtime, path.name))
+                except OSError:
+                    continue
         keep: list[tuple[float, str]] = []
         for retired_at, name in self._retired:
             if retired_at <= horizon:

@@ -155,23 +155,31 @@ def test_parts_split_when_grown_drop_when_empty_and_old_ones_go_after_the_grace(
 
 
 def test_a_restart_writes_a_whole_new_list_and_later_deletes_the_old_parts(tmp_path):
-    source = make_source(tmp_path, {f"r{i:05d}.txt": b"r" for i in range(PART_ENTRIES + 5)})
-    source.sync_folder()
-    source.write_all()
+    """A restart (a cron run of --write --once) writes a new index; the parts the one before it
+    named stay for its readers, and go at a later run once their grace is over."""
+    def run() -> list[str]:
+        source = open_source(tmp_path)
+        source.sync_folder()
+        source.write_all()
+        source.outbox.close()
+        source.memory.close()
+        return listed(out)[1]
+
+    made = make_source(tmp_path, {f"r{i:05d}.txt": b"r" for i in range(PART_ENTRIES + 5)})
+    made.outbox.close()
+    made.memory.close()
     out = tmp_path / "out"
-    _, first, _ = listed(out)
-    source.outbox.close()
-    source.memory.close()
-    for name in first:   # written long ago, as far as the next run can tell
+    first = run()
+    for name in first:   # written long ago, as far as the next runs can tell
         os.utime(out / name, (1_000_000, 1_000_000))
-    again = open_source(tmp_path)
-    again.sync_folder()
-    again.write_all()
-    _, second, resources = listed(out)
+    second = run()
+    _, names, resources = listed(out)
     assert len(resources) == PART_ENTRIES + 5 and not set(first) & set(second)
-    assert sorted(p.name for p in out.glob("resourcelist-*.xml")) == sorted(second)
-    again.outbox.close()
-    again.memory.close()
+    # a Destination that fetched the first index a moment ago still finds every part it names
+    assert sorted(p.name for p in out.glob("resourcelist-*.xml")) == sorted(first + second)
+    third = run()
+    assert not set(third) & set(second)
+    assert sorted(p.name for p in out.glob("resourcelist-*.xml")) == sorted(second + third)
 
 
 def test_resync_copies_and_follows_a_parted_list_behind_nginx(hub_process, nginx, tmp_path):  # noqa: F811
