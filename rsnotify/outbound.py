@@ -1,8 +1,9 @@
 """rsnotify's lean HTTP/1.1 client: a keep-alive pool per (scheme, host, port), the
 outbound-address guard on the very address each socket connects to, TLS with verification,
-bounded in time and in the answer's size. The hub's worker sends its deliveries, verifications
-and denials with `request()` (thin-ping fetches keep aiohttp's session); a Destination's sync
-GETs a Source's resources with `open()`, which hands back the answer's head and streams its body.
+bounded in time and in the answer's size. The hub sends its deliveries, verifications, denials
+and diagnostics links with `request()` and fetches thin-pinged topics with `open()`; a
+Destination's sync GETs a Source's resources with `open()`, which hands back the answer's head
+and streams its body.
 
 It sends what the caller gives; it never follows redirects, keeps no cookies and reads no
 proxy settings. `request()` reads at most `Limits.max_body` bytes of the answer, decodes no

@@ -270,6 +270,10 @@ class Deliveries:
                 self._report()
             except RedisError as exc:
                 log.error("delivery keeper: Redis failed: %s", exc)
+            except Exception:   # noqa: BLE001 - the keeper must outlive any one look, or claims lapse
+                # without it no checkpoint is written and no claim renewed: every held
+                # subscription would go to another worker and its deliveries be sent twice
+                log.exception("delivery keeper: one look failed; it goes on")
 
     async def _renew(self, runs: list[SubRun]) -> None:
         ttl_ms = int(self.settings.lock_ttl * 1000)
