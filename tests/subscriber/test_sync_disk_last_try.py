@@ -12,19 +12,23 @@ ENOSPC; read-only: EROFS):
 """
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import threading
 import time
-from dataclasses import replace
-from datetime import timedelta
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from rsnotify.subscriber.sync.apply import LAST_TRY_WAIT, SWEEP_GAP
+from rsnotify.subscriber.sync.engine import SyncEngine
 from rsnotify.subscriber.sync.sink import PARTIAL_PREFIX, FolderSink
+from rsnotify.subscriber.sync.state import ResourceRecord
 from tests.e2e.test_e2e_sync import carries, hub, site, tree, wait_until  # noqa: F401 - the fixtures
 from tests.subscriber import test_sync_engine as engine_tests
 from tests.subscriber.test_sync_engine import T0, copy, engine_for
@@ -146,7 +150,17 @@ def test_once_exits_1_naming_how_many_the_disk_still_refuses_and_the_first_path(
         assert status["resources"].get("failed") == 3
 
 
-async def test_the_last_try_waits_at_most_two_seconds_and_makes_no_get_while_the_disk_refuses(source, tmp_path):
+@dataclass
+class HeldBack:
+    engine: SyncEngine        # the engine closed at the end (a test may open another in its place)
+    filler: Path              # what fills it: unlink it to make room
+    record: ResourceRecord    # d/r1.txt's, holding its update back
+
+
+@contextlib.asynccontextmanager
+async def r1_held_back(source, tmp_path, *, at: datetime | None = None) -> AsyncIterator[HeldBack]:
+    """A copy of d/r0-r2 whose folder d/ is a full 64k tmpfs, right after the --once run that found
+    an update of d/r1 in the Change List too big for it (its one GET made, exit 1)."""
     source.resources = {f"/d/r{i}.txt": f"resource {i}".encode() for i in range(3)}
     engine = await engine_for(source, tmp_path)
     try:
@@ -156,56 +170,55 @@ async def test_the_last_try_waits_at_most_two_seconds_and_makes_no_get_while_the
             filler = fill(folder)
             source.changelists = [(T0, None, [source.change("/d/r1.txt", b"too big for what is left " * 400,
                                                             T0 + timedelta(minutes=1))])]
+            if at is not None:
+                source.at = at
             engine.ctx.changelist_url = source.url("/changelist.xml")
             source.requests.clear()
             assert await engine.sync_once() == 1
-            assert source.requests.count("/d/r1.txt") == 1          # the fetch; the last try made no GET
-            [held] = engine.state.held_by_disk()
-            assert held.attempts == 2 and "No space left on device" in (held.last_error or "")
-            # Held back for long (the schedule doubles to 5 min): the last try does not sleep
-            # that out; it waits LAST_TRY_WAIT at most, then probes.
-            engine.state.commit([replace(held, attempts=9, next_retry_at=time.time() + 300)])
-            started = time.monotonic()
-            count, first = await engine.ctx.applier.last_try()
-            assert LAST_TRY_WAIT - 0.1 < time.monotonic() - started < LAST_TRY_WAIT + 5
-            assert count == 1 and first is not None and first.loc == held.loc and first.attempts == 10
-            assert "No space left on device" in (first.last_error or "")
-            assert source.requests.count("/d/r1.txt") == 1
-            filler.unlink()
-            assert await engine.sync_once() == 0
-            assert source.requests.count("/d/r1.txt") == 2
-            assert copy(tmp_path, source) == source.resources
+            [record] = engine.state.held_by_disk()
+            held = HeldBack(engine, filler, record)
+            try:
+                yield held
+            finally:
+                engine = held.engine
     finally:
         await engine.close()
+
+
+async def test_the_last_try_waits_at_most_two_seconds_and_makes_no_get_while_the_disk_refuses(source, tmp_path):
+    async with r1_held_back(source, tmp_path) as held:
+        engine = held.engine
+        assert source.requests.count("/d/r1.txt") == 1          # the fetch; the last try made no GET
+        assert held.record.attempts == 2 and "No space left on device" in (held.record.last_error or "")
+        # Held back for long (the schedule doubles to 5 min): the last try does not sleep
+        # that out; it waits LAST_TRY_WAIT at most, then probes.
+        engine.state.commit([replace(held.record, attempts=9, next_retry_at=time.time() + 300)])
+        started = time.monotonic()
+        count, first = await engine.ctx.applier.last_try()
+        assert LAST_TRY_WAIT - 0.1 < time.monotonic() - started < LAST_TRY_WAIT + 5
+        assert count == 1 and first is not None and first.loc == held.record.loc and first.attempts == 10
+        assert "No space left on device" in (first.last_error or "")
+        assert source.requests.count("/d/r1.txt") == 1
+        held.filler.unlink()
+        assert await engine.sync_once() == 0
+        assert source.requests.count("/d/r1.txt") == 2
+        assert copy(tmp_path, source) == source.resources
 
 
 async def test_a_change_held_back_for_an_excluded_resource_neither_waits_nor_fails_once(source, tmp_path):
-    source.resources = {f"/d/r{i}.txt": f"resource {i}".encode() for i in range(3)}
-    engine = await engine_for(source, tmp_path)
-    try:
+    async with r1_held_back(source, tmp_path) as held:
+        await held.engine.close()
+        # the next run excludes that resource: it does not manage it, so its held-back change
+        # is no reason to wait or to exit 1 (nor tried: no probe, no GET)
+        engine = held.engine = await engine_for(source, tmp_path, exclude=("d/r1.txt",))
+        source.requests.clear()
+        started = time.monotonic()
+        assert await engine.ctx.applier.last_try() == (0, None)
+        assert time.monotonic() - started < LAST_TRY_WAIT
         assert await engine.sync_once() == 0
-        folder = tmp_path / source.base.split("//")[1].replace(":", "_") / "d"
-        with tmpfs_over(folder, "64k"):
-            filler = fill(folder)
-            source.changelists = [(T0, None, [source.change("/d/r1.txt", b"too big for what is left " * 400,
-                                                            T0 + timedelta(minutes=1))])]
-            engine.ctx.changelist_url = source.url("/changelist.xml")
-            assert await engine.sync_once() == 1
-            [held] = engine.state.held_by_disk()
-            await engine.close()
-            # the next run excludes that resource: it does not manage it, so its held-back change
-            # is no reason to wait or to exit 1 (nor tried: no probe, no GET)
-            engine = await engine_for(source, tmp_path, exclude=("d/r1.txt",))
-            source.requests.clear()
-            started = time.monotonic()
-            assert await engine.ctx.applier.last_try() == (0, None)
-            assert time.monotonic() - started < LAST_TRY_WAIT
-            assert await engine.sync_once() == 0
-            assert "/d/r1.txt" not in source.requests
-            assert engine.state.held_by_disk() == [held]       # kept for a run that manages it again
-            filler.unlink()
-    finally:
-        await engine.close()
+        assert "/d/r1.txt" not in source.requests
+        assert engine.state.held_by_disk() == [held.record]       # kept for a run that manages it again
+        held.filler.unlink()
 
 
 # --- the probe changes nothing ---------------------------------------------------------------
@@ -273,36 +286,23 @@ async def test_a_held_back_retry_in_a_missing_folder_leaves_no_empty_folder(sour
 # --- an audit repair probes first ------------------------------------------------------------
 
 async def test_an_audit_repair_of_a_held_back_resource_probes_the_disk_before_any_get(source, tmp_path):
-    source.resources = {f"/d/r{i}.txt": f"resource {i}".encode() for i in range(3)}
-    engine = await engine_for(source, tmp_path)
-    try:
-        assert await engine.sync_once() == 0
-        folder = tmp_path / source.base.split("//")[1].replace(":", "_") / "d"
-        with tmpfs_over(folder, "64k"):
-            filler = fill(folder)
-            source.changelists = [(T0, None, [source.change("/d/r1.txt", b"too big for what is left " * 400,
-                                                            T0 + timedelta(minutes=1))])]
-            source.at = T0 + timedelta(minutes=2)
-            engine.ctx.changelist_url = source.url("/changelist.xml")
-            assert await engine.sync_once() == 1
-            [held] = engine.state.held_by_disk()
-            source.requests.clear()
-            report = await engine.audit(repair=True)
-            assert report.changed == 1 and report.repair_failed == 1 and report.repaired == 0
-            assert report.examples["repair_failed"] == [source.url("/d/r1.txt")]
-            assert not report.in_sync
-            assert "/d/r1.txt" not in source.requests, source.requests      # the disk said no: no GET
-            [again] = engine.state.held_by_disk()
-            assert again.attempts == held.attempts + 1 and "No space left on device" in (again.last_error or "")
-            assert again.next_retry_at is not None and again.next_retry_at > time.time()
-            filler.unlink()
-            report = await engine.audit(repair=True)
-            assert report.repaired == 1 and report.repair_failed == 0 and report.in_sync
-            assert source.requests.count("/d/r1.txt") == 1
-            assert engine.state.held_by_disk() == []
-            assert copy(tmp_path, source) == source.resources
-    finally:
-        await engine.close()
+    async with r1_held_back(source, tmp_path, at=T0 + timedelta(minutes=2)) as held:
+        engine = held.engine
+        source.requests.clear()
+        report = await engine.audit(repair=True)
+        assert report.changed == 1 and report.repair_failed == 1 and report.repaired == 0
+        assert report.examples["repair_failed"] == [source.url("/d/r1.txt")]
+        assert not report.in_sync
+        assert "/d/r1.txt" not in source.requests, source.requests      # the disk said no: no GET
+        [again] = engine.state.held_by_disk()
+        assert again.attempts == held.record.attempts + 1 and "No space left on device" in (again.last_error or "")
+        assert again.next_retry_at is not None and again.next_retry_at > time.time()
+        held.filler.unlink()
+        report = await engine.audit(repair=True)
+        assert report.repaired == 1 and report.repair_failed == 0 and report.in_sync
+        assert source.requests.count("/d/r1.txt") == 1
+        assert engine.state.held_by_disk() == []
+        assert copy(tmp_path, source) == source.resources
 
 
 @pytest.mark.parametrize("size", [100, 100_000, 300_000])   # written inline, by a thread, streamed
