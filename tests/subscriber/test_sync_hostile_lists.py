@@ -19,6 +19,7 @@ import pytest
 from aiohttp import web
 
 from rsnotify.subscriber.sync.runner import status_of
+from tests.subscriber.test_sync_trust import sync_once
 from tests.support.ports import free_port
 from tests.support.servers import ThreadedServer
 
@@ -90,23 +91,6 @@ def raw() -> Iterator[RawSource]:
     server = ThreadedServer(app, port=source.port).start()
     yield source
     server.stop()
-
-
-@dataclass
-class Run:
-    code: int
-    stderr: str
-    events: list[dict]
-
-    def lines(self, start: str) -> list[str]:
-        return [line for line in self.stderr.splitlines() if line.startswith(start)]
-
-
-def sync_once(source: RawSource, dest: Path, *extra: str, timeout: float = 60) -> Run:
-    done = subprocess.run([RSNOTIFY, "sync", "--capability-list", source.base + "/caps.xml", "--dir", str(dest),
-                           "--once", "--json", *extra], capture_output=True, text=True, timeout=timeout, check=False)
-    assert "Traceback" not in done.stderr, done.stderr
-    return Run(done.returncode, done.stderr, [json.loads(line) for line in done.stdout.splitlines() if line.strip()])
 
 
 def files(root: Path) -> dict[str, bytes]:

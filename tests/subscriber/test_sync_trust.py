@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from aiohttp import web
@@ -115,10 +116,14 @@ class Run:
     def of(self, name: str) -> list[dict]:
         return [e for e in self.events if e["event"] == name]
 
+    def lines(self, start: str) -> list[str]:
+        return [line for line in self.stderr.splitlines() if line.startswith(start)]
 
-def sync_once(source: HostileSource, dest: Path, *extra: str) -> Run:
+
+def sync_once(source: Any, dest: Path, *extra: str, timeout: float = 120) -> Run:
+    """`rsnotify sync --once --json` of `source` (anything with the `base` its /caps.xml is below)."""
     done = subprocess.run([RSNOTIFY, "sync", "--capability-list", source.base + "/caps.xml", "--dir", str(dest),
-                           "--once", "--json", *extra], capture_output=True, text=True, timeout=120, check=False)
+                           "--once", "--json", *extra], capture_output=True, text=True, timeout=timeout, check=False)
     assert "Traceback" not in done.stderr, done.stderr
     return Run(done.returncode, done.stderr, [json.loads(line) for line in done.stdout.splitlines() if line.strip()])
 
