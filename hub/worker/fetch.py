@@ -1,8 +1,8 @@
 """Async core of the thin-ping fetch: GET a topic URL and append what it returns to the topic's log.
 
 Bounded in time (fetch_timeout) and size (fetch_max_bytes), through the worker's guarded
-outbound client (the deliveries' own, keeping the answers' header fields), never following
-redirects. No RQ here beyond queueing the fan-out.
+thin-ping client (rsnotify/outbound.py, one that keeps the answers' header fields), never
+following redirects. No RQ here beyond queueing the fan-out.
 """
 from __future__ import annotations
 
