@@ -18,6 +18,7 @@ from ..keys import (
     due_key,
     fanout_followers_key,
     fanout_queued_key,
+    renewals_key,
     sub_attempts_key,
     sub_dead_body_key,
     sub_dead_key,
@@ -48,12 +49,15 @@ local function take(lock, token, ttl_ms, alive_prefix, alive_suffix)
 end
 """
 
-# KEYS: lock, sub ; ARGV: token, ttl_ms, alive key prefix, alive key suffix.
-# The sub's DELIVERY_FIELDS once this worker owns it, else false.
+# KEYS: lock, sub, renewals ; ARGV: token, ttl_ms, alive key prefix, alive key suffix.
+# The sub's DELIVERY_FIELDS, then the renewals counter as they were read (a renewal that changes
+# the secret later moves it: Deliveries re-reads the secret then), once this worker owns it, else false.
 CLAIM_SCRIPT = Script(_TAKE + """
 if take(KEYS[1], ARGV[1], ARGV[2], ARGV[3], ARGV[4]) then
-  return redis.call('HMGET', KEYS[2], 'topic', 'callback', 'tid', 'secret', 'state', 'expires',
-                    'cursor', 'cursor_seq', 'attempts', 'retry_at', 'resend')
+  local f = redis.call('HMGET', KEYS[2], 'topic', 'callback', 'tid', 'secret', 'state', 'expires',
+                       'cursor', 'cursor_seq', 'attempts', 'retry_at', 'resend')
+  f[#f + 1] = redis.call('GET', KEYS[3]) or '0'
+  return f
 end
 return false
 """)
@@ -129,18 +133,19 @@ end
 return 1
 """)
 
-# KEYS: topic subs, log, followers, topic subs changes ; ARGV: token prefix, ttl_ms, now, limit, sub key
-#       prefix, now_ms, share, alive key prefix, alive key suffix
+# KEYS: topic subs, log, followers, topic subs changes, renewals ; ARGV: token prefix, ttl_ms, now, limit,
+#       sub key prefix, now_ms, share, alive key prefix, alive key suffix
 # One pass over a topic's subscriptions, in Redis: claim every active one that lags the log and
 # is not backing off, and return its DELIVERY_FIELDS; each claim's token is the prefix + sid.
 # At most `limit` (free slots; more = 1 when that cut it short). With share = 1, a follower
 # takes only its part: the lagging subscriptions (those live runs hold included) divided by the
 # live followers of the topic, and the others take the rest. Returns {log's last id, {sid,
-# fields...}, more, busy (held by live runs, or taken meanwhile), subscriptions, changes}: the last
-# two are the topic's subscriptions and its change counter as the pass saw them.
+# fields...}, more, busy (held by live runs, or taken meanwhile), subscriptions, changes, renewals}:
+# the topic's subscriptions and its change counter as the pass saw them, and the renewals counter
+# as the secrets were read (see CLAIM_SCRIPT).
 CLAIM_LAGGING_SCRIPT = Script(_TAKE + """
 local last = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', 1)
-if #last == 0 then return {'', {}, 0, 0, 0, ''} end
+if #last == 0 then return {'', {}, 0, 0, 0, '', '0'} end
 local last_id = last[1][1]
 local lms, lseq = string.match(last_id, '(%d+)-(%d+)')
 lms, lseq = tonumber(lms), tonumber(lseq)
@@ -188,7 +193,7 @@ for _, item in ipairs(lagging) do
     busy = busy + 1
   end
 end
-return {last_id, out, more, busy, #members, redis.call('GET', KEYS[4]) or ''}
+return {last_id, out, more, busy, #members, redis.call('GET', KEYS[4]) or '', redis.call('GET', KEYS[5]) or '0'}
 """)
 
 # KEYS: followers, flag ; ARGV: token, until_ms, lease_ms, now_ms. A worker follows the topic (or
@@ -224,10 +229,11 @@ def lock_holder(token: str) -> str:
 async def claim(batch: RedisBatcher, sid: str, token: str, ttl_ms: int) -> dict[str, Any] | None:
     """Own the subscription (lock with TTL) and read its DELIVERY_FIELDS; None when another run
     owns it, or when it was removed meanwhile (then the lock just taken is dropped again)."""
-    raw = await batch.script(CLAIM_SCRIPT, [sub_lock_key(sid), sub_key(sid)], [token, ttl_ms, *_ALIVE])
+    raw = await batch.script(CLAIM_SCRIPT, [sub_lock_key(sid), sub_key(sid), renewals_key()], [token, ttl_ms, *_ALIVE])
     if not raw:
         return None
     values = dict(zip(DELIVERY_FIELDS, raw))
+    values["renewals"] = raw[len(DELIVERY_FIELDS)]
     if values["callback"] is None:
         await batch.execute("DEL", sub_lock_key(sid))
         return None
@@ -269,7 +275,8 @@ async def resent(batch: RedisBatcher, sid: str, token: str, nid: str) -> None:
 async def claim_lagging(batch: RedisBatcher, tid: str, prefix: str, ttl_ms: int, now: float, limit: int,
                         share: bool) -> list[Any]:
     """Claim up to `limit` of the topic's lagging subscriptions (see CLAIM_LAGGING_SCRIPT)."""
-    keys = [topic_subs_key(tid), topic_log_key(tid), fanout_followers_key(tid), topic_subs_changes_key(tid)]
+    keys = [topic_subs_key(tid), topic_log_key(tid), fanout_followers_key(tid), topic_subs_changes_key(tid),
+            renewals_key()]
     return list(await batch.script(CLAIM_LAGGING_SCRIPT, keys, [prefix, ttl_ms, repr(now), limit, f"{PREFIX}sub:",
                                                                 int(time.time() * 1000), int(share), *_ALIVE]))
 

@@ -70,7 +70,6 @@ class Deliveries:
         self.worker_id = worker_id or uuid.uuid4().hex[:12]   # claims name it (heartbeat.py)
         self._claims = 0
         self._secrets: dict[str, str] = {}
-        self._renewals_seen: int | None = None    # batched.renewal_count at the last look (None: never)
         self._stats: defaultdict[str, float] = defaultdict(float)
         self.summary = DeliverySummary(log)       # one INFO line a minute instead of one per success
         self.name: str | None = None              # the RQ worker's name, once its process has one
@@ -167,7 +166,7 @@ class Deliveries:
             cursor_key=parse_entry_id(cursor),
             cursor_seq=None if v["cursor_seq"] is None else to_int(v["cursor_seq"]),
             attempts=to_int(v["attempts"]), next_attempt=float(text(v["retry_at"]) or 0),
-            resend=to_int(v["resend"]))
+            resend=to_int(v["resend"]), renewals=to_int(v["renewals"]))
 
     def _secret(self, token: str) -> str | None:
         if not token:
@@ -180,23 +179,26 @@ class Deliveries:
         return secret or None
 
     async def _take_up_renewed_secrets(self) -> None:
-        """Re-read the secrets of the runs held here once a renewal set, changed or dropped one.
+        """Re-read the secrets of the runs held here that a renewal setting, changing or dropping
+        one may have outdated: those claimed before the renewals counter last moved.
 
         A run signs with the secret read when it claimed the subscription, and on a busy topic it
         holds the claim for as long as publishes keep coming: without this, a verified renewal's
-        new secret (or none, WebSub 5.1) would reach the deliveries only at the next claim. One GET
-        per look while runs are held; the runs' secrets are read only when the counter moved."""
+        new secret (or none, WebSub 5.1) would reach the deliveries only at the next claim. The
+        claim read the counter with the secret, in one script, so a renewal between that read and
+        the run's start here is seen too. One GET per look while runs are held; the secrets are
+        read only for runs behind the counter."""
         if not self.runs:
             return                               # runs claimed later read the secret they claim
         count = await batched.renewal_count(self.batch)
-        if count == self._renewals_seen:
+        runs = [run for run in self.runs.values() if not run.stop and run.renewals < count]
+        if not runs:
             return
-        self._renewals_seen = count
-        runs = [run for run in self.runs.values() if not run.stop]
         tokens = await asyncio.gather(*(batched.subscription_secret(self.batch, run.sid) for run in runs))
         for run, token in zip(runs, tokens, strict=True):
             if token is not None:                # a removed one stops at its next checkpoint
                 run.secret = self._secret(token)
+                run.renewals = count
 
     async def checkpoint(self, run: SubRun, *, release: bool, due_at: float | None = None) -> list[Any]:
         """Write the run's pending state; with `release` also give up the claim. The answer tells
@@ -270,7 +272,7 @@ class Deliveries:
                 self._report()
             except RedisError as exc:
                 log.error("delivery keeper: Redis failed: %s", exc)
-            except Exception:   # noqa: BLE001 - the keeper must outlive any one look, or claims lapse
+            except Exception:   # the keeper must outlive any one look, or claims lapse
                 # without it no checkpoint is written and no claim renewed: every held
                 # subscription would go to another worker and its deliveries be sent twice
                 log.exception("delivery keeper: one look failed; it goes on")

@@ -91,7 +91,7 @@ async def _dispatch(ctx: WorkerContext, topic_log: TopicLog, report: FanOutRepor
         last_id, flat, more = text(answer[0]), answer[1], answer[2]
         report.busy += int(answer[3])
         topic_log.note_pass(int(answer[4]), answer[5])
-        runs = [d.run_from(text(sid), prefix + text(sid), dict(zip(DELIVERY_FIELDS, fields)))
+        runs = [d.run_from(text(sid), prefix + text(sid), dict(zip(DELIVERY_FIELDS, fields), renewals=answer[6]))
                 for sid, fields in zip(flat[::2], flat[1::2])]
         for run in runs:
             run.lane, run.has_slot = d.slots, True

@@ -120,6 +120,7 @@ class SubRun:
     attempts: int
     next_attempt: float
     resend: int
+    renewals: int = 0             # the renewals counter when `secret` was read (Deliveries re-reads it past that)
     stop: bool = False            # lost its lock, removed, paused, or the worker is stopping
     gone: int = 0
     # written at the next checkpoint

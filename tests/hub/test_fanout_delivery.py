@@ -507,3 +507,23 @@ async def test_two_followers_share_a_big_topic_and_each_subscription_gets_everyt
     for path in paths:
         assert [r.body for r in callback_server.seen(path)] == [body(n) for n in range(published)], path
     assert not redis.exists(keys.fanout_queued_key(tid))     # the last follower let go of the topic
+
+
+async def test_a_run_claimed_just_before_a_renewal_changed_the_secret_signs_with_the_new_one(fanout_hub,
+                                                                                              callback_server):
+    """The worker's keeper re-reads held runs' secrets when a renewal changes one; a run whose
+    claim read the old secret before the renewal, but which joined this worker's runs only after
+    the keeper's look at the renewal, is behind too and gets the new secret at the next look."""
+    d = fanout_hub.ctx.deliveries
+    busy = await fanout_hub.subscribe(TOPIC, callback_server.url("/busy"), secret="old busy")
+    late = await fanout_hub.subscribe(TOPIC, callback_server.url("/late"), secret="old")
+    held = await d.claim(busy)
+    assert held is not None
+    d.runs[held.sid] = held
+    claimed = await d.claim(late)                    # its claim reads the old secret...
+    assert claimed is not None and claimed.secret == "old"
+    await fanout_hub.subscribe(TOPIC, callback_server.url("/late"), secret="new")    # ...a verified renewal
+    await d._take_up_renewed_secrets()               # the keeper's look: the late run is not held yet
+    d.runs[claimed.sid] = claimed                    # now it is
+    await d._take_up_renewed_secrets()
+    assert claimed.secret == "new" and held.secret == "old busy"
