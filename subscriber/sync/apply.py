@@ -440,7 +440,7 @@ class Applier:
     def _held_by_disk(self) -> list[ResourceRecord]:
         """The records the disk holds back, by path, but those of an --exclude'd loc: this run
         does not manage them (retry skips them too), so they neither wait nor fail it."""
-        return [r for r in self.state.held_by_disk(limit=None) if not self.exclusions.excludes(r.loc)]
+        return [r for r in self.state.held_by_disk() if not self.exclusions.excludes(r.loc)]
 
     async def retry_due(self, *, everything: bool = False) -> int:
         """Retry (and commit) held-back changes whose time has come (`everything`: all of them,

@@ -61,12 +61,7 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     if not ctx.changelist_url:
         raise CatchupImpossibleError("the Source advertises no Change List")
     top = await RemoteList.open(ctx.session, ctx.changelist_url, "Change List")
-    try:
-        _refuse_not_a_change_list(top)
-        refuse_bad_bounds("Change List Index" if top.info.is_index else "Change List", top.url, top.info)
-    except SourceDocumentError:
-        top.close()
-        raise
+    _check_head(top)
     if not top.info.is_index:
         if top.info.from_ is not None and top.info.from_ > high_water:
             top.close()
@@ -89,8 +84,7 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     for ref in unbounded:
         remote = await RemoteList.open(ctx.session, ref.loc, "Change List")
         remote.close()
-        _refuse_not_a_change_list(remote)
-        refuse_bad_bounds("Change List", remote.url, remote.info)
+        _check_head(remote)
         bounded.append(ListRef(ref.loc, from_=remote.info.from_, until=remote.info.until))
     bounded.sort(key=lambda r: (r.from_ or high_water))
     selected = [r for r in bounded if r.until is None or r.until > high_water]
@@ -104,11 +98,19 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     return list(selected)
 
 
-def _refuse_not_a_change_list(remote: RemoteList) -> None:
-    """A Resource List (or any other document) where a Change List belongs has no change to read:
-    taken as one, it would be a silent "nothing changed"."""
-    if remote.info.capability != CHANGE_LIST:
-        raise SourceDocumentError(f"{remote.url} is a {remote.info.capability} document; expected a Change List")
+def _check_head(remote: RemoteList) -> None:
+    """Refuse (and close) a document that is not a Change List or its index, or whose bounds are
+    dated in the future or end before they start (listdates.py). A Resource List (or any other
+    document) where a Change List belongs has no change to read: taken as one, it would be a
+    silent "nothing changed"."""
+    info = remote.info
+    try:
+        if info.capability != CHANGE_LIST:
+            raise SourceDocumentError(f"{remote.url} is a {info.capability} document; expected a Change List")
+        refuse_bad_bounds("Change List Index" if info.is_index else "Change List", remote.url, info)
+    except BaseException:
+        remote.close()
+        raise
 
 
 async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
@@ -129,12 +131,7 @@ async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
         if remote.info.is_index:
             remote.close()
             raise SourceDocumentError(f"{remote.url} is an index inside a Change List Index; expected a Change List")
-        try:
-            _refuse_not_a_change_list(remote)
-            refuse_bad_bounds("Change List", remote.url, remote.info)
-        except SourceDocumentError:
-            remote.close()
-            raise
+        _check_head(remote)
         report.lists.append(remote.url)
         last_datetime = await _apply_list(ctx, remote, high_water, report)
         if remote.info.until is not None:

@@ -434,11 +434,11 @@ class SyncState:
         return [row[0] for row in self._query(f"SELECT loc FROM resources WHERE state IN ({marks})",
                                               tuple(RETRIED_STATES))]
 
-    def held_by_disk(self, limit: int | None = 10_000) -> list[ResourceRecord]:
-        """Records holding back a change the Destination's own disk refused (a write or a
-        remove), by path; `limit` None: all of them."""
-        rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE {_HELD_BY_DISK} ORDER BY path LIMIT ?",
-                           (*_HELD_BY_DISK_ARGS, -1 if limit is None else limit))    # -1: no limit
+    def held_by_disk(self) -> list[ResourceRecord]:
+        """Every record holding back a change the Destination's own disk refused (a write or a
+        remove), by path."""
+        rows = self._query(f"SELECT {_RESOURCE_COLUMNS} FROM resources WHERE {_HELD_BY_DISK} ORDER BY path",
+                           _HELD_BY_DISK_ARGS)
         return [ResourceRecord.from_row(row) for row in rows]
 
     def next_retry_at(self) -> float | None:
