@@ -4,8 +4,9 @@ resources come through rsnotify.outbound, which bounds them itself). Each caller
 """
 from __future__ import annotations
 
+import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import aiohttp
 
@@ -42,3 +43,21 @@ async def bounded_chunks(response: aiohttp.ClientResponse, limit: int,
                     f"(too slow; {size} bytes of it came)")
             window_start, window_size = now, size
         yield chunk
+
+
+async def head_within(get: Awaitable[aiohttp.ClientResponse], redirects: int,
+                      window: float | None = None) -> aiohttp.ClientResponse:
+    """The answer of `get` (a GET that follows up to `redirects` redirects) once its head came,
+    within one read window (`window`, default 30 s) per hop and one to spare: aiohttp's sock_read
+    bounds only the gap between two reads, so a head dripped a byte at a time held the reader for
+    hours. A real server's head comes at once when its answer is ready. Past that deadline,
+    aiohttp.ServerTimeoutError saying so; a read timeout of `get`'s own is raised as it is."""
+    deadline = (redirects + 2) * (window or DEFAULT_WINDOW)
+    timer = asyncio.timeout(deadline)
+    try:
+        async with timer:
+            return await get
+    except TimeoutError:
+        if not timer.expired():
+            raise
+        raise aiohttp.ServerTimeoutError(f"the answer's head did not come within {deadline:g} s (too slow)") from None

@@ -12,7 +12,6 @@ Each public function takes `(url, session=None)`: without a session one is opene
 """
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -24,7 +23,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from lxml import etree
 
-from rsnotify.bodies import DEFAULT_WINDOW, bounded_chunks
+from rsnotify.bodies import bounded_chunks, head_within
 from rsnotify.errors import DocumentParseError, ValidationError, WireError
 from rsnotify.neterrors import describe_client_error
 from rsnotify.notification import (
@@ -90,13 +89,11 @@ class _Fetched:
 
 async def _fetch(session: aiohttp.ClientSession, url: str, what: str) -> _Fetched:
     """GET `url` following redirects (S-04); DiscoveryError unless the final answer is 200."""
-    # aiohttp's sock_read bounds only the gap between two reads: a head dripped a byte at a time
-    # (and a body, see read_bounded) held `sync`'s start for hours. A real server's heads come at
-    # once when its answer is ready: one read timeout per hop is ample.
-    window = session.timeout.sock_read or DEFAULT_WINDOW
+    # a head or a body dripped a byte at a time would hold `sync`'s start for hours (bodies.py)
+    window = session.timeout.sock_read
     try:
-        async with asyncio.timeout((MAX_REDIRECTS + 2) * window):
-            answer = await session.get(url, allow_redirects=True, max_redirects=MAX_REDIRECTS)
+        answer = await head_within(session.get(url, allow_redirects=True, max_redirects=MAX_REDIRECTS),
+                                   MAX_REDIRECTS, window)
         async with answer as response:
             if response.content_length is not None and response.content_length > MAX_DOCUMENT_BYTES:
                 raise DiscoveryError(f"{what} at {url} is {response.content_length} bytes; "

@@ -13,7 +13,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from rsnotify.bodies import DEFAULT_WINDOW, bounded_chunks
+from rsnotify.bodies import bounded_chunks, head_within
 from rsnotify.errors import DocumentParseError
 from rsnotify.lists import Entry, ListInfo, ListStream, open_list
 
@@ -31,22 +31,6 @@ class SourceUnreachableError(Exception):
 
 class SourceDocumentError(Exception):
     """A Source document was fetched but is not usable (4xx, not a list, too big)."""
-
-
-async def _answer(session: aiohttp.ClientSession, url: str) -> aiohttp.ClientResponse:
-    """get_in_origin with a deadline for the answer's head (and its redirects' heads): aiohttp's
-    sock_read bounds only the gap between two reads, so a head dripped a byte at a time held
-    the list (and the folder's lock) for hours. A real server's head comes at once when its
-    answer is ready, which sock_read already bounds: one read timeout per hop, and one to spare."""
-    deadline = (MAX_REDIRECTS + 2) * (session.timeout.sock_read or DEFAULT_WINDOW)
-    timer = asyncio.timeout(deadline)
-    try:
-        async with timer:
-            return await get_in_origin(session, url)
-    except TimeoutError:
-        if not timer.expired():
-            raise          # a read timeout of its own: said as it is
-        raise aiohttp.ServerTimeoutError(f"the answer's head did not come within {deadline:g} s (too slow)") from None
 
 
 class RemoteList:
@@ -71,7 +55,8 @@ class RemoteList:
         count = 0
         tail = b""
         try:
-            async with await _answer(session, url) as response:
+            async with await head_within(get_in_origin(session, url), MAX_REDIRECTS,
+                                         session.timeout.sock_read) as response:
                 if response.status >= 500 or response.status == 429:
                     raise SourceUnreachableError(f"{what} {url} answered {response.status}")
                 if response.status != 200:
