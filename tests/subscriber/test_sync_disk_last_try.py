@@ -12,27 +12,30 @@ ENOSPC; read-only: EROFS):
 """
 from __future__ import annotations
 
-import contextlib
 import errno
 import json
 import os
 import threading
 import time
-from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta
+from dataclasses import replace
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 
 from rsnotify.subscriber.sync.apply import LAST_TRY_WAIT, SWEEP_GAP
-from rsnotify.subscriber.sync.engine import SyncEngine
 from rsnotify.subscriber.sync.sink import PARTIAL_PREFIX, FolderSink
-from rsnotify.subscriber.sync.state import ResourceRecord
 from tests.e2e.test_e2e_sync import carries, hub, site, tree, wait_until  # noqa: F401 - the fixtures
 from tests.subscriber import test_sync_engine as engine_tests
 from tests.subscriber.test_sync_engine import T0, copy, engine_for
-from tests.subscriber.test_sync_live_disk import CAN_MOUNT, fill, remount, tmpfs_over
+from tests.subscriber.test_sync_live_disk import (
+    CAN_MOUNT,
+    fill,
+    r1_held_back,
+    remount,
+    synced_then_full,
+    tmpfs_over,
+)
 
 pytestmark = [pytest.mark.timeout(240),
               pytest.mark.skipif(not CAN_MOUNT, reason="needs root with mount(2): tmpfs gives real ENOSPC/EROFS")]
@@ -148,41 +151,6 @@ def test_once_exits_1_naming_how_many_the_disk_still_refuses_and_the_first_path(
         assert (s.copy / "d1" / "r1.txt").read_bytes() == b"lands at once"    # the rest went on
         status = json.loads(s.run("sync", "status", "--dir", str(s.dest), "--json").stdout)
         assert status["resources"].get("failed") == 3
-
-
-@dataclass
-class HeldBack:
-    engine: SyncEngine        # the engine closed at the end (a test may open another in its place)
-    filler: Path              # what fills it: unlink it to make room
-    record: ResourceRecord    # d/r1.txt's, holding its update back
-
-
-@contextlib.asynccontextmanager
-async def r1_held_back(source, tmp_path, *, at: datetime | None = None) -> AsyncIterator[HeldBack]:
-    """A copy of d/r0-r2 whose folder d/ is a full 64k tmpfs, right after the --once run that found
-    an update of d/r1 in the Change List too big for it (its one GET made, exit 1)."""
-    source.resources = {f"/d/r{i}.txt": f"resource {i}".encode() for i in range(3)}
-    engine = await engine_for(source, tmp_path)
-    try:
-        assert await engine.sync_once() == 0
-        folder = tmp_path / source.base.split("//")[1].replace(":", "_") / "d"
-        with tmpfs_over(folder, "64k"):
-            filler = fill(folder)
-            source.changelists = [(T0, None, [source.change("/d/r1.txt", b"too big for what is left " * 400,
-                                                            T0 + timedelta(minutes=1))])]
-            if at is not None:
-                source.at = at
-            engine.ctx.changelist_url = source.url("/changelist.xml")
-            source.requests.clear()
-            assert await engine.sync_once() == 1
-            [record] = engine.state.held_by_disk()
-            held = HeldBack(engine, filler, record)
-            try:
-                yield held
-            finally:
-                engine = held.engine
-    finally:
-        await engine.close()
 
 
 async def test_the_last_try_waits_at_most_two_seconds_and_makes_no_get_while_the_disk_refuses(source, tmp_path):
@@ -310,24 +278,17 @@ async def test_a_fetch_the_full_disk_refused_leaves_no_empty_folder_once_the_sou
     # A new file in a new folder on a full disk: making the folder takes no block on tmpfs, but
     # the file cannot be written. When the Source then deletes the file, the copy must not keep
     # a folder the Source never had empty.
-    source.resources = {"/d/r0.txt": b"resource 0"}
-    engine = await engine_for(source, tmp_path)
-    try:
-        assert await engine.sync_once() == 0
-        folder = tmp_path / source.base.split("//")[1].replace(":", "_") / "d"
-        with tmpfs_over(folder, "64k"):
-            filler = fill(folder)
-            t1 = T0 + timedelta(minutes=1)
-            created = source.change("/d/sub/deeper/new.txt", (b"a new file " * 30_000)[:size], t1)
-            source.changelists = [(T0, None, [created])]
-            engine.ctx.changelist_url = source.url("/changelist.xml")
-            assert await engine.sync_once() == 1
-            assert entries(folder) == {"r0.txt", "filler"}
-            deleted = source.change("/d/sub/deeper/new.txt", None, t1 + timedelta(minutes=1))
-            source.changelists = [(T0, None, [created, deleted])]
-            assert await engine.sync_once() == 0
-            assert entries(folder) == {"r0.txt", "filler"}
-            filler.unlink()
-            assert copy(tmp_path, source) == source.resources
-    finally:
-        await engine.close()
+    async with synced_then_full(source, tmp_path, {"/d/r0.txt": b"resource 0"}) as disk:
+        t1 = T0 + timedelta(minutes=1)
+        created = source.change("/d/sub/deeper/new.txt", (b"a new file " * 30_000)[:size], t1)
+        source.changelists = [(T0, None, [created])]
+        disk.engine.ctx.changelist_url = source.url("/changelist.xml")
+        assert await disk.engine.sync_once() == 1
+        assert entries(disk.folder) == {"r0.txt", "filler"}
+        deleted = source.change("/d/sub/deeper/new.txt", None, t1 + timedelta(minutes=1))
+        source.changelists = [(T0, None, [created, deleted])]
+        assert await disk.engine.sync_once() == 0
+        assert entries(disk.folder) == {"r0.txt", "filler"}
+        disk.filler.unlink()
+        assert copy(tmp_path, source) == source.resources
+

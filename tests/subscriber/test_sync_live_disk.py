@@ -18,14 +18,17 @@ import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
-from datetime import timedelta
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from rsnotify.subscriber.sync.apply import SWEEP_GAP
+from rsnotify.subscriber.sync.engine import SyncEngine
+from rsnotify.subscriber.sync.state import ResourceRecord
 from tests.e2e.test_e2e_sync import Site, hub, site, tree, wait_until  # noqa: F401 - the fixtures
 from tests.subscriber import test_sync_engine as engine_tests
 from tests.subscriber.test_sync_engine import T0, copy, engine_for
@@ -192,36 +195,65 @@ def test_a_state_database_that_cannot_be_written_stops_the_sync_in_one_line_and_
         assert tree(s.src) == tree(s.copy)
 
 
+@dataclass
+class FullDisk:
+    engine: SyncEngine                    # closed at the end (a test may open another in its place)
+    folder: Path                          # the copy's d/: a 64k tmpfs, full
+    filler: Path                          # what fills it: unlink it to make room
+    record: ResourceRecord | None = None  # r1_held_back: d/r1.txt's record, holding its update back
+
+
+@asynccontextmanager
+async def synced_then_full(source, tmp_path: Path, resources: dict[str, bytes]) -> AsyncIterator[FullDisk]:
+    """An in-process engine whose --once run copied `resources` (all below /d/) from the
+    loopback Source, then the copy's d/ made a full 64k tmpfs (its files kept)."""
+    source.resources = resources
+    disk = FullDisk(await engine_for(source, tmp_path), Path(), Path())
+    try:
+        assert await disk.engine.sync_once() == 0
+        disk.folder = tmp_path / source.base.split("//")[1].replace(":", "_") / "d"
+        with tmpfs_over(disk.folder, "64k"):
+            disk.filler = fill(disk.folder)
+            yield disk
+    finally:
+        await disk.engine.close()
+
+
+@asynccontextmanager
+async def r1_held_back(source, tmp_path: Path, *, at: datetime | None = None) -> AsyncIterator[FullDisk]:
+    """synced_then_full of d/r0-r2, right after the --once run that found an update of d/r1 in
+    the Change List too big for the full disk (its one GET made, exit 1): held back."""
+    async with synced_then_full(source, tmp_path, {f"/d/r{i}.txt": f"resource {i}".encode() for i in range(3)}
+                                ) as disk:
+        source.changelists = [(T0, None, [source.change("/d/r1.txt", b"too big for what is left " * 400,
+                                                        T0 + timedelta(minutes=1))])]
+        if at is not None:
+            source.at = at
+        disk.engine.ctx.changelist_url = source.url("/changelist.xml")
+        source.requests.clear()
+        assert await disk.engine.sync_once() == 1
+        [disk.record] = disk.engine.state.held_by_disk()
+        yield disk
+
+
 @pytest.mark.skipif(not CAN_MOUNT, reason="needs root with mount(2): a full tmpfs under one folder of the copy")
 async def test_a_held_back_resource_is_not_fetched_again_while_the_disk_still_refuses_it(source, tmp_path):
     # In-process engine against the loopback Source of test_sync_engine, which counts its GETs.
-    source.resources = {f"/d/r{i}.txt": f"resource {i}".encode() for i in range(3)}
-    engine = await engine_for(source, tmp_path)
-    try:
-        assert await engine.sync_once() == 0
-        folder = tmp_path / source.base.split("//")[1].replace(":", "_") / "d"
-        with tmpfs_over(folder, "64k"):
-            filler = fill(folder)
-            t1 = T0 + timedelta(minutes=1)
-            source.changelists = [(T0, None, [source.change("/d/r1.txt", b"too big for what is left " * 400, t1)])]
-            engine.ctx.changelist_url = source.url("/changelist.xml")
-            source.requests.clear()
-            assert await engine.sync_once() == 1
-            assert source.requests.count("/d/r1.txt") == 1
-            [held] = engine.state.due_retries(None)
-            assert held.state == "failed" and "No space left on device" in (held.last_error or "")
-            for _ in range(3):       # at each start and poll every held-back change is tried again
-                engine.ctx.applier.swept_at = -SWEEP_GAP
-                await engine.ctx.applier.retry_due(everything=True)
-            assert source.requests.count("/d/r1.txt") == 1, source.requests   # no GET: the disk said no
-            [held] = engine.state.due_retries(None)
-            # the fetch, --once's last try before it exited, and the three sweeps: all but the first a probe
-            assert held.attempts == 5 and "No space left on device" in (held.last_error or "")
-            filler.unlink()
+    async with r1_held_back(source, tmp_path) as disk:
+        engine = disk.engine
+        assert source.requests.count("/d/r1.txt") == 1
+        [held] = engine.state.due_retries(None)
+        assert held.state == "failed" and "No space left on device" in (held.last_error or "")
+        for _ in range(3):       # at each start and poll every held-back change is tried again
             engine.ctx.applier.swept_at = -SWEEP_GAP
             await engine.ctx.applier.retry_due(everything=True)
-            assert source.requests.count("/d/r1.txt") == 2
-            assert engine.state.due_retries(None) == []
-            assert copy(tmp_path, source) == source.resources
-    finally:
-        await engine.close()
+        assert source.requests.count("/d/r1.txt") == 1, source.requests   # no GET: the disk said no
+        [held] = engine.state.due_retries(None)
+        # the fetch, --once's last try before it exited, and the three sweeps: all but the first a probe
+        assert held.attempts == 5 and "No space left on device" in (held.last_error or "")
+        disk.filler.unlink()
+        engine.ctx.applier.swept_at = -SWEEP_GAP
+        await engine.ctx.applier.retry_due(everything=True)
+        assert source.requests.count("/d/r1.txt") == 2
+        assert engine.state.due_retries(None) == []
+        assert copy(tmp_path, source) == source.resources
