@@ -20,6 +20,7 @@ from .errors import SettingsError
 
 LOOPBACK_NETWORKS = ("127.0.0.0/8", "::1/128")
 ENV_PREFIX = "RSNOTIFY_"
+MAX_FUTURE_SKEW = 100 * 365.25 * 86400   # s: no clock drifts this far, and far later limits overflow a datetime
 
 
 def _opt(default: Any, help: str, *, env: str | None = None, repr: bool = True, like: Any = None) -> Any:
@@ -154,8 +155,8 @@ class HubSettings:
                      "host_concurrency", "heartbeat_ttl", "lane_lag", "redis_connections"):
             if getattr(self, name) <= 0:
                 problems.append(f"{name} must be a positive number, got {getattr(self, name)}")
-        if self.future_skew < 0:
-            problems.append(f"future_skew must be 0 or more, got {self.future_skew}")
+        if not 0 <= self.future_skew <= MAX_FUTURE_SKEW:   # a later limit is past the last datetime there is
+            problems.append(f"future_skew must be 0-{MAX_FUTURE_SKEW:.0f} seconds (100 years), got {self.future_skew}")
         if self.workers < 0:
             problems.append(f"workers must be 0 or more, got {self.workers}")
         if not self.lease_min <= self.lease_default <= self.lease_max:

@@ -7,7 +7,9 @@ No I/O here.
 from __future__ import annotations
 
 import functools
+import math
 import re
+import time
 from datetime import datetime, timedelta, timezone
 
 from .errors import DatetimeError
@@ -84,6 +86,17 @@ def _parse_any(text: str) -> datetime:
 
 # A refused text raises, and is not remembered.
 _parse_remembered = functools.lru_cache(maxsize=4096)(_parse_any)
+
+
+def utc_stamp(seconds: float) -> str:
+    """The whole UTC second that Unix time `seconds` falls in, in the usual form
+    (`2013-01-03T00:07:22Z`): texts of that form sort as the instants they denote."""
+    return _stamp_of_second(math.floor(seconds))
+
+
+@functools.lru_cache(maxsize=4)     # callers ask for the same second thousands of times in a row
+def _stamp_of_second(whole: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(whole))
 
 
 def format_datetime(value: datetime) -> str:

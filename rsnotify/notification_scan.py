@@ -20,8 +20,9 @@ to the rules by rsnotify.xml, as it does for a parsed tree.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 
-from .safexml import DEFAULT_MAX_BYTES, MAX_ELEMENTS, RS_NS, SITEMAP_NS
+from .safexml import DEFAULT_MAX_BYTES, MAX_ELEMENTS, MAX_ENTRIES, RS_NS, SITEMAP_NS, has_loc_problem
 
 _WS = r"[ \t\r\n]*"
 # An attribute value in double quotes, or a loc's text: nothing a parser would read otherwise,
@@ -85,3 +86,72 @@ def scan_notification(data: bytes, max_bytes: int | None = None) -> Found | None
     if _TAIL.match(text, position) is None or 2 + len(links) + 3 * len(entries) > MAX_ELEMENTS:
         return None
     return md.groups(), links, entries     # type: ignore[return-value]
+
+
+# -- a verdict without the values ----------------------------------------------------------
+# The hub only needs to know that a publish is valid (it relays the body as sent), and most are
+# of the usual shape with every value in its usual form too. One regular expression holds such a
+# document to the shape and every value to a form the full reading accepts, in C; what is left
+# for Python is the order of the datetimes (strings of one fixed form sort as the instants do),
+# the day of the month past the 28th, and the locs (one match over all of them).
+
+# a value with nothing a parser reads otherwise and nothing that strip() would take off:
+# visible ASCII without a quote, <, > or &
+_PLAIN = r"[!#-%'-;=?-~]"
+_STAMP = r"(?!0000)\d{4}-(?:0[1-9]|1[0-2])-(?:0[1-9]|[12]\d|3[01])T(?:[01]\d|2[0-3]):[0-5]\d:[0-5]\dZ"
+_STRICT_VALUE = rf'"{_PLAIN}{{1,{_LONGEST}}}"'
+_STRICT_ENTRY = (
+    _WS + "<url>" + _WS + f"<loc>{_PLAIN}{{1,{_LONGEST}}}</loc>" + _WS
+    + '<rs:md change="(?:created|updated|deleted)"'
+    + f'(?: datetime="{_STAMP}")?'
+    + rf'(?: hash="[!#-%\'-9;=?-~]{{1,{_LONGEST}}}:{_PLAIN}{{1,{_LONGEST}}}")?'
+    + r'(?: length="\d{1,18}")?'
+    + rf'(?: type="[ !#-%\'-;=?-~]{{0,{_LONGEST}}}")?'
+    + _END + _WS + "</url>"
+)
+_STRICT = re.compile(
+    _HEAD.pattern
+    + "(?:" + _WS + "<rs:ln (?:rel=" + _STRICT_VALUE + " href=" + _STRICT_VALUE + "|href=" + _STRICT_VALUE
+    + " rel=" + _STRICT_VALUE + ")" + _END + ")*+"
+    + _WS + f'<rs:md capability="change-notification" from="({_STAMP})" until="({_STAMP})"' + _END
+    + "(?:" + _STRICT_ENTRY + ")*+"
+    + _TAIL.pattern,
+    re.ASCII,
+)
+_LOCS = re.compile(r"<loc>([^<]*)</loc>")
+_DATETIMES = re.compile(r' datetime="([^"]*)"')
+
+
+def is_valid_usual_notification(data: bytes, latest: str) -> bool:
+    """True when `data` is a change notification of the usual shape with every value in its usual
+    form (datetimes as UTC whole seconds, as `latest` is) that parse_notification reads without a
+    problem, dated no later than `latest`. False says only that this quick look cannot tell: the
+    caller then reads the document the full way, which words every problem."""
+    if len(data) > DEFAULT_MAX_BYTES or not data.isascii():
+        return False
+    text = data.decode("ascii")
+    document = _STRICT.fullmatch(text)
+    if document is None:
+        return False
+    from_text, until_text = document.groups()
+    stamps = _DATETIMES.findall(text)
+    locs = _LOCS.findall(text)
+    if len(locs) > MAX_ENTRIES or 2 + text.count("<rs:ln ") + 3 * len(locs) > MAX_ELEMENTS:
+        return False
+    if not from_text <= until_text <= latest:
+        return False
+    if stamps and not (from_text <= stamps[0] and stamps[-1] <= until_text and stamps == sorted(stamps)):
+        return False
+    for stamp in (from_text, until_text, *stamps):
+        if stamp[8:10] > "28" and not _is_a_day(stamp):
+            return False
+    return not has_loc_problem(locs)
+
+
+def _is_a_day(stamp: str) -> bool:
+    """Whether the 29th, 30th or 31st in `stamp` is in its month (February 29th in leap years)."""
+    try:
+        datetime.fromisoformat(stamp)
+    except ValueError:
+        return False
+    return True

@@ -17,6 +17,8 @@ from tests.support.ports import free_port
     (["--retry-base", "0"], "--retry-base must be a positive number, got 0.0"),
     (["--fetch-timeout", "-1"], "--fetch-timeout must be a positive number, got -1.0"),
     (["--header-timeout", "nan"], "--header-timeout must be a finite number, got nan"),
+    # far past any clock drift, and past the last datetime there is: every publish failed with 500
+    (["--future-skew", "1e12"], "--future-skew must be 0-3155760000 seconds (100 years), got 1000000000000.0"),
 ])
 def test_a_delay_that_is_not_a_finite_positive_number_is_refused(tmp_path: Path, args, message) -> None:
     data = tmp_path / "data"
