@@ -85,10 +85,24 @@ class _HiredisPacking:
     Redis cannot take) for the asyncio connections too."""
 
     def pack_command(self, *args: Any) -> list[bytes]:
-        return _HIREDIS.pack(*args) if _HIREDIS is not None else super().pack_command(*args)  # type: ignore[misc]
+        if _HIREDIS is None or _pack is None:
+            return super().pack_command(*args)  # type: ignore[misc, no-any-return]
+        if type(args[0]) is str and " " not in args[0]:
+            # the usual command (a plain name, values hiredis takes as they are): the serializer's
+            # own pass over every argument, to split the name and copy buffers, costs more than
+            # the packing; anything hiredis refuses (a bytearray, a memoryview) takes that pass
+            try:
+                return [_pack(args)]
+            except TypeError:
+                pass
+        return _HIREDIS.pack(*args)
 
 
 _HIREDIS = HiredisRespSerializer() if HIREDIS_AVAILABLE else None
+try:
+    from hiredis import pack_command as _pack
+except ImportError:     # redis-py then packs in Python (HIREDIS_AVAILABLE is False too)
+    _pack = None  # type: ignore[assignment]
 
 
 class _QuickWrites:

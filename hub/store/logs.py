@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 import itertools
 import os
@@ -105,6 +106,14 @@ def _forget_nonce() -> None:
     _nonce = ""
 
 
+@functools.lru_cache(maxsize=1024)
+def _append_keys(topic: str) -> tuple[str, tuple[str, ...], str]:
+    """(topic id, the keys the append script takes before the minute's, the fan-out flag's key):
+    the same for every publish of a topic, and a digest and six names to make each time."""
+    tid = topic_id(topic)
+    return tid, (topic_log_key(tid), topic_seq_key(tid), topics_key(), topic_key(tid), stats_key()), fanout_queued_key(tid)
+
+
 async def append_notification(
     redis: Redis, topic: str, body: bytes, *, content_type: str, resourcesync: str = "",
     now: float, max_len: int, publish_key: str | None = None, key_ttl: int = 0,
@@ -127,10 +136,8 @@ async def append_notification(
     its own retries store it once: kept as it is (no digest of a key nobody else chose) with
     none of the body (each attempt sends the same), and not looked up on the first attempt.
     """
-    tid = topic_id(topic)
-    keys = [topic_log_key(tid), topic_seq_key(tid), topics_key(), topic_key(tid), stats_key(),
-            activity_key(int(now) // 60)]
-    keys.append(fanout_queued_key(tid))
+    tid, topic_keys, flag_key = _append_keys(topic)
+    keys = [*topic_keys, activity_key(int(now) // 60), flag_key]
     args: list[Any] = [body, content_type, resourcesync, int(now * 1000), max_len, tid, topic, int(now),
                        max(0, fan_out_flag_ttl), fan_out_token or "-"]
     if publish_key is not None:

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import math
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from json.encoder import encode_basestring_ascii as json_string    # a str as json.dumps writes it
 from urllib.parse import parse_qsl, urlsplit
 
 from aiohttp import web
@@ -311,11 +311,14 @@ async def submission(request: web.Request) -> web.Response:
         log.info("notification %s %s for %s (seq %s, %d bytes)", appended.notification_id,
                  "repeated (same Idempotency-Key), stored once" if appended.is_repeat else "stored",
                  escape(links.topic), appended.sequence, len(body))
-    answer = {"notification_id": appended.notification_id, "topic": links.topic, "sequence": appended.sequence}
+    # json.dumps({"notification_id": ..., "topic": ..., "sequence": ...}) as it writes it, without
+    # its encoder's set-up, which cost more than the rest of the answer
+    answer = (f'{{"notification_id": {json_string(appended.notification_id)}, "topic": {json_string(links.topic)}, '
+              f'"sequence": {int(appended.sequence)}}}')
     headers = {NOTIFICATION_ID_HEADER: appended.notification_id}
     if appended.is_repeat:
         headers[REPLAYED_HEADER] = "true"
-    return web.Response(status=200, text=json.dumps(answer), content_type="application/json", headers=headers)
+    return web.Response(status=200, text=answer, content_type="application/json", headers=headers)
 
 
 def own_key_ttl(settings: HubSettings) -> int:
