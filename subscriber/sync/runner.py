@@ -386,7 +386,7 @@ def _handed_result(reporter: Reporter, result: dict[str, Any], *, deep: bool) ->
     return EXIT_IN_SYNC if result.get("in_sync") else EXIT_DIFFERENCES
 
 
-_REPORT_COUNTS = ("listed", "same", "missing", "changed", "extra", "untracked", "newer_locally", "unverifiable",
+_REPORT_COUNTS = ("listed", "same", "missing", "changed", "extra", "untracked", "newer_locally", "pending", "unverifiable",
                   "corrupt", "escaped", "symlinks", "conflicts", "excluded", "repaired", "repair_failed", "seconds")
 
 
