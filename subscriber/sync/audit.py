@@ -166,7 +166,7 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
     to_repair: list[tuple[Resource, ResourceRecord | None, Path, tuple[str, ...]]] = []
     pending: list[ResourceRecord] = []    # held-back changes newer than the list (bounded: one per change since `at`)
     contested = ctx.state.conflict_paths()
-    async for resources in resource_chunks(ctx.session, ctx.resourcelist_url, read):
+    async for resources in resource_chunks(ctx.session, ctx.resourcelist_url, read, ctx.list_origins):
         report.at = read.at
         ctx.progress.total = read.hint
         seen.add(r.loc for r in resources)
