@@ -6,7 +6,9 @@ also files whose bytes no longer hash to their record: bit rot or local edits), 
 applied after the list's `at`: the list is older than the copy, not a difference),
 unverifiable (neither hash nor length nor lastmod to compare), pending (a change after the
 list's `at` that the copy holds back: a failed fetch, bytes that did not match, a name in the
-way; the copy is not the Source's until it lands, so it is a difference). `repair` fetches
+way; the copy is not the Source's until it lands, so it is a difference), unapplied
+(notifications in the inbox since before the audit began and not applied yet: a sync stopped
+between its 2xx to the hub and applying them; a difference until a sync starts). `repair` fetches
 missing and changed resources, deletes extra tracked ones and tries the pending changes again;
 untracked files are never touched.
 The audit only reads the state database (the locs it meets go to a private temporary one), so
@@ -50,6 +52,7 @@ class AuditReport:
     untracked: int = 0
     newer_locally: int = 0
     pending: int = 0          # a change newer than the list held back in its record (a difference)
+    unapplied: int = 0        # inbox notifications from before the audit, not applied (a difference)
     unverifiable: int = 0
     corrupt: int = 0          # part of `changed` (deep only)
     escaped: int = 0          # resources stored under an escaped name (not a difference; README "File names")
@@ -63,14 +66,15 @@ class AuditReport:
 
     @property
     def differences(self) -> int:
-        return self.missing + self.changed + self.extra + self.untracked + self.conflicts + self.pending
+        return self.missing + self.changed + self.extra + self.untracked + self.conflicts + self.pending \
+            + self.unapplied
 
     @property
     def in_sync(self) -> bool:
         # after a repair: in sync when every difference it could fix was fixed (a pending change
         # that landed counts as repaired; one still held back as repair_failed)
         return self.differences == 0 or bool(self.repaired and self.repair_failed == 0 and self.untracked == 0
-                                             and self.conflicts == 0)
+                                             and self.conflicts == 0 and self.unapplied == 0)
 
     def note(self, kind: str, loc: str) -> None:
         items = self.examples.setdefault(kind, [])
@@ -80,7 +84,7 @@ class AuditReport:
     def to_json(self) -> dict[str, object]:
         return {"at": format_datetime(self.at) if self.at else None, "listed": self.listed, "same": self.same,
                 "missing": self.missing, "changed": self.changed, "extra": self.extra, "untracked": self.untracked,
-                "newer_locally": self.newer_locally, "pending": self.pending, "unverifiable": self.unverifiable, "corrupt": self.corrupt,
+                "newer_locally": self.newer_locally, "pending": self.pending, "unapplied": self.unapplied, "unverifiable": self.unverifiable, "corrupt": self.corrupt,
                 "escaped": self.escaped, "symlinks": self.symlinks, "conflicts": self.conflicts, "excluded": self.excluded,
                 "repaired": self.repaired, "repair_failed": self.repair_failed,
                 "seconds": round(self.seconds, 3), "examples": self.examples}
@@ -157,7 +161,7 @@ async def run_audit(ctx: SyncContext, *, deep: bool = False, repair: bool = Fals
 
 
 async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, keep_run: bool) -> AuditReport:
-    started = time.monotonic()
+    started, began = time.monotonic(), time.time()
     report = AuditReport()
     read = ResourceListRead(ctx.resourcelist_url or "")
     if not ctx.resourcelist_url:
@@ -258,6 +262,8 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
             finally:
                 ctx.applier.release_repair([record.loc])
     await _count_pending(ctx, pending, report, repair)
+    # a live sync applies what it received within moments: only what waited the whole audit counts
+    report.unapplied = sum(1 for _, received in ctx.state.pending_inbox_heads() if received < began)
     report.untracked = await _in_thread(_count_untracked, ctx, report)
     report.escaped = ctx.state.count_escaped()
     ctx.applier.flush_refusals()

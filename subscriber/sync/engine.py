@@ -643,7 +643,8 @@ def audit_counts(report: AuditReport, *, deep: bool, repair: bool) -> str:
               f"{f' (symlinks {report.symlinks:,})' if report.symlinks else ''}, changed {report.changed:,}"
               f"{f' (corrupt {report.corrupt:,})' if deep else ''}, extra {report.extra:,}, "
               f"untracked {report.untracked:,}, {f'conflicts {report.conflicts:,}, ' if report.conflicts else ''}"
-              f"{f'pending {report.pending:,}, ' if report.pending else ''}newer locally {report.newer_locally:,}, "
+              f"{f'pending {report.pending:,}, ' if report.pending else ''}"
+              f"{f'unapplied notifications {report.unapplied:,}, ' if report.unapplied else ''}newer locally {report.newer_locally:,}, "
               f"unverifiable {report.unverifiable:,}, escaped names {report.escaped:,}"
               f"{f', excluded {report.excluded:,}' if report.excluded else ''}")
     if repair:

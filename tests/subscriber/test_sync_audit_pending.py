@@ -92,3 +92,34 @@ def test_an_applied_change_newer_than_the_list_stays_newer_locally(hostile, tmp_
     code, report, stderr = audit(hostile, dest)
     assert code == 0, stderr
     assert report["pending"] == 0 and report["newer_locally"] == 1 and report["same"] == 0
+
+
+def test_notifications_received_and_not_applied_are_a_difference_until_a_sync_applies_them(hostile, tmp_path):  # noqa: F811
+    from rsnotify.notification import ChangeNotification
+    from rsnotify.subscriber.sync.state import STATE_DIR, STATE_FILE, SyncState
+    from rsnotify.xml import to_xml
+
+    dest = tmp_path / "dest"
+    hostile.add("/r1.txt", b"v1\n")
+    assert sync_once(hostile, dest).code == 0
+    # A sync killed between its 2xx to the hub and applying: the notification waits in the inbox.
+    v2 = b"v2, announced by a notification\n"
+    hostile.bodies["/r1.txt"] = v2
+    change = ResourceChange(hostile.base + "/r1.txt", ChangeType.UPDATED, changed_at=T1,
+                            hashes=(("md5", hashlib.md5(v2).hexdigest()),), length=len(v2))
+    state = SyncState(dest / STATE_DIR / STATE_FILE)
+    try:
+        state.add_to_inbox("http://127.0.0.1:9/", 1, "n-1", "application/xml",
+                           to_xml(ChangeNotification(T1, T1, (change,))))
+    finally:
+        state.close()
+
+    code, report, stderr = audit(hostile, dest)
+    assert code == 1 and report["unapplied"] == 1 and "unapplied notifications 1" in stderr, stderr
+    code, report, stderr = audit(hostile, dest, "--repair")     # an audit does not apply the inbox
+    assert code == 1 and report["unapplied"] == 1, stderr
+
+    assert sync_once(hostile, dest).code == 0                    # the next start applies it
+    assert (copy_of(hostile, dest) / "r1.txt").read_bytes() == v2
+    code, report, stderr = audit(hostile, dest)
+    assert code == 0 and report["unapplied"] == 0, stderr
