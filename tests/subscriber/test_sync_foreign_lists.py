@@ -9,14 +9,14 @@ from __future__ import annotations
 import hashlib
 import subprocess
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from rsnotify.lists import ListInfo, ListRef, Resource
-from rsnotify.notification import CapabilityEntry, CapabilityList
+from rsnotify.notification import CapabilityEntry, CapabilityList, ChangeType, ResourceChange
 from rsnotify.xml import capability_list_to_xml
 from tests.subscriber.test_sync_trust import RSNOTIFY, snapshot, sync_once
 from tests.support.ports import free_port
@@ -143,3 +143,17 @@ def test_a_capability_list_naming_a_foreign_list_cannot_make_audit_repair_delete
     assert snapshot(copy) == before and other.hits == []
     run = sync_once(source, dest)
     assert run.code == 1 and snapshot(copy) == before, run.stderr
+
+
+def test_a_change_list_on_another_origin_is_refused_and_its_deletes_never_applied(two_origins, tmp_path):
+    source, other = two_origins
+    own = [source.serve(f"/r{i}.txt", f"resource {i}\n".encode()) for i in range(2)]
+    changes = [ResourceChange(r.loc, ChangeType.DELETED, changed_at=T0 + timedelta(minutes=1)) for r in own]
+    other.documents["/cl.xml"] = list_bytes(ListInfo("changelist", from_=T0), changes)
+    source.caps(source.resourcelist("/rl.xml", own), other.base + "/cl.xml")
+    dest = tmp_path / "dest"
+    run = sync_once(source, dest)
+    assert run.code == 1, run.stderr
+    assert [x for x in run.stderr.splitlines() if f"Change List {other.base}/cl.xml refused" in x], run.stderr
+    assert other.hits == []
+    assert sorted(snapshot(dest / f"127.0.0.1_{source.port}")) == ["r0.txt", "r1.txt"]
