@@ -17,7 +17,13 @@ from django.urls import URLPattern, path
 from django.views.decorators.csrf import csrf_exempt
 
 from ..client import Subscriber
-from .core import CallbackRequest, CallbackResponse, header_pairs, query_fields, too_large
+from .core import (
+    CallbackRequest,
+    CallbackResponse,
+    header_pairs,
+    query_fields,
+    too_large,
+)
 from .wsgi import subscriber_thread
 
 # Seconds a request waits for the callback core (it answers at once unless ack="after_handler").

@@ -84,7 +84,8 @@ class AuditReport:
     def to_json(self) -> dict[str, object]:
         return {"at": format_datetime(self.at) if self.at else None, "listed": self.listed, "same": self.same,
                 "missing": self.missing, "changed": self.changed, "extra": self.extra, "untracked": self.untracked,
-                "newer_locally": self.newer_locally, "pending": self.pending, "unapplied": self.unapplied, "unverifiable": self.unverifiable, "corrupt": self.corrupt,
+                "newer_locally": self.newer_locally, "pending": self.pending, "unapplied": self.unapplied,
+                "unverifiable": self.unverifiable, "corrupt": self.corrupt,
                 "escaped": self.escaped, "symlinks": self.symlinks, "conflicts": self.conflicts, "excluded": self.excluded,
                 "repaired": self.repaired, "repair_failed": self.repair_failed,
                 "seconds": round(self.seconds, 3), "examples": self.examples}

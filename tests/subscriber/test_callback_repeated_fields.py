@@ -14,7 +14,12 @@ import pytest
 from tests.support.http import http
 
 from .test_subscriber_adapters import TOPIC, harness  # noqa: F401  (the adapters under real servers)
-from .test_subscriber_frameworks import hub, make_app, readme_example, start_and_wait_verified  # noqa: F401
+from .test_subscriber_frameworks import (  # noqa: F401
+    hub,
+    make_app,
+    readme_example,
+    start_and_wait_verified,
+)
 
 
 async def get(callback: str, pairs: list[tuple[str, str]]) -> tuple[int, str]:

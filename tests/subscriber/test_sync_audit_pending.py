@@ -14,7 +14,14 @@ import pytest
 from aiohttp import web
 
 from rsnotify.notification import ChangeType, ResourceChange
-from tests.subscriber.test_sync_trust import RSNOTIFY, T1, HostileSource, copy_of, hostile, sync_once  # noqa: F401
+from tests.subscriber.test_sync_trust import (  # noqa: F401
+    RSNOTIFY,
+    T1,
+    HostileSource,
+    copy_of,
+    hostile,
+    sync_once,
+)
 
 
 def audit(source: HostileSource, dest: Path, *extra: str) -> tuple[int, dict, str]:

@@ -16,7 +16,12 @@ import pytest
 from aiohttp import web
 
 from rsnotify.lists import ListInfo, ListRef, Resource
-from rsnotify.notification import CapabilityEntry, CapabilityList, ChangeType, ResourceChange
+from rsnotify.notification import (
+    CapabilityEntry,
+    CapabilityList,
+    ChangeType,
+    ResourceChange,
+)
 from rsnotify.xml import capability_list_to_xml
 from tests.subscriber.test_sync_trust import RSNOTIFY, snapshot, sync_once
 from tests.support.ports import free_port
