@@ -17,6 +17,7 @@ from .core import (
     CallbackRequest,
     CallbackResponse,
     header_pairs,
+    query_fields,
     too_large,
 )
 
@@ -38,12 +39,14 @@ def callback_handler(core: CallbackCore) -> Callable[[web.Request], Awaitable[we
         except web.RequestPayloadError as exc:  # e.g. Content-Encoding: gzip on bytes that are not gzip
             reason = " ".join(str(exc).split()).removeprefix("400, message:").strip()
             return _to_aiohttp(CallbackResponse(400, f"the body cannot be read as sent: {reason or 'broken body'}"))
+        query, repeated = query_fields(request.query.items())
         callback_request = CallbackRequest(
             method=request.method,
             subscription_id=request.match_info["subscription_id"],
-            query={key: request.query[key] for key in request.query},
+            query=query,
             headers=header_pairs(request.headers.items()),
             body=body,
+            repeated=repeated,
         )
         return _to_aiohttp(await core.handle(callback_request))
 

@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from ..client import Subscriber
-from .core import CallbackRequest, CallbackResponse, too_large
+from .core import CallbackRequest, CallbackResponse, query_fields, too_large
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -46,12 +46,15 @@ class ASGICallbackApp:
             await _send(send, too_large(self.core.max_body_bytes))
             return
         path = scope.get("path", "")
+        query, repeated = query_fields(parse_qsl(scope.get("query_string", b"").decode("latin-1"),
+                                                 keep_blank_values=True))
         request = CallbackRequest(
             method=method,
             subscription_id=path.rstrip("/").rsplit("/", 1)[-1],
-            query=dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"), keep_blank_values=True)),
+            query=query,
             headers=tuple((k.decode("latin-1"), v.decode("latin-1")) for k, v in scope.get("headers", [])),
             body=body,
+            repeated=repeated,
         )
         await _send(send, await self.core.handle(request))
 

@@ -77,6 +77,8 @@ class CallbackRequest:
     query: Mapping[str, str] = field(default_factory=dict)
     headers: tuple[tuple[str, str], ...] = ()  # every header, in order; names in any case
     body: bytes = field(default=b"", repr=False)
+    # one line per hub.* field the query gives more than once with different values (query_fields)
+    repeated: tuple[str, ...] = ()
 
     def header(self, name: str) -> str | None:
         """All values of header `name` joined with ', ' (as RFC 9110 allows), or None."""
@@ -130,6 +132,19 @@ class Lifecycle(Protocol):
     def diagnostics(self, subscription: Subscription, link: str) -> None: ...
 
 
+def query_fields(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], tuple[str, ...]]:
+    """Every adapter's query, read one way: one value per name (the first), and one problem line
+    per hub.* field given more than once with different values. Which of those counts would
+    depend on the framework (aiohttp reads the first, Django and parse_qsl's dict the last), so
+    the verification refuses it, as the hub refuses such a form (rsnotify.websub)."""
+    seen: dict[str, list[str]] = {}
+    for name, value in pairs:
+        seen.setdefault(name, []).append(value)
+    repeated = tuple(f"{name} is given {len(values)} times with different values; send it once"
+                     for name, values in seen.items() if name.startswith("hub.") and len(set(values)) > 1)
+    return {name: values[0] for name, values in seen.items()}, repeated
+
+
 def too_large(limit: int) -> CallbackResponse:
     """The answer for a body past `limit` bytes (adapters stop reading there)."""
     return CallbackResponse(413, f"request body is larger than {limit} bytes; expected at most {limit}")
@@ -169,6 +184,8 @@ class CallbackCore:
     # --- GET: verification of intent, denial, diagnostics link ----------------------------
 
     async def _verify(self, request: CallbackRequest) -> CallbackResponse:
+        if request.repeated:
+            return CallbackResponse(400, "\n".join(request.repeated))
         mode = request.query.get("hub.mode")
         topic = request.query.get("hub.topic") or ""
         subscription = await self.store.get(request.subscription_id)

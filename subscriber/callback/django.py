@@ -17,7 +17,13 @@ from django.urls import URLPattern, path
 from django.views.decorators.csrf import csrf_exempt
 
 from ..client import Subscriber
-from .core import CallbackRequest, CallbackResponse, header_pairs, too_large
+from .core import (
+    CallbackRequest,
+    CallbackResponse,
+    header_pairs,
+    query_fields,
+    too_large,
+)
 from .wsgi import subscriber_thread
 
 # Seconds a request waits for the callback core (it answers at once unless ack="after_handler").
@@ -38,12 +44,14 @@ def callback_view(subscriber: Subscriber) -> Callable[[HttpRequest, str], HttpRe
             body = request.read(core.max_body_bytes + 1)
             if len(body) > core.max_body_bytes:
                 return _to_django(too_large(core.max_body_bytes))
+        query, repeated = query_fields((key, value) for key, values in request.GET.lists() for value in values)
         callback_request = CallbackRequest(
             method=request.method or "GET",
             subscription_id=subscription_id,
-            query={key: request.GET[key] for key in request.GET},
+            query=query,
             headers=header_pairs(request.headers.items()),
             body=body,
+            repeated=repeated,
         )
         return _to_django(runner.call(core.handle(callback_request), ANSWER_TIMEOUT))
 

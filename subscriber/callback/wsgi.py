@@ -28,7 +28,7 @@ from urllib.parse import parse_qsl
 from ..client import Subscriber
 from ..errors import SubscriberError
 from ..store import Subscription
-from .core import CallbackRequest, CallbackResponse, too_large
+from .core import CallbackRequest, CallbackResponse, query_fields, too_large
 
 log = logging.getLogger(__name__)
 
@@ -209,12 +209,14 @@ class WSGICallbackApp:
                 if len(body) > limit:
                     return _respond(start_response, too_large(limit))
         path = environ.get("PATH_INFO", "")
+        query, repeated = query_fields(parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True))
         request = CallbackRequest(
             method=method,
             subscription_id=path.rstrip("/").rsplit("/", 1)[-1],
-            query=dict(parse_qsl(environ.get("QUERY_STRING", ""), keep_blank_values=True)),
+            query=query,
             headers=tuple(_headers(environ)),
             body=body,
+            repeated=repeated,
         )
         return _respond(start_response, self.runner.call(self.core.handle(request), self.timeout))
 

@@ -4,8 +4,13 @@ Counts: same, missing (listed, no good copy), changed (hash or length differs; w
 also files whose bytes no longer hash to their record: bit rot or local edits), extra
 (tracked, no longer listed), untracked (files with no record), newer locally (a change
 applied after the list's `at`: the list is older than the copy, not a difference),
-unverifiable (neither hash nor length nor lastmod to compare). `repair` fetches missing and
-changed resources and deletes extra tracked ones; untracked files are never touched.
+unverifiable (neither hash nor length nor lastmod to compare), pending (a change after the
+list's `at` that the copy holds back: a failed fetch, bytes that did not match, a name in the
+way; the copy is not the Source's until it lands, so it is a difference), unapplied
+(notifications in the inbox since before the audit began and not applied yet: a sync stopped
+between its 2xx to the hub and applying them; a difference until a sync starts). `repair` fetches
+missing and changed resources, deletes extra tracked ones and tries the pending changes again;
+untracked files are never touched.
 The audit only reads the state database (the locs it meets go to a private temporary one), so
 it can run beside the `rsnotify sync` that owns the folder.
 """
@@ -31,7 +36,7 @@ from .outcomes import ChangeOutcome, Refusal, ResourceState
 from .remote import SourceDocumentError
 from .resources import ResourceListRead, resource_chunks
 from .sink import FolderLook, FolderSink, SymlinkRefusedError
-from .state import ResourceRecord, SyncState
+from .state import RETRIED_STATES, ResourceRecord, SyncState
 
 T = TypeVar("T")
 
@@ -46,6 +51,8 @@ class AuditReport:
     extra: int = 0
     untracked: int = 0
     newer_locally: int = 0
+    pending: int = 0          # a change newer than the list held back in its record (a difference)
+    unapplied: int = 0        # inbox notifications from before the audit, not applied (a difference)
     unverifiable: int = 0
     corrupt: int = 0          # part of `changed` (deep only)
     escaped: int = 0          # resources stored under an escaped name (not a difference; README "File names")
@@ -59,12 +66,15 @@ class AuditReport:
 
     @property
     def differences(self) -> int:
-        return self.missing + self.changed + self.extra + self.untracked + self.conflicts
+        return self.missing + self.changed + self.extra + self.untracked + self.conflicts + self.pending \
+            + self.unapplied
 
     @property
     def in_sync(self) -> bool:
+        # after a repair: in sync when every difference it could fix was fixed (a pending change
+        # that landed counts as repaired; one still held back as repair_failed)
         return self.differences == 0 or bool(self.repaired and self.repair_failed == 0 and self.untracked == 0
-                                             and self.conflicts == 0)
+                                             and self.conflicts == 0 and self.unapplied == 0)
 
     def note(self, kind: str, loc: str) -> None:
         items = self.examples.setdefault(kind, [])
@@ -74,7 +84,8 @@ class AuditReport:
     def to_json(self) -> dict[str, object]:
         return {"at": format_datetime(self.at) if self.at else None, "listed": self.listed, "same": self.same,
                 "missing": self.missing, "changed": self.changed, "extra": self.extra, "untracked": self.untracked,
-                "newer_locally": self.newer_locally, "unverifiable": self.unverifiable, "corrupt": self.corrupt,
+                "newer_locally": self.newer_locally, "pending": self.pending, "unapplied": self.unapplied,
+                "unverifiable": self.unverifiable, "corrupt": self.corrupt,
                 "escaped": self.escaped, "symlinks": self.symlinks, "conflicts": self.conflicts, "excluded": self.excluded,
                 "repaired": self.repaired, "repair_failed": self.repair_failed,
                 "seconds": round(self.seconds, 3), "examples": self.examples}
@@ -151,15 +162,16 @@ async def run_audit(ctx: SyncContext, *, deep: bool = False, repair: bool = Fals
 
 
 async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, keep_run: bool) -> AuditReport:
-    started = time.monotonic()
+    started, began = time.monotonic(), time.time()
     report = AuditReport()
     read = ResourceListRead(ctx.resourcelist_url or "")
     if not ctx.resourcelist_url:
         raise SourceDocumentError("the Source advertises no Resource List to audit against")
     ctx.progress.start("audit")
     to_repair: list[tuple[Resource, ResourceRecord | None, Path, tuple[str, ...]]] = []
+    pending: list[ResourceRecord] = []    # held-back changes newer than the list (bounded: one per change since `at`)
     contested = ctx.state.conflict_paths()
-    async for resources in resource_chunks(ctx.session, ctx.resourcelist_url, read):
+    async for resources in resource_chunks(ctx.session, ctx.resourcelist_url, read, ctx.list_origins):
         report.at = read.at
         ctx.progress.total = read.hint
         seen.add(r.loc for r in resources)
@@ -172,15 +184,17 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
                 report.excluded += 1
                 continue
             record = records.get(resource.loc)
-            if record is not None and record.changed_at is not None and report.at is not None \
-                    and record.changed_at > report.at:
-                report.newer_locally += 1
-                continue
             if record is not None and record.state in (ResourceState.OK, ResourceState.CONFLICT) \
                     and record.path in contested:
                 # Both sides of a name collision: the keeper's file and the loc left without one.
                 report.conflicts += 1
                 report.note("conflict", resource.loc)
+                continue
+            if record is not None and _newer_than_list(record, report.at):
+                if _held_back(record):
+                    pending.append(record)
+                else:
+                    report.newer_locally += 1
                 continue
             try:
                 path = ctx.sink.path_text(resource.loc)
@@ -229,8 +243,10 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         if ctx.applier.exclusions.excludes(extra.loc):
             report.excluded += 1
             continue
-        if (extra.changed_at is not None and report.at is not None and extra.changed_at > report.at) \
-                or ctx.applier.touched(extra.loc):
+        if _newer_than_list(extra, report.at) and _held_back(extra):
+            pending.append(extra)
+            continue
+        if _newer_than_list(extra, report.at) or ctx.applier.touched(extra.loc):
             report.newer_locally += 1
             continue
         report.extra += 1
@@ -246,6 +262,9 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
                 await _delete_extra(ctx, record, report)
             finally:
                 ctx.applier.release_repair([record.loc])
+    await _count_pending(ctx, pending, report, repair)
+    # a live sync applies what it received within moments: only what waited the whole audit counts
+    report.unapplied = sum(1 for _, received in ctx.state.pending_inbox_heads() if received < began)
     report.untracked = await _in_thread(_count_untracked, ctx, report)
     report.escaped = ctx.state.count_escaped()
     ctx.applier.flush_refusals()
@@ -254,6 +273,43 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         ctx.state.add_run("audit", time.time() - report.seconds, report.to_json(),
                           "in sync" if report.in_sync else "differences")
     return report
+
+
+def _newer_than_list(record: ResourceRecord, at: datetime | None) -> bool:
+    """The record's last change is after the list's `at`: the list cannot judge it."""
+    return record.changed_at is not None and at is not None and record.changed_at > at
+
+
+def _held_back(record: ResourceRecord) -> bool:
+    """The record keeps a change it could not apply (failed, stale, conflict, refused)."""
+    return record.state in RETRIED_STATES
+
+
+async def _count_pending(ctx: SyncContext, pending: list[ResourceRecord], report: AuditReport, repair: bool) -> None:
+    """Count the held-back changes newer than the list as differences (the copy is not the
+    Source's while one waits); with `repair`, try each again now, as the sync's retry would.
+    One a live change touched since the audit began is that change's business: newer locally."""
+    now = ctx.state.records(r.loc for r in pending) if pending else {}
+    waiting = []
+    for record in pending:
+        current = now.get(record.loc)
+        if ctx.applier.touched(record.loc) or current is None or not _held_back(current):
+            report.newer_locally += 1
+        else:
+            waiting.append(current)
+    report.pending += len(waiting)
+    for record in waiting:
+        report.note("pending", record.loc)
+    if not (repair and waiting):
+        return
+    ctx.state.commit(await ctx.applier.retry(waiting))
+    landed = ctx.state.records(r.loc for r in waiting)
+    for record in waiting:
+        if _held_back(landed.get(record.loc, record)):
+            report.repair_failed += 1
+            report.note("repair_failed", record.loc)
+        else:
+            report.repaired += 1
 
 
 async def _delete_extra(ctx: SyncContext, record: ResourceRecord, report: AuditReport) -> None:

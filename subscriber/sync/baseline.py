@@ -101,7 +101,7 @@ async def run_baseline(ctx: SyncContext, *, phase: str = "baseline") -> Baseline
 
     workers = _Workers(fetch, ctx.options.concurrency * WORKERS_PER_GET)
     try:
-        async for resources in resource_chunks(ctx.session, ctx.resourcelist_url, read):
+        async for resources in resource_chunks(ctx.session, ctx.resourcelist_url, read, ctx.list_origins):
             report.at = read.at
             ctx.progress.total = read.hint
             ctx.state.mark_seen(r.loc for r in resources)

@@ -60,7 +60,7 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     CatchupImpossibleError when they start after H."""
     if not ctx.changelist_url:
         raise CatchupImpossibleError("the Source advertises no Change List")
-    top = await RemoteList.open(ctx.session, ctx.changelist_url, "Change List")
+    top = await RemoteList.open(ctx.session, ctx.changelist_url, "Change List", ctx.list_origins)
     _check_head(top)
     if not top.info.is_index:
         if top.info.from_ is not None and top.info.from_ > high_water:
@@ -82,7 +82,7 @@ async def select_lists(ctx: SyncContext, high_water: datetime) -> list[ListRef |
     if not bounded and not unbounded:
         raise CatchupImpossibleError(f"the Change List Index {top.url} lists no Change List")
     for ref in unbounded:
-        remote = await RemoteList.open(ctx.session, ref.loc, "Change List")
+        remote = await RemoteList.open(ctx.session, ref.loc, "Change List", ctx.list_origins)
         remote.close()
         _check_head(remote)
         bounded.append(ListRef(ref.loc, from_=remote.info.from_, until=remote.info.until))
@@ -127,7 +127,8 @@ async def catch_up(ctx: SyncContext, high_water: datetime) -> CatchupReport:
     # At start and on each poll, once the Source answered: every held-back change again.
     await ctx.applier.retry_due(everything=True)
     for item in selected:
-        remote = item if isinstance(item, RemoteList) else await RemoteList.open(ctx.session, item.loc, "Change List")
+        remote = item if isinstance(item, RemoteList) else await RemoteList.open(ctx.session, item.loc, "Change List",
+                                                                                   ctx.list_origins)
         if remote.info.is_index:
             remote.close()
             raise SourceDocumentError(f"{remote.url} is an index inside a Change List Index; expected a Change List")

@@ -9,6 +9,7 @@ import aiohttp
 from .apply import Applier
 from .events import Events, Progress
 from .fetcher import DEFAULT_MAX_BYTES, Fetcher
+from .remote import ListOrigins
 from .sink import FolderSink
 from .state import SyncState
 
@@ -39,6 +40,7 @@ class SyncContext:
     options: SyncOptions = field(default_factory=SyncOptions)
     resourcelist_url: str | None = None
     changelist_url: str | None = None
+    list_origins: ListOrigins | None = None  # where the Source's lists may be (None: anywhere)
     wake: asyncio.Event | None = None       # set to make the live loop look again (a retry is due)
     retry_timer: asyncio.TimerHandle | None = None
 

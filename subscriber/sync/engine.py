@@ -44,7 +44,7 @@ from .fetcher import USER_AGENT, Fetcher
 from .headers import RequestRule
 from .leftovers import sweep_partials
 from .live import GAP, WAIT, drain
-from .remote import SourceDocumentError, SourceUnreachableError
+from .remote import ListOrigins, SourceDocumentError, SourceUnreachableError
 from .session import make_session, source_networks
 from .sink import FolderSink
 from .state import RETRIED_STATES, STATE_DIR, SyncState
@@ -95,6 +95,7 @@ class SyncEngine:
         self.options = options or SyncOptions()
         self.allow_networks = tuple(allow_networks)
         self.allow_hosts = tuple(h.lower() for h in allow_hosts)
+        self._capability_list: str | None = None   # the one discovery found (the state keeps it too)
         self.push_settings = push_settings
         self.status = status
         self.request_timeout = request_timeout
@@ -148,9 +149,10 @@ class SyncEngine:
         except BaseException:
             await session.close()
             raise
-        # Resources only from the Source's own origins (scheme, host, port) and --allow-host.
-        origins = [u for u in (self.state.get("capability_list"), self.state.get("resourcelist_url"),
-                               self.state.get("changelist_url")) if u]
+        # The Source is the origin (scheme, host, port) of its Capability List: its lists and
+        # resources only from there and from --allow-host (a list elsewhere is refused unread).
+        capability_list = self.state.get("capability_list") or self._capability_list
+        origins = [capability_list] if capability_list else []
         hosts = set(self.allow_hosts)
         for url in (self.state.get("resourcelist_url"), self.state.get("changelist_url")):
             if url:
@@ -164,7 +166,9 @@ class SyncEngine:
                                                                    dry_run=self.options.dry_run),
                                session, self.events, options=self.options,
                                resourcelist_url=self.state.get("resourcelist_url"),
-                               changelist_url=self.state.get("changelist_url"), wake=self.wake)
+                               changelist_url=self.state.get("changelist_url"), wake=self.wake,
+                               list_origins=ListOrigins(capability_list, None if "*" in hosts else hosts)
+                               if capability_list else None)
         self.ctx.applier.report = self.status
         self.ctx.applier.exclusions = Exclusions(self.options.exclude, self.state.get("capability_list"))
 
@@ -234,6 +238,7 @@ class SyncEngine:
             raise SourceDocumentError(f"{self.root} is a copy of {known}, not of {found.capability_list}; "
                                       "use another --dir")
         self.channels = found.channels
+        self._capability_list = found.capability_list
         if not self.read_only:
             self.state.set(capability_list=found.capability_list, resourcelist_url=found.resourcelist,
                            changelist_url=found.changelist,
@@ -638,7 +643,8 @@ def audit_counts(report: AuditReport, *, deep: bool, repair: bool) -> str:
               f"{f' (symlinks {report.symlinks:,})' if report.symlinks else ''}, changed {report.changed:,}"
               f"{f' (corrupt {report.corrupt:,})' if deep else ''}, extra {report.extra:,}, "
               f"untracked {report.untracked:,}, {f'conflicts {report.conflicts:,}, ' if report.conflicts else ''}"
-              f"newer locally {report.newer_locally:,}, "
+              f"{f'pending {report.pending:,}, ' if report.pending else ''}"
+              f"{f'unapplied notifications {report.unapplied:,}, ' if report.unapplied else ''}newer locally {report.newer_locally:,}, "
               f"unverifiable {report.unverifiable:,}, escaped names {report.escaped:,}"
               f"{f', excluded {report.excluded:,}' if report.excluded else ''}")
     if repair:

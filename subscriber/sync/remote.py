@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from typing import IO, BinaryIO, cast
 from urllib.parse import urlsplit
@@ -18,8 +18,9 @@ from rsnotify.errors import DocumentParseError
 from rsnotify.lists import Entry, ListInfo, ListStream, open_list
 
 from .fetcher import MAX_REDIRECTS, RedirectRefusedError, get_in_origin
+from .headers import origin
 
-__all__ = ["RemoteList", "SourceDocumentError", "SourceUnreachableError"]
+__all__ = ["ListOrigins", "RemoteList", "SourceDocumentError", "SourceUnreachableError"]
 
 MAX_LIST_BYTES = 52_428_800 + 1_048_576   # the Sitemap limit, with room for an XML prologue
 _SPOOL = 1_048_576
@@ -31,6 +32,32 @@ class SourceUnreachableError(Exception):
 
 class SourceDocumentError(Exception):
     """A Source document was fetched but is not usable (4xx, not a list, too big)."""
+
+
+class ListOrigins:
+    """Where the Source's lists may be: the origin (scheme, host, port) of its Capability List,
+    which is the Source, or a host the user named with --allow-host. A list elsewhere (named by
+    the Capability List, an index, a Source Description) is refused before it is read: what it
+    lists would decide what the copy takes and, in a baseline or an audit's repair, what it
+    deletes, and the Source cannot vouch for another server's documents."""
+
+    def __init__(self, capability_list: str, allowed_hosts: Iterable[str] | None) -> None:
+        self.source = origin(capability_list)
+        self.allowed_hosts = None if allowed_hosts is None else frozenset(allowed_hosts)   # None: any
+
+    def refusal(self, url: str) -> str | None:
+        """Why the list at `url` is refused, or None."""
+        try:
+            scheme, host, port = where = origin(url)
+        except ValueError:
+            return "it has no valid host and port"
+        if where == self.source or self.allowed_hosts is None or host in self.allowed_hosts \
+                or f"{host}:{port}" in self.allowed_hosts:
+            return None
+        own_scheme, own_host, own_port = self.source
+        return (f"it is on another origin ({scheme}://{host}:{port}) than the Source's Capability List "
+                f"({own_scheme}://{own_host}:{own_port}); if it is the Source's, allow it with "
+                f"--allow-host {host}:{port}")
 
 
 class RemoteList:
@@ -46,11 +73,16 @@ class RemoteList:
         self._stream = stream
 
     @classmethod
-    async def open(cls, session: aiohttp.ClientSession, url: str, what: str) -> RemoteList:
+    async def open(cls, session: aiohttp.ClientSession, url: str, what: str,
+                   origins: ListOrigins | None = None) -> RemoteList:
+        """Download the list at `url`; with `origins`, one on another origin is refused first."""
         if urlsplit(url).scheme.lower() not in ("http", "https"):
             # a Capability List or index naming file:, ftp: or javascript: is the Source's
             # mistake (exit 1), not an outage: aiohttp's error for it named only the URL
             raise SourceDocumentError(f"{what} {url[:200]!r} is not an http or https URL; refused")
+        refused = origins.refusal(url) if origins is not None else None
+        if refused is not None:
+            raise SourceDocumentError(f"{what} {url[:200]} refused: {refused}")
         file = tempfile.SpooledTemporaryFile(max_size=_SPOOL)  # noqa: SIM115 - closed by RemoteList.close
         count = 0
         tail = b""

@@ -11,7 +11,7 @@ import aiohttp
 from rsnotify.lists import RESOURCE_LIST, ListRef, Resource
 
 from .listdates import refuse_bad_bounds
-from .remote import RemoteList, SourceDocumentError
+from .remote import ListOrigins, RemoteList, SourceDocumentError
 
 
 @dataclass
@@ -21,9 +21,11 @@ class ResourceListRead:
     hint: int | None = None       # expected entries (from the first document), for progress
 
 
-async def resource_chunks(session: aiohttp.ClientSession, url: str, read: ResourceListRead
-                          ) -> AsyncIterator[list[Resource]]:
-    top = await RemoteList.open(session, url, "Resource List")
+async def resource_chunks(session: aiohttp.ClientSession, url: str, read: ResourceListRead,
+                          origins: ListOrigins | None = None) -> AsyncIterator[list[Resource]]:
+    """`origins`: where the list and its index's parts may be (a part elsewhere is refused
+    before anything of it is used)."""
+    top = await RemoteList.open(session, url, "Resource List", origins)
     _check_head(top, part=False)
     read.at = top.info.at
     if not top.info.is_index:
@@ -36,7 +38,7 @@ async def resource_chunks(session: aiohttp.ClientSession, url: str, read: Resour
         parts.extend(e for e in chunk if isinstance(e, ListRef))
     for ref in parts:
         refuse_bad_bounds("Resource List Index", url, ref)
-        remote = await RemoteList.open(session, ref.loc, "Resource List")
+        remote = await RemoteList.open(session, ref.loc, "Resource List", origins)
         _check_head(remote, part=True)
         if top.info.at is None and remote.info.at is not None and (read.at is None or remote.info.at < read.at):
             read.at = remote.info.at   # an index without `at`: the oldest part's

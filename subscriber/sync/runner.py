@@ -386,8 +386,9 @@ def _handed_result(reporter: Reporter, result: dict[str, Any], *, deep: bool) ->
     return EXIT_IN_SYNC if result.get("in_sync") else EXIT_DIFFERENCES
 
 
-_REPORT_COUNTS = ("listed", "same", "missing", "changed", "extra", "untracked", "newer_locally", "unverifiable",
-                  "corrupt", "escaped", "symlinks", "conflicts", "excluded", "repaired", "repair_failed", "seconds")
+_REPORT_COUNTS = ("listed", "same", "missing", "changed", "extra", "untracked", "newer_locally", "pending", "unapplied",
+                  "unverifiable", "corrupt", "escaped", "symlinks", "conflicts", "excluded", "repaired", "repair_failed",
+                  "seconds")
 
 
 def parse_duration(text: str) -> float:

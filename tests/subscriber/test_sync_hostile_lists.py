@@ -452,7 +452,9 @@ def test_a_list_whose_head_is_dripped_ends_as_too_slow_not_a_hang(raw, tmp_path,
         elsewhere = f"http://127.0.0.1:{listener.getsockname()[1]}/rl.xml"
         raw.docs["/caps.xml"] = raw.docs["/caps.xml"].replace(f"{raw.base}/rl.xml".encode(), elsewhere.encode())
         raw.change_list("")
-        run = sync_once(raw, tmp_path / "dest", "--timeout", "1", timeout=40)
+        # on another port: the Source's only with --allow-host (a list elsewhere is refused unread)
+        run = sync_once(raw, tmp_path / "dest", "--timeout", "1", "--allow-host",
+                        f"127.0.0.1:{listener.getsockname()[1]}", timeout=40)
         assert run.code == 3 and time.monotonic() - started < 30, run.stderr
         [said] = run.lines("rsnotify sync: the Source cannot be read: ")
         assert elsewhere in said and "the answer's head did not come within 7 s (too slow)" in said, said
