@@ -157,8 +157,8 @@ async def list_topics(request: web.Request) -> web.Response:
     offset, limit = _page(request)
     search = _search(request)
     if "url" in request.query:
-        tids = [keys.topic_id(request.query["url"])]
-        total = 1
+        rows = await reports.topic_rows(redis, [keys.topic_id(request.query["url"])])
+        return web.json_response({"total": len(rows), "offset": offset, "topics": rows[offset:offset + limit]})
     elif search:
         rows = await reports.topic_rows(redis, (await store.topic_ids(redis))[:SEARCH_TOPICS])
         found = [row for row in rows if search in row["url"].lower()]

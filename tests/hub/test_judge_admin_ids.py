@@ -4,6 +4,7 @@ int() took them and Redis refused the XRANGE: the hub answered 503 "storage unav
 logged an ERROR, as in a real outage. A real hub process."""
 from __future__ import annotations
 
+import json
 import urllib.parse
 
 import pytest
@@ -53,3 +54,14 @@ def test_well_formed_ids_still_reach_the_log(hub) -> None:
     assert status == 404 and b"no notification 18446744073709551615-0" in text, text
     status, text = http_request("GET", hub.url + f"admin/topics/{tid}/notifications/0")
     assert status == 404, text
+
+
+def test_topics_by_url_counts_what_it_lists(hub) -> None:
+    """?url= of a topic the hub never saw: total 0 (it said 1 beside an empty list)."""
+    status, text = http_request("GET", hub.url + "admin/topics?url=" + urllib.parse.quote("http://never.example/x"))
+    assert status == 200 and json.loads(text) == {"total": 0, "offset": 0, "topics": []}, text
+    link = f'<{TOPIC}>; rel="self", <{hub.url}>; rel="hub"'
+    assert http_request("POST", hub.url, BODY, {"Content-Type": "application/xml", "Link": link})[0] == 200
+    status, text = http_request("GET", hub.url + "admin/topics?url=" + urllib.parse.quote(TOPIC))
+    found = json.loads(text)
+    assert status == 200 and found["total"] == 1 and [t["url"] for t in found["topics"]] == [TOPIC], text
