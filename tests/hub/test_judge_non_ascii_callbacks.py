@@ -1,0 +1,46 @@
+"""A callback whose path or query is in another script (`/rückruf?für=ü`) is verified and
+delivered to, at the same percent-encoded UTF-8 bytes each time, by a subscriber on aiohttp.
+Before, the verification GET put raw UTF-8 in its request line, which aiohttp's parser answers
+400: such a subscription could never be verified (its deliveries were percent-encoded). The
+rest of the callback keeps its exact bytes (`%41` stays `%41`). A real hub process and a real
+aiohttp subscriber."""
+from __future__ import annotations
+
+import urllib.parse
+
+from tests.support.http import http as http_request
+from tests.support.subscribers import RecordingSubscriber
+from tests.support.waiting import wait_until
+
+TOPIC = "http://data.example.org/ds1/changes"
+BODY = b"""<?xml version="1.0" encoding="UTF-8"?>
+<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">
+  <rs:md capability="change-notification" from="2020-01-01T00:00:00Z" until="2020-01-01T00:01:00Z"/>
+  <url><loc>http://data.example.org/ds1/res1</loc><rs:md change="updated" datetime="2020-01-01T00:00:00Z"/></url>
+</urlset>"""
+FORM = {"Content-Type": "application/x-www-form-urlencoded"}
+
+
+def test_a_non_ascii_callback_is_verified_and_delivered_to_at_the_same_bytes(hub_process) -> None:
+    hub = hub_process()
+    subscriber = RecordingSubscriber()
+    server = subscriber.serve_in_thread()
+    try:
+        callback = subscriber.url("/rückruf?für=ü&keep=%41")
+        form = urllib.parse.urlencode({"hub.mode": "subscribe", "hub.topic": TOPIC, "hub.callback": callback})
+        status, body = http_request("POST", hub.url, form.encode(), FORM)
+        assert status == 202, body
+        hub.wait_for_output(r"subscription [0-9a-f]{32} (activated|not verified)|not verified", 30.0)
+        [verification] = subscriber.verifications()
+        assert verification.path == "/rückruf" and verification.query["für"] == "ü"
+        assert verification.raw_query.startswith("f%C3%BCr=%C3%BC&keep=%41&hub.mode=subscribe"), verification.raw_query
+        assert "activated" in hub.output()
+        link = f'<{TOPIC}>; rel="self", <{hub.url}>; rel="hub"'
+        status, body = http_request("POST", hub.url, BODY, {"Content-Type": "application/xml", "Link": link})
+        assert status == 200, body
+        wait_until(lambda: subscriber.deliveries(), 30.0, "the delivery")
+        [delivery] = subscriber.deliveries()
+        assert delivery.path == "/rückruf" and delivery.raw_query == "f%C3%BCr=%C3%BC&keep=%41", delivery.raw_query
+        assert delivery.body == BODY
+    finally:
+        server.stop()
