@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import urllib.parse
 
+from aiohttp import web
+
 from tests.support.http import http as http_request
 from tests.support.subscribers import RecordingSubscriber
 from tests.support.waiting import wait_until
@@ -42,5 +44,28 @@ def test_a_non_ascii_callback_is_verified_and_delivered_to_at_the_same_bytes(hub
         [delivery] = subscriber.deliveries()
         assert delivery.path == "/rückruf" and delivery.raw_query == "f%C3%BCr=%C3%BC&keep=%41", delivery.raw_query
         assert delivery.body == BODY
+    finally:
+        server.stop()
+
+
+def test_a_thin_pings_topic_is_fetched_at_its_exact_bytes(hub_process) -> None:
+    """yarl's quoting fetched `?sig=a%2Fb&x=%41` as `?sig=a/b&x=A` (another URL to a server that
+    signs its URLs), and a non-ASCII path must go out percent-encoded."""
+    hub = hub_process()
+    source = RecordingSubscriber()
+
+    async def topic(request: web.Request) -> web.Response:
+        return web.Response(body=BODY, content_type="application/xml")
+    source.on("/thémas/changes", topic, method="GET")
+    server = source.serve_in_thread()
+    try:
+        topic_url = source.url("/thémas/changes?sig=a%2Fb&x=%41")
+        form = urllib.parse.urlencode({"hub.mode": "publish", "hub.url": topic_url})
+        status, body = http_request("POST", hub.url, form.encode(), FORM)
+        assert status == 202, body
+        wait_until(lambda: source.verifications("/thémas/changes"), 30.0, "the fetch")
+        [fetch] = source.verifications("/thémas/changes")
+        assert fetch.raw_query == "sig=a%2Fb&x=%41", fetch.raw_query
+        hub.wait_for_output(r"fetched .* for a thin ping: notification", 30.0)
     finally:
         server.stop()
