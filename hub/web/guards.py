@@ -125,13 +125,21 @@ DECODED_CODINGS = frozenset({"identity", "gzip", "deflate", "br", "zstd"})
 
 
 def check_fields(request: web.Request) -> None:
-    """400 for a single-valued header field given more than once; 415 for a body in a content
-    coding the hub does not decode (it would be read, and stored, as it came)."""
+    """400 for a single-valued header field (or a Content-Type parameter) given more than once;
+    415 for a body in a content coding the hub does not decode (it would be read, and stored, as
+    it came)."""
     headers = request.headers
     for name in SINGLE_HEADERS:
         values = headers.getall(name, ())
         if len(values) > 1:
             raise BadRequestError(f"the {name} header is given {len(values)} times; send it once")
+    content_type = headers.get("Content-Type", "")
+    if ";" in content_type:
+        names = [part.partition("=")[0].strip().lower() for part in content_type.split(";")[1:]]
+        repeated = sorted({name for name in names if name and names.count(name) > 1})
+        if repeated:    # "charset=utf-8; charset=latin1": the hub and a subscriber could read different ones
+            raise BadRequestError(f"the Content-Type parameter {repeated[0]} is given {names.count(repeated[0])} "
+                                  "times; send it once")
     coding = headers.get("Content-Encoding")
     if coding is not None and request.method not in SAFE_METHODS and coding.strip().lower() not in DECODED_CODINGS:
         raise UnsupportedMediaError(f"Content-Encoding {coding[:80]!r} is not supported: send the body as it is "

@@ -90,3 +90,14 @@ def test_identity_and_gzip_bodies_are_still_taken(hub, topic) -> None:
     status, text = send(hub.port, [*submission_fields(hub.url, topic), ("Idempotency-Key", "k"),
                                    ("Idempotency-Key", "k")], BODY)
     assert status == 400, text      # the same value twice too: one field, one value
+
+
+@pytest.mark.parametrize("content_type", ["application/xml; charset=utf-8; charset=latin1",
+                                          "application/xml; Charset=utf-8; charset=utf-8"])
+def test_a_content_type_parameter_given_twice_is_400_and_stores_nothing(hub, topic, content_type) -> None:
+    fields = [("Content-Type", content_type), ("Link", f'<{topic}>; rel="self", <{hub.url}>; rel="hub"')]
+    status, text = send(hub.port, fields, BODY)
+    assert status == 400, text
+    assert text.strip() == "the Content-Type parameter charset is given 2 times; send it once"
+    status, text = send(hub.port, submission_fields(hub.url, topic), BODY)
+    assert status == 200 and json.loads(text)["sequence"] == 1, text
