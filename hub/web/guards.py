@@ -125,9 +125,9 @@ DECODED_CODINGS = frozenset({"identity", "gzip", "deflate", "br", "zstd"})
 
 
 def check_fields(request: web.Request) -> None:
-    """400 for a single-valued header field (or a Content-Type parameter) given more than once;
-    415 for a body in a content coding the hub does not decode (it would be read, and stored, as
-    it came)."""
+    """400 for a single-valued header field (or a Content-Type parameter) given more than once,
+    or a transfer coding other than chunked; 415 for a body in a content coding the hub does not
+    decode (it would be read, and stored, as it came)."""
     headers = request.headers
     for name in SINGLE_HEADERS:
         values = headers.getall(name, ())
@@ -140,6 +140,12 @@ def check_fields(request: web.Request) -> None:
         if repeated:    # "charset=utf-8; charset=latin1": the hub and a subscriber could read different ones
             raise BadRequestError(f"the Content-Type parameter {repeated[0]} is given {names.count(repeated[0])} "
                                   "times; send it once")
+    transfer = headers.get("Transfer-Encoding")
+    if transfer is not None and transfer.strip().lower() != "chunked":
+        # aiohttp's parser reads "gzip, chunked" as chunked and leaves the gzip on: the body
+        # would be read (and refused, or stored) still compressed
+        raise BadRequestError(f"Transfer-Encoding {transfer[:80]!r} is not supported: send the body chunked or with "
+                              "a Content-Length (compressed: with Content-Encoding gzip or deflate)")
     coding = headers.get("Content-Encoding")
     if coding is not None and request.method not in SAFE_METHODS and coding.strip().lower() not in DECODED_CODINGS:
         raise UnsupportedMediaError(f"Content-Encoding {coding[:80]!r} is not supported: send the body as it is "
