@@ -14,14 +14,14 @@ from yarl import URL
 _NON_ASCII = re.compile(r"[^\x00-\x7f]+")
 
 
-def _as_uri(url: str) -> str:
+def as_uri(url: str) -> str:
     """`url` with only its non-ASCII characters percent-encoded; everything else as it was."""
     return url if url.isascii() else _NON_ASCII.sub(lambda found: quote(found.group(), safe=""), url)
 
 
 def callback_url(callback: str, params: dict[str, str]) -> URL:
     """The callback with `params` appended to its own query string (kept byte for byte)."""
-    base = _as_uri(callback.split("#", 1)[0])
+    base = as_uri(callback.split("#", 1)[0])
     separator = "&" if "?" in base else "?"
     if base.endswith(("?", "&")):
         separator = ""
@@ -37,4 +37,4 @@ def exact_url(url: str) -> URL:
     """`url` to request as it was given (a callback, or a topic a thin ping names): yarl's own
     quoting would rewrite escapes (`%41` as `A`, `%2F` in a query as `/`), another resource to a
     server that reads them, or whose signed URLs include them."""
-    return URL(_as_uri(url), encoded=True)
+    return URL(as_uri(url), encoded=True)

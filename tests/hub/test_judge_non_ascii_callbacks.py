@@ -69,3 +69,25 @@ def test_a_thin_pings_topic_is_fetched_at_its_exact_bytes(hub_process) -> None:
         hub.wait_for_output(r"fetched .* for a thin ping: notification", 30.0)
     finally:
         server.stop()
+
+
+def test_a_non_ascii_topic_goes_out_percent_encoded_in_the_deliveries_link_header(hub_process) -> None:
+    """A header carries URIs (RFC 8288): raw UTF-8 there reads as Latin-1 in a WSGI app (Flask,
+    Django), so `tøpic` arrived as `tÃ¸pic`."""
+    hub = hub_process()
+    subscriber = RecordingSubscriber()
+    server = subscriber.serve_in_thread()
+    try:
+        topic = "http://data.example.org/tøpic"
+        form = urllib.parse.urlencode({"hub.mode": "subscribe", "hub.topic": topic, "hub.callback": subscriber.url("/cb")})
+        assert http_request("POST", hub.url, form.encode(), FORM)[0] == 202
+        hub.wait_for_output(r"subscription [0-9a-f]{32} activated", 30.0)
+        link = f'<{topic}>; rel="self", <{hub.url}>; rel="hub"'
+        status, body = http_request("POST", hub.url, BODY, {"Content-Type": "application/xml",
+                                                             "Link": link.encode().decode("latin-1")})
+        assert status == 200, body
+        wait_until(lambda: subscriber.deliveries("/cb"), 30.0, "the delivery")
+        [delivery] = subscriber.deliveries("/cb")
+        assert delivery.headers["Link"] == f'<http://data.example.org/t%C3%B8pic>; rel="self", <{hub.url}>; rel="hub"'
+    finally:
+        server.stop()
