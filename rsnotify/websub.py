@@ -163,8 +163,8 @@ def check_url(name: str, value: str | None) -> str:
     WireError naming `name`.
 
     Refused too: more than MAX_URL_LENGTH characters, control characters, spaces and characters
-    URIs never hold (`<`, `"`, a backslash...), a fragment, a host that is not a DNS name or an
-    IP literal, and dot segments (`/../`, `/%2e%2e/`), so a URL means one resource however it
+    URIs never hold (`<`, `"`, a backslash...), a fragment, a host that is not a DNS name (labels
+    of 1-63 characters, 253 in all) or an IP literal, port 0, and dot segments (`/../`, `/%2e%2e/`), so a URL means one resource however it
     is resolved and a prefix comparison cannot be walked around.
     """
     if not value:
