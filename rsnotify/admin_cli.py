@@ -78,7 +78,17 @@ class Admin:
         click.echo(json.dumps(data, indent=2, sort_keys=True) if self.as_json else render(data))
 
 
-pass_admin = click.make_pass_decorator(Admin)
+def _json_here(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.ensure_object(Admin).as_json = True
+
+
+def pass_admin(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Hand the command the group's Admin, and take --json after the command's name too: users
+    type `rsnotify admin subscriptions --trouble --json` as often as `admin --json subscriptions`."""
+    passing = click.make_pass_decorator(Admin)(command)
+    return click.option("--json", "json_here", is_flag=True, expose_value=False, callback=_json_here,
+                        help="Print the API's JSON instead of a table.")(passing)
 
 
 @click.group("admin", context_settings={"help_option_names": ["-h", "--help"]})

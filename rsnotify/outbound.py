@@ -464,9 +464,9 @@ class OutboundClient:
             origin.resolving = resolving = loop.create_future()
             try:
                 infos = await loop.getaddrinfo(origin.host, origin.port, type=socket.SOCK_STREAM)
-            except OSError as exc:
-                resolving.set_exception(RequestFailedError(
-                    f"host name not found: {origin.host} ({exc.strerror or exc})"))
+            except (OSError, UnicodeError) as exc:   # UnicodeError: a name the idna codec refuses
+                reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else exc
+                resolving.set_exception(RequestFailedError(f"host name not found: {origin.host} ({reason})"))
                 resolving.exception()                # retrieved: the waiters, if any, raise it too
             except BaseException:
                 resolving.cancel()                   # timed out or cancelled: the waiters see it

@@ -163,8 +163,8 @@ def check_url(name: str, value: str | None) -> str:
     WireError naming `name`.
 
     Refused too: more than MAX_URL_LENGTH characters, control characters, spaces and characters
-    URIs never hold (`<`, `"`, a backslash...), a fragment, a host that is not a DNS name or an
-    IP literal, and dot segments (`/../`, `/%2e%2e/`), so a URL means one resource however it
+    URIs never hold (`<`, `"`, a backslash...), a fragment, a host that is not a DNS name (labels
+    of 1-63 characters, 253 in all) or an IP literal, port 0, and dot segments (`/../`, `/%2e%2e/`), so a URL means one resource however it
     is resolved and a prefix comparison cannot be walked around.
     """
     if not value:
@@ -199,14 +199,19 @@ def check_url(name: str, value: str | None) -> str:
                             f"got {len(text)}")
     if not _HOST.fullmatch(host):
         raise WireError(f"{name} has an invalid host, got {text!r}")
+    if not host.startswith("[") and not _is_dns_name(host):
+        # a resolver refuses such a name outright: refused here, it never reaches a worker's lookup
+        raise WireError(f"{name} has an invalid host name (labels of 1-63 characters, 253 in all), got {text!r}")
     if _NUMERIC_LABEL.fullmatch(host.rstrip(".").rpartition(".")[2]) and not _is_dotted_quad(host):
         # one address, one spelling: the address guards and prefix comparisons see what a client reaches
         raise WireError(f"{name} has a numeric host that is not an IPv4 address in dotted decimal "
                         f"(a.b.c.d, no leading zeros), got {text!r}")
     try:
-        parts.port  # noqa: B018  (raises on a bad port)
+        port = parts.port
     except ValueError:
         raise WireError(f"{name} has an invalid port, got {text!r}") from None
+    if port == 0:      # nothing listens there: no request to it could ever be answered
+        raise WireError(f"{name} has an invalid port, got {text!r}")
     if any(_DOT_SEGMENT.match(segment) for segment in parts.path.split("/")):
         raise WireError(f"{name} must not have '.' or '..' path segments, got {text!r}")
     return text
@@ -222,6 +227,13 @@ def idna_host(name: str, host: str, url: str) -> str:
     except (idna.IDNAError, UnicodeError) as exc:
         raise WireError(f"{name} has an invalid internationalized host name {host!r} ({exc}), "
                         f"got {url!r}") from None
+
+
+def _is_dns_name(host: str) -> bool:
+    """True when `host` (ASCII, one trailing dot allowed) has no empty label, no label over 63
+    characters and at most 253 in all: what DNS (and getaddrinfo) can carry."""
+    name = host[:-1] if host.endswith(".") else host
+    return 0 < len(name) <= 253 and all(0 < len(label) <= 63 for label in name.split("."))
 
 
 def _is_dotted_quad(host: str) -> bool:

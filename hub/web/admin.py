@@ -7,6 +7,7 @@ answers only loopback clients that did not come through a proxy. Refusals are Hu
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 
 from aiohttp import web
@@ -76,12 +77,16 @@ def _id(request: web.Request, name: str) -> str:
     return value
 
 
+# A Redis stream entry id: two unsigned 64-bit numbers in ASCII digits. int() alone takes more
+# ("+5", " 5", "1_0", other scripts' digits, any size), which Redis then refused as a storage error (503).
+_ENTRY_ID = re.compile(r"([0-9]{1,20})(?:-([0-9]{1,20}))?")
+
+
 def _nid(request: web.Request) -> str:
     value = request.match_info["nid"]
-    try:
-        records.parse_entry_id(value)
-    except ValueError:
-        raise BadRequestError(f"a notification id looks like 1700000000000-0, got {value!r}") from None
+    found = _ENTRY_ID.fullmatch(value)
+    if found is None or any(int(part) >= 1 << 64 for part in found.groups("0")):
+        raise BadRequestError(f"a notification id looks like 1700000000000-0, got {_shown(value)}")
     return value
 
 
@@ -152,8 +157,8 @@ async def list_topics(request: web.Request) -> web.Response:
     offset, limit = _page(request)
     search = _search(request)
     if "url" in request.query:
-        tids = [keys.topic_id(request.query["url"])]
-        total = 1
+        rows = await reports.topic_rows(redis, [keys.topic_id(request.query["url"])])
+        return web.json_response({"total": len(rows), "offset": offset, "topics": rows[offset:offset + limit]})
     elif search:
         rows = await reports.topic_rows(redis, (await store.topic_ids(redis))[:SEARCH_TOPICS])
         found = [row for row in rows if search in row["url"].lower()]

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 
 from aiohttp import web
 
-from ..errors import ForbiddenError, MisdirectedRequestError
+from ..errors import BadRequestError, ForbiddenError, MisdirectedRequestError, UnsupportedMediaError
 from ..settings import HubSettings
 from .appkeys import HOSTS, PUBLISHERS, SETTINGS
 from .auth import CLIENT, carries_accepted_credential
@@ -114,9 +114,49 @@ def check_admin_action(request: web.Request, *, is_credentialed: bool = False) -
                              f"token, got {f'Content-Type {content_type!r}' if content_type else 'no Content-Type'}")
 
 
+# Header fields that mean one thing: given twice, which one counts would depend on the reader (a
+# proxy in front of the hub may read the other one), as with a form's repeated fields.
+# Content-Type, Content-Length and Host twice aiohttp's parser refuses itself.
+SINGLE_HEADERS = ("Content-Encoding", "Idempotency-Key", "Authorization", "Origin", "Sec-Fetch-Site",
+                  "X-Hub-Signature", "X-RSNotify-Timestamp")
+# The content codings aiohttp's parser decodes (br and zstd when their libraries are installed;
+# without them the parser refuses the request itself): any other it passes on still coded.
+DECODED_CODINGS = frozenset({"identity", "gzip", "deflate", "br", "zstd"})
+
+
+def check_fields(request: web.Request) -> None:
+    """400 for a single-valued header field (or a Content-Type parameter) given more than once,
+    or a transfer coding other than chunked; 415 for a body in a content coding the hub does not
+    decode (it would be read, and stored, as it came)."""
+    headers = request.headers
+    for name in SINGLE_HEADERS:
+        values = headers.getall(name, ())
+        if len(values) > 1:
+            raise BadRequestError(f"the {name} header is given {len(values)} times; send it once")
+    content_type = headers.get("Content-Type", "")
+    if ";" in content_type:
+        names = [part.partition("=")[0].strip().lower() for part in content_type.split(";")[1:]]
+        repeated = sorted({name for name in names if name and names.count(name) > 1})
+        if repeated:    # "charset=utf-8; charset=latin1": the hub and a subscriber could read different ones
+            raise BadRequestError(f"the Content-Type parameter {repeated[0]} is given {names.count(repeated[0])} "
+                                  "times; send it once")
+    transfer = headers.get("Transfer-Encoding")
+    if transfer is not None and transfer.strip().lower() != "chunked":
+        # aiohttp's parser reads "gzip, chunked" as chunked and leaves the gzip on: the body
+        # would be read (and refused, or stored) still compressed
+        raise BadRequestError(f"Transfer-Encoding {transfer[:80]!r} is not supported: send the body chunked or with "
+                              "a Content-Length (compressed: with Content-Encoding gzip or deflate)")
+    coding = headers.get("Content-Encoding")
+    if coding is not None and request.method not in SAFE_METHODS and coding.strip().lower() not in DECODED_CODINGS:
+        raise UnsupportedMediaError(f"Content-Encoding {coding[:80]!r} is not supported: send the body as it is "
+                                    "(identity) or in one of gzip, deflate")
+
+
 def check_request(request: web.Request) -> None:
-    """Every request's guards, before its handler (the app's one middleware calls it): who the
-    client is (kept as request[CLIENT]), then the Host, same-site and admin-action checks."""
+    """Every request's guards, before its handler (the app's one middleware calls it): the
+    header fields, who the client is (kept as request[CLIENT]), then the Host, same-site and
+    admin-action checks."""
+    check_fields(request)
     settings = request.app[SETTINGS]
     request[CLIENT] = identify(request, settings.trusted_proxy_networks)
     credentialed = carries_accepted_credential(request, settings, request.app[PUBLISHERS])

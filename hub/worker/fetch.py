@@ -10,7 +10,6 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
-from yarl import URL
 
 from rsnotify.errors import WireError
 from rsnotify.outbound import Limits
@@ -22,6 +21,7 @@ from rsnotify.outbound_answer import (
 from rsnotify.websub import links_by_rel, parse_link_header
 
 from .. import enqueue, store
+from ..callbacks import exact_url
 from ..records import AppendedNotification
 
 log = logging.getLogger(__name__)
@@ -47,7 +47,7 @@ async def fetch_topic(ctx: Any, topic: str) -> FetchOutcome:
     # the body as sent is read at most one byte past the limit: enough to tell it is too long
     limits = Limits(settings.connect_timeout, settings.fetch_timeout, limit + 1)
     try:
-        async with await ctx.fetcher.open("GET", URL(topic), IDENTITY, limits) as response:
+        async with await ctx.fetcher.open("GET", exact_url(topic), IDENTITY, limits) as response:
             status = response.status
             if not 200 <= status < 300:
                 return _refused(topic, status, f"topic answered {status}; expected 2xx (redirects are not followed)")

@@ -15,6 +15,7 @@ from rsnotify.errors import WireError
 from rsnotify.outbound import HeaderLines
 from rsnotify.websub import NOTIFICATION_ID_HEADER, SEQUENCE_HEADER, build_link_header
 
+from ..callbacks import as_uri
 from ..records import LogEntry, parse_entry_id
 
 
@@ -77,9 +78,11 @@ def _control_problem(content_type: str) -> str:
 def _link_header(topic: str, hub_url: str, resourcesync: str) -> str:
     # The same few values for every notification of a topic: built (and checked) once, not per
     # entry. A refused one raises each time (lru_cache keeps no exceptions).
-    links = [(topic, "self"), (hub_url, "hub")]
+    # a header carries URIs (RFC 8288): a topic in another script goes as percent-encoded UTF-8,
+    # not raw bytes a WSGI app reads as Latin-1
+    links = [(as_uri(topic), "self"), (as_uri(hub_url), "hub")]
     if resourcesync:
-        links.append((resourcesync, "resourcesync"))
+        links.append((as_uri(resourcesync), "resourcesync"))
     return build_link_header(links)
 
 

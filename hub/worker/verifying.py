@@ -94,6 +94,13 @@ async def verify_taken(ctx: WorkerContext, challenge: str, intent: Intent | None
     except RedisError as exc:
         # it stays in this worker's taken list: back in line when this worker stops or dies
         log.warning("verification %s…: Redis failed (%s); it is tried again later", challenge[:8], exc)
+    except Exception:
+        # a bug: left in the taken list, the request would hold the lane "behind" in /health for
+        # as long as this worker lives, and fail the same way after every take-over
+        log.exception("verification %s… failed; the request is dropped (the subscriber may send it again)",
+                      challenge[:8])
+        with contextlib.suppress(RedisError):
+            await store.finish_challenge(ctx.redis, lane.wid, challenge, batch=ctx.batch)
     finally:
         if host:
             lane.by_host[host] -= 1
