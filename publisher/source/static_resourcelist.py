@@ -168,6 +168,13 @@ class PartedResourceList:
         self._write_document(name, resources, at, index=False, in_index=True)
         return Part(low, name, len(resources), at)
 
+    def part_path(self, name: str) -> Path | None:
+        """The file of the part `name` while a reader may ask for it (named by the index, or
+        replaced less than retire_seconds ago), else None: no other name is ever a path here."""
+        if name in {part.name for part in self.parts} or name in {retired for _, retired in self._retired}:
+            return self.out / name
+        return None
+
     def _write_index(self, at: datetime) -> None:
         refs = [ListRef(self.url(part.name), at=part.at) for part in self.parts]
         self._write_document(RESOURCE_LIST_NAME, refs, at, index=True)
