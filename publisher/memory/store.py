@@ -396,6 +396,14 @@ def resource_count(db: sqlite3.Connection, topic: str) -> int:
     return db.execute("SELECT COUNT(*) FROM resources WHERE topic = ?", (topic,)).fetchone()[0]
 
 
+def resource_count_between(db: sqlite3.Connection, topic: str, low: str, high: str | None) -> int:
+    """How many of the topic's resources have a loc in [low, high) (high None: no upper bound)."""
+    return db.execute(
+        "SELECT COUNT(*) FROM resources WHERE topic = ? AND loc >= ? AND (? IS NULL OR loc < ?)",
+        (topic, low, high, high),
+    ).fetchone()[0]
+
+
 def resource_hashes(db: sqlite3.Connection, topic: str, locs: Iterable[str] | None = None) -> dict[str, str | None]:
     """loc -> the recorded hash text (of every resource, or of `locs` only), for comparing a
     folder against the memory."""

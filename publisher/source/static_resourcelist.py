@@ -5,7 +5,9 @@ Up to PART_ENTRIES resources it is one `resourcelist.xml`. Past that it is a Res
 of parts, each holding the resources of one range of locs ([low, next part's low)). A batch
 rewrites only the parts whose range holds a loc that changed since the last write (known from the
 change memory's change ids, so a write that failed is made up for by the next), splits a part
-grown past 2 x PART_ENTRIES, drops one left empty, and then rewrites the index.
+grown past 2 x PART_ENTRIES, merges one left with fewer than PART_ENTRIES / 2 into (or shares its
+neighbour's resources with) its smaller neighbour, drops one left empty, and then rewrites the
+index. `rsnotify source` serves its Resource List from such files in its cache folder.
 
 What readers see: a part is written once, under a name never used before, and renamed into place
 before the index that names it; the index (or the single list) replaces the previous one by an
@@ -44,13 +46,15 @@ from ..memory.store import (
     iter_resources,
     iter_resources_between,
     resource_count,
+    resource_count_between,
     resources_at,
     resources_change_id,
 )
 
 log = logging.getLogger(__name__)
 
-PART_ENTRIES = 1_000   # resources per part when parts are made; a part is split past twice this
+PART_ENTRIES = 1_000   # resources per part when parts are made; a part is split past twice this,
+                       # and one left with fewer than half this (but some) merges with a neighbour
 RETIRE_SECONDS = 120.0  # how long a replaced part stays for readers of the index that named it
 PART_PREFIX = "resourcelist-"
 
@@ -89,6 +93,11 @@ class PartedResourceList:
         self._retired: list[tuple[float, str]] = []
         self._swept = False
         self._previous: set[str] = set()    # the parts the index in OUT named when this run began
+
+    @property
+    def min_entries(self) -> int:
+        """A part rewritten with fewer resources than this (but some) merges with a neighbour."""
+        return self.part_entries // 2
 
     def write(self) -> None:
         """Bring the files in OUT up to every change recorded in the memory. A write that fails
@@ -131,36 +140,64 @@ class PartedResourceList:
     # -- parts -------------------------------------------------------------------------------------
 
     def _write_all_parts(self, resources: Iterable[Resource], at: datetime) -> list[Part]:
+        """Parts of part_entries resources each, the last one folded into the one before when it
+        would hold fewer than min_entries. Each chunk waits for the next one to begin before it is
+        written, so no more than two chunks are held."""
         parts: list[Part] = []
+        held: list[Resource] = []
         chunk: list[Resource] = []
         for resource in resources:
             chunk.append(resource)
             if len(chunk) == self.part_entries:
-                parts.append(self._write_part("" if not parts else chunk[0].loc, chunk, at))
-                chunk = []
-        if chunk or not parts:
-            parts.append(self._write_part("" if not parts else chunk[0].loc, chunk, at))
+                if held:
+                    parts.append(self._write_part("" if not parts else held[0].loc, held, at))
+                held, chunk = chunk, []
+        if held and len(chunk) < self.min_entries:
+            held, chunk = held + chunk, []
+        for piece in (held, chunk):
+            if piece or not parts:
+                parts.append(self._write_part("" if not parts else piece[0].loc, piece, at))
         return parts
 
     def _rewrite_parts(self, db: sqlite3.Connection, touched: set[str], at: datetime) -> list[Part]:
-        lows = [part.low for part in self.parts]
-        indexes = sorted({bisect.bisect_right(lows, loc) - 1 for loc in touched})
+        """Rewrite the parts holding a touched loc, each with the neighbour it merges with when it
+        would hold fewer than min_entries; the others stay as they are."""
         parts = list(self.parts)
-        # From the last touched part backwards, so the indexes of those not yet done hold.
-        for i in reversed(indexes):
-            low = parts[i].low
-            high = parts[i + 1].low if i + 1 < len(parts) else None
+        lows = [part.low for part in parts]
+        marked = sorted({bisect.bisect_right(lows, loc) - 1 for loc in touched})
+        counts = {part.name: part.count for part in parts}   # exact for every part no change touched
+        for i in marked:
+            counts[parts[i].name] = resource_count_between(db, self.topic, *self._range(parts, i))
+        rewritten = set(marked)
+        for i in marked:
+            if 0 < counts[parts[i].name] < self.min_entries and len(parts) > 1:   # an empty one just goes
+                neighbours = [j for j in (i - 1, i + 1) if 0 <= j < len(parts)]
+                rewritten.add(min(neighbours, key=lambda j: counts[parts[j].name]))
+        # From the last run backwards, so the indexes of those not yet done hold.
+        for first, last in reversed(_runs(sorted(rewritten))):
+            low, high = parts[first].low, self._range(parts, last)[1]
             resources = list(iter_resources_between(db, self.topic, low, high))
-            if not resources and len(parts) > 1:
-                del parts[i]
-                if i == 0:  # the first part covers everything below the next one's first loc
+            if not resources:   # total > part_entries: some part outside the run holds resources
+                del parts[first:last + 1]
+                if first == 0:  # the first part covers everything below the next one's first loc
                     parts[0] = Part("", parts[0].name, parts[0].count, parts[0].at)
                 continue
-            size = self.part_entries if len(resources) > 2 * self.part_entries else len(resources) or 1
-            pieces = [resources[start:start + size] for start in range(0, max(len(resources), 1), size)]
-            parts[i:i + 1] = [self._write_part(low if n == 0 else piece[0].loc, piece, at)
-                              for n, piece in enumerate(pieces)]
+            pieces = _balanced(resources, self._pieces_for(len(resources), last - first + 1))
+            parts[first:last + 1] = [self._write_part(low if n == 0 else piece[0].loc, piece, at)
+                                     for n, piece in enumerate(pieces)]
         return parts
+
+    def _pieces_for(self, count: int, parts: int) -> int:
+        """How many parts `count` resources that were in `parts` parts make: as many again while
+        each then holds min_entries to 2 x part_entries, else part_entries each, roughly."""
+        if self.min_entries * parts <= count <= 2 * self.part_entries * parts:
+            return parts
+        return max(1, round(count / self.part_entries))
+
+    @staticmethod
+    def _range(parts: list[Part], i: int) -> tuple[str, str | None]:
+        """The locs part i covers: [its low, the next part's low), None: no upper bound."""
+        return parts[i].low, parts[i + 1].low if i + 1 < len(parts) else None
 
     def _write_part(self, low: str, resources: list[Resource], at: datetime) -> Part:
         stamp = at.astimezone(UTC).strftime("%Y%m%dT%H%M%S.%fZ")
@@ -233,6 +270,24 @@ class PartedResourceList:
             else:
                 keep.append((retired_at, name))
         self._retired = keep
+
+
+def _runs(indexes: list[int]) -> list[tuple[int, int]]:
+    """Sorted indexes as (first, last) runs of consecutive ones."""
+    runs: list[tuple[int, int]] = []
+    for i in indexes:
+        if runs and runs[-1][1] == i - 1:
+            runs[-1] = (runs[-1][0], i)
+        else:
+            runs.append((i, i))
+    return runs
+
+
+def _balanced(resources: list[Resource], pieces: int) -> list[list[Resource]]:
+    """`resources` cut into `pieces` runs whose sizes differ by one at most."""
+    size, extra = divmod(len(resources), pieces)
+    cuts = [n * size + min(n, extra) for n in range(pieces + 1)]
+    return [resources[cuts[n]:cuts[n + 1]] for n in range(pieces)]
 
 
 __all__ = ["PART_ENTRIES", "RETIRE_SECONDS", "Part", "PartedResourceList"]
