@@ -116,6 +116,7 @@ def measure(src: Path, files: int, seeded: Path, work: Path, batches: int) -> di
             # SQLite's backup: a consistent copy whatever still sits in the child's write-ahead log
             with sqlite3.connect(db) as live, sqlite3.connect(seeded) as copy:
                 live.backup(copy)
+        before_lists = ask("rss")       # after the scan, before any Resource List was written
         first, size = _get(port, "/data/resourcelist.xml")
         after_change, again = [], []
         for batch in range(batches):
@@ -133,7 +134,8 @@ def measure(src: Path, files: int, seeded: Path, work: Path, batches: int) -> di
     return {"files": files, "scan_s": ready["scan_s"], "first_get_s": round(first, 2), "index_kb": round(size / 1024, 1),
             "get_after_change_ms_median": round(statistics.median(after_change) * 1000, 1),
             "get_after_change_ms_max": round(max(after_change) * 1000, 1),
-            "get_unchanged_ms_median": round(statistics.median(again) * 1000, 1), **rss}
+            "get_unchanged_ms_median": round(statistics.median(again) * 1000, 1),
+            "rss_before_lists_mb": before_lists["rss_mb"], **rss}
 
 
 @click.command()

@@ -147,6 +147,9 @@ def test_the_served_list_changes_only_the_touched_part_and_resync_follows_it(hub
     second = wait_until(new_index, WAIT, "the change in the served Resource List")
     assert second[0] == first[0] and second[1] != first[1]
     assert fetch(first[1]).status == 200          # a reader of the previous index still finds its part
+    # Nothing new recorded: the index is not written again (same ETag: mtime and size).
+    assert fetch(base + "resourcelist.xml").headers["ETag"] == fetch(base + "resourcelist.xml").headers["ETag"]
+    assert fetch(base + "resourcelist-nothing.xml").status == 404
     assert b"file%2002000.txt" in fetch(second[1]).body
     after_at = format_datetime(index.info.at + timedelta(microseconds=1))
     for args in (("--incremental", "--delete", "--from", after_at), ("--audit", "--hash", "sha-256")):
