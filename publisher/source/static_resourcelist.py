@@ -118,17 +118,24 @@ class PartedResourceList:
             if through == self._written_through:
                 return
             at = resources_at(db, self.topic) or datetime.now(UTC)
-            total = resource_count(db, self.topic)
             before = self.parts
+            is_partial = bool(before) and self._written_through is not None
+            if is_partial:
+                # The total from the parts' counts (fresh for those a change touched): counting
+                # every resource would read the whole topic at each write.
+                touched = changed_locs(db, self.topic, self._written_through or 0, through)
+                marked, counts = self._counts(db, touched)
+                total = sum(counts.values())
+            else:
+                total = resource_count(db, self.topic)
             if total <= self.part_entries:
                 self._write_document(RESOURCE_LIST_NAME, iter_resources(db, self.topic), at, index=False)
                 self.parts = []
             else:
-                if not before or self._written_through is None:
-                    self.parts = self._write_all_parts(iter_resources(db, self.topic), at)
+                if is_partial:
+                    self.parts = self._rewrite_parts(db, marked, counts, at)
                 else:
-                    touched = changed_locs(db, self.topic, self._written_through, through)
-                    self.parts = self._rewrite_parts(db, touched, at)
+                    self.parts = self._write_all_parts(iter_resources(db, self.topic), at)
                 self._write_index(at)
         self._written_through = through
         kept = {part.name for part in self.parts}
@@ -159,15 +166,21 @@ class PartedResourceList:
                 parts.append(self._write_part("" if not parts else piece[0].loc, piece, at))
         return parts
 
-    def _rewrite_parts(self, db: sqlite3.Connection, touched: set[str], at: datetime) -> list[Part]:
-        """Rewrite the parts holding a touched loc, each with the neighbour it merges with when it
-        would hold fewer than min_entries; the others stay as they are."""
-        parts = list(self.parts)
-        lows = [part.low for part in parts]
+    def _counts(self, db: sqlite3.Connection, touched: set[str]) -> tuple[list[int], dict[str, int]]:
+        """The indexes of the parts holding a touched loc, and every part's resources by name:
+        counted again for those, as written for the others (no change touched them since)."""
+        lows = [part.low for part in self.parts]
         marked = sorted({bisect.bisect_right(lows, loc) - 1 for loc in touched})
-        counts = {part.name: part.count for part in parts}   # exact for every part no change touched
+        counts = {part.name: part.count for part in self.parts}
         for i in marked:
-            counts[parts[i].name] = resource_count_between(db, self.topic, *self._range(parts, i))
+            counts[self.parts[i].name] = resource_count_between(db, self.topic, *self._range(self.parts, i))
+        return marked, counts
+
+    def _rewrite_parts(self, db: sqlite3.Connection, marked: list[int], counts: dict[str, int],
+                       at: datetime) -> list[Part]:
+        """Rewrite the parts `marked` (holding a touched loc), each with the neighbour it merges
+        with when it would hold fewer than min_entries; the others stay as they are."""
+        parts = list(self.parts)
         rewritten = set(marked)
         for i in marked:
             if 0 < counts[parts[i].name] < self.min_entries and len(parts) > 1:   # an empty one just goes
