@@ -47,7 +47,9 @@ async def _serve(src: Path, db: Path, cache: Path, port: int) -> None:
     from rsnotify.publisher.source.folder import Folder
     from rsnotify.publisher.source.server import RESERVED_NAMES, Source, SourceUrls
 
-    urls = SourceUrls(f"http://127.0.0.1:{port}/data/")
+    # One base URL whatever the port (paths are all the server matches), so the topic, and with
+    # it the copied change memory, is the same in every run.
+    urls = SourceUrls("http://127.0.0.1/data/")
     memory = ChangeMemory(db)
     publisher = Publisher("http://127.0.0.1:9/", urls.topic, urls.capability_list, memory=memory)
     outbox = Outbox(db, publisher, autostart=False)      # nothing is sent: not what is measured

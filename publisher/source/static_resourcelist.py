@@ -5,9 +5,10 @@ Up to PART_ENTRIES resources it is one `resourcelist.xml`. Past that it is a Res
 of parts, each holding the resources of one range of locs ([low, next part's low)). A batch
 rewrites only the parts whose range holds a loc that changed since the last write (known from the
 change memory's change ids, so a write that failed is made up for by the next), splits a part
-grown past 2 x PART_ENTRIES, merges one left with fewer than PART_ENTRIES / 2 into (or shares its
-neighbour's resources with) its smaller neighbour, drops one left empty, and then rewrites the
-index. `rsnotify source` serves its Resource List from such files in its cache folder.
+grown past 2 x PART_ENTRIES into even pieces, rewrites one left with fewer than PART_ENTRIES / 2
+(but some) together with its smaller neighbour (one part, or two even ones when they hold
+PART_ENTRIES or more), drops one left empty, and then rewrites the index. `rsnotify source`
+serves its Resource List from such files, kept in its cache folder.
 
 What readers see: a part is written once, under a name never used before, and renamed into place
 before the index that names it; the index (or the single list) replaces the previous one by an
