@@ -182,13 +182,16 @@ class PartedResourceList:
         """Rewrite the parts `marked` (holding a touched loc), each with the neighbour it merges
         with when it would hold fewer than min_entries; the others stay as they are."""
         parts = list(self.parts)
-        rewritten = set(marked)
+        spans: list[tuple[int, int]] = []
         for i in marked:
             if 0 < counts[parts[i].name] < self.min_entries and len(parts) > 1:   # an empty one just goes
                 neighbours = [j for j in (i - 1, i + 1) if 0 <= j < len(parts)]
-                rewritten.add(min(neighbours, key=lambda j: counts[parts[j].name]))
-        # From the last run backwards, so the indexes of those not yet done hold.
-        for first, last in reversed(_runs(sorted(rewritten))):
+                j = min(neighbours, key=lambda n: counts[parts[n].name])
+                spans.append((min(i, j), max(i, j)))
+            else:
+                spans.append((i, i))
+        # From the last span backwards, so the indexes of those not yet done hold.
+        for first, last in reversed(_joined(spans)):
             low, high = parts[first].low, self._range(parts, last)[1]
             resources = list(iter_resources_between(db, self.topic, low, high))
             if not resources:   # total > part_entries: some part outside the run holds resources
@@ -286,15 +289,16 @@ class PartedResourceList:
         self._retired = keep
 
 
-def _runs(indexes: list[int]) -> list[tuple[int, int]]:
-    """Sorted indexes as (first, last) runs of consecutive ones."""
-    runs: list[tuple[int, int]] = []
-    for i in indexes:
-        if runs and runs[-1][1] == i - 1:
-            runs[-1] = (runs[-1][0], i)
+def _joined(spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """(first, last) spans of parts, those sharing a part joined, in order. Spans that only touch
+    stay apart: each is read into memory whole, so they stay a part or two long."""
+    joined: list[tuple[int, int]] = []
+    for first, last in sorted(spans):
+        if joined and first <= joined[-1][1]:
+            joined[-1] = (joined[-1][0], max(last, joined[-1][1]))
         else:
-            runs.append((i, i))
-    return runs
+            joined.append((first, last))
+    return joined
 
 
 def _balanced(resources: list[Resource], pieces: int) -> list[list[Resource]]:
