@@ -14,7 +14,13 @@ from urllib.parse import unquote
 from rsnotify.datetimes import format_datetime
 from rsnotify.lists import ListRef, open_list
 from rsnotify.publisher.source.static_resourcelist import PART_ENTRIES
-from tests.publisher.test_static_resourcelist import BIN, folder_state, listed, make_source, read
+from tests.publisher.test_static_resourcelist import (
+    BIN,
+    folder_state,
+    listed,
+    make_source,
+    read,
+)
 from tests.support import cli
 from tests.support.http import fetch
 from tests.support.ports import free_port
