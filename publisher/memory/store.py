@@ -365,11 +365,8 @@ def iter_resources_between(db: sqlite3.Connection, topic: str, low: str, high: s
 
     SQLite compares TEXT as UTF-8 bytes, which orders like Python compares str (by code point),
     so ranges cut with Python's bisect hold the same locs here."""
-    cursor = db.execute(
-        "SELECT loc, lastmod, hash, length, type FROM resources WHERE topic = ? AND loc >= ? AND (? IS NULL OR loc < ?) "
-        "ORDER BY loc",
-        (topic, low, high, high),
-    )
+    where, values = _loc_range(topic, low, high)
+    cursor = db.execute(f"SELECT loc, lastmod, hash, length, type FROM resources WHERE {where} ORDER BY loc", values)
     while rows := cursor.fetchmany(_FETCH):
         for loc, lastmod, hashes, length, media_type in rows:
             yield Resource(loc, _datetime(lastmod), _hashes(hashes), length, media_type)
@@ -394,6 +391,20 @@ def changed_locs(db: sqlite3.Connection, topic: str, after: int, through: int) -
 
 def resource_count(db: sqlite3.Connection, topic: str) -> int:
     return db.execute("SELECT COUNT(*) FROM resources WHERE topic = ?", (topic,)).fetchone()[0]
+
+
+def resource_count_between(db: sqlite3.Connection, topic: str, low: str, high: str | None) -> int:
+    """How many of the topic's resources have a loc in [low, high) (high None: no upper bound)."""
+    where, values = _loc_range(topic, low, high)
+    return db.execute(f"SELECT COUNT(*) FROM resources WHERE {where}", values).fetchone()[0]
+
+
+def _loc_range(topic: str, low: str, high: str | None) -> tuple[str, tuple[str, ...]]:
+    """The WHERE clause of the locs in [low, high). Two spellings, not `(? IS NULL OR loc < ?)`:
+    SQLite cannot bound a key range by that, and would read every loc past `low` to the end."""
+    if high is None:
+        return "topic = ? AND loc >= ?", (topic, low)
+    return "topic = ? AND loc >= ? AND loc < ?", (topic, low, high)
 
 
 def resource_hashes(db: sqlite3.Connection, topic: str, locs: Iterable[str] | None = None) -> dict[str, str | None]:

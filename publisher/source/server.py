@@ -37,11 +37,12 @@ from ..memory.changelist import (
     write_changelist,
     write_changelist_document,
 )
-from ..memory.resourcelist import ResourceListFiles, snapshot_resource_list
+from ..memory.resourcelist import RESOURCE_LIST_NAME
 from ..memory.store import ChangeListRecord, ChangeMemory
 from ..outbox import Outbox
 from ..web.topic import Topic, topic_handler
 from .folder import Folder, changes_against, media_type
+from .static_resourcelist import PartedResourceList
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,7 @@ RESERVED_NAMES = (
 )
 _FULL_RESCAN_PATHS = 200  # a batch touching more paths than this is handled by a full rescan
 _MAX_BODY = 64 * 1024     # bytes of an (unused) request body taken in before refusing it
+_WRITING_PREFIX = ".partial-"  # a served Resource List file being written: never a name served
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -119,8 +121,15 @@ class Source:
         self.topic = Topic.from_publisher(publisher)
         self._scan_lock = threading.Lock()
         self._render_lock = asyncio.Lock()
-        self._snapshots: list[ResourceListFiles] = []
-        # Snapshots of an earlier run are stale; closed Change Lists in the cache stay valid.
+        # The served Resource List is kept in the cache as --write keeps it in OUT: an index of
+        # parts by loc range, a change rewriting only the parts holding its locs.
+        self._served_list = PartedResourceList(
+            memory, publisher.topic_url, cache_dir / "resourcelists", url=urls.child, up=urls.capability_list,
+            temporary_prefix=_WRITING_PREFIX,
+        )
+        self._served_until: datetime | None = None  # the chain's end when the served list was last brought up to date
+        self._served_once = False
+        # Lists of an earlier run are stale; closed Change Lists in the cache stay valid.
         shutil.rmtree(cache_dir / "resourcelists", ignore_errors=True)
         self._capability_list = capability_list_to_xml(self._build_capability_list())
         self._source_description = source_description_to_xml(
@@ -289,12 +298,12 @@ class Source:
         write_changelist(db, record, out, up=self.urls.capability_list, index=self.urls.change_list)
         return out.getvalue()
 
-    def _snapshot_resource_list(self) -> ResourceListFiles:
-        """The Resource List (with its parts and index) as the memory holds it now, in the cache."""
-        return snapshot_resource_list(
-            self.memory, self.publisher.topic_url, self.cache_dir / "resourcelists",
-            up=self.urls.capability_list, part_url=self.urls.child, index_url=self.urls.resource_list,
-        )
+    def _bring_served_list_up_to_date(self, until: datetime | None) -> None:
+        """Rewrite the parts of the served Resource List (and its index) that changes since the
+        last write touched; `until` is the chain's end read before, what the list now reflects."""
+        self._served_list.out.mkdir(parents=True, exist_ok=True)
+        self._served_list.write()
+        self._served_until, self._served_once = until, True
 
     async def _changelist(self, name: str) -> web.StreamResponse:
         cached = self.cache_dir / "changelists" / name
@@ -325,21 +334,20 @@ class Source:
 
     async def _resource_list(self, name: str) -> web.StreamResponse:
         async with self._render_lock:
+            # The chain's end is read first and cheaply: a GET with no change recorded since the
+            # last one touches no file and takes no write transaction.
             until = self.memory.last_until(self.publisher.topic_url)
-            if not self._snapshots or (until is not None and self._snapshots[-1].at != until):
-                snapshot = await asyncio.to_thread(self._snapshot_resource_list)
-                self._snapshots.append(snapshot)
-                # The previous snapshot stays for clients reading its parts; older ones go.
-                for old in self._snapshots[:-2]:
-                    shutil.rmtree(old.folder, ignore_errors=True)
-                self._snapshots = self._snapshots[-2:]
-        if name == "resourcelist.xml":
-            return web.FileResponse(self._snapshots[-1].main, headers={"Content-Type": XML, "Cache-Control": "no-cache"})
-        for snapshot in reversed(self._snapshots):
-            part = next((p for p in snapshot.parts if p.name == name), None)
-            if part is not None:
-                return web.FileResponse(part, headers={"Content-Type": XML, "Cache-Control": IMMUTABLE})
-        raise web.HTTPNotFound(text=f"no Resource List part {name} (a newer Resource List replaced it)")
+            if not self._served_once or until != self._served_until:
+                await asyncio.to_thread(self._bring_served_list_up_to_date, until)
+        if name == RESOURCE_LIST_NAME:
+            # Replaced by a rename, never rewritten in place: the file opened is whole.
+            return web.FileResponse(self._served_list.out / RESOURCE_LIST_NAME,
+                                    headers={"Content-Type": XML, "Cache-Control": "no-cache"})
+        part = self._served_list.part_path(name)
+        if part is None:
+            raise web.HTTPNotFound(text=f"no Resource List part {name} (a newer Resource List replaced it)")
+        # A part is written once under a name never used again, so it never changes.
+        return web.FileResponse(part, headers={"Content-Type": XML, "Cache-Control": IMMUTABLE})
 
 
 def _xml(body: bytes, *, cache: str = "no-cache") -> web.Response:

@@ -124,7 +124,7 @@ def test_parts_split_when_grown_drop_when_empty_and_old_ones_go_after_the_grace(
     source.sync_folder()
     _, grown, resources = listed(out)
     assert as_listed(resources) == folder_state(src)
-    assert len(grown) == 7 and grown[-3:] == names[1:]   # 35 -> 10 + 10 + 10 + 5, the others kept
+    assert len(grown) == 7 and grown[-3:] == names[1:]   # 35 -> 9 + 9 + 9 + 8, the others kept
     assert all(len(read(out, name)[1]) <= 20 for name in grown)
 
     # Every file of the last part is deleted: the part leaves the index.
