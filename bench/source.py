@@ -5,8 +5,8 @@ a file edit into an accepted notification, and the peak memory of rendering a bi
   to the hub, with a change memory file and without one, alternating in blocks of 10;
 - detect→publish: `rsnotify source` watching a folder; one file is rewritten, and the time until
   its topic URI serves the notification the hub accepted (polled every 5 ms) is the latency;
-- Resource List: a memory seeded with N resources is rendered by a fresh process, which
-  reports its peak RSS (ru_maxrss) and the time taken.
+- Resource List: a memory seeded with N resources is written by a fresh process as `rsnotify
+  source` serves it (an index of parts), which reports its peak RSS (ru_maxrss) and the time taken.
 """
 from __future__ import annotations
 
@@ -46,14 +46,20 @@ memory.update_resources(topic)  # as `rsnotify source` keeps it between renders
 """
 _RENDER = """
 import json, resource, sys, time
+from pathlib import Path
 from rsnotify.publisher.memory.store import ChangeMemory
-from rsnotify.publisher.memory.resourcelist import snapshot_resource_list
+from rsnotify.publisher.source.static_resourcelist import PartedResourceList
 
 db, topic, folder = sys.argv[1:4]
+Path(folder).mkdir()
 started = time.perf_counter()
-files = snapshot_resource_list(ChangeMemory(db), topic, folder, up="https://example.org/capabilitylist.xml",
-                               part_url=lambda name: "https://example.org/" + name)
-print(json.dumps({"seconds": time.perf_counter() - started, "count": files.count, "parts": len(files.parts),
+# as `rsnotify source` keeps its served Resource List (and --write its OUT): written whole the
+# first time, as an index of parts past 1,000 resources
+served = PartedResourceList(ChangeMemory(db), topic, Path(folder), url=lambda name: "https://example.org/" + name,
+                            up="https://example.org/capabilitylist.xml", temporary_prefix=".writing-")
+served.write()
+print(json.dumps({"seconds": time.perf_counter() - started, "count": sum(part.count for part in served.parts),
+                  "parts": len(served.parts),
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
