@@ -47,7 +47,7 @@ memory.update_resources(topic)  # as `rsnotify source` keeps it between renders
 _RENDER = """
 import json, resource, sys, time
 from pathlib import Path
-from rsnotify.publisher.memory.store import ChangeMemory
+from rsnotify.publisher.memory.store import ChangeMemory, resource_count
 from rsnotify.publisher.source.static_resourcelist import PartedResourceList
 
 db, topic, folder = sys.argv[1:4]
@@ -55,10 +55,14 @@ Path(folder).mkdir()
 started = time.perf_counter()
 # as `rsnotify source` keeps its served Resource List (and --write its OUT): written whole the
 # first time, as an index of parts past 1,000 resources
-served = PartedResourceList(ChangeMemory(db), topic, Path(folder), url=lambda name: "https://example.org/" + name,
+memory = ChangeMemory(db)
+served = PartedResourceList(memory, topic, Path(folder), url=lambda name: "https://example.org/" + name,
                             up="https://example.org/capabilitylist.xml", temporary_prefix=".writing-")
 served.write()
-print(json.dumps({"seconds": time.perf_counter() - started, "count": sum(part.count for part in served.parts),
+seconds = time.perf_counter() - started
+with memory.snapshot() as snapshot:
+    count = sum(part.count for part in served.parts) if served.parts else resource_count(snapshot, topic)
+print(json.dumps({"seconds": seconds, "count": count,
                   "parts": len(served.parts),
                   "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
