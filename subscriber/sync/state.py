@@ -391,7 +391,15 @@ class SyncState:
 
         H is committed together with the records it covers (invariant I1).
         """
+        records = list(records)
         statements: list[tuple[str, Any]] = _record_statements(records)
+        # A loc stored now is refused by no rule now: its row in `refused` (a body longer than a
+        # notification announced, when the Source saw the file mid-write and announced the next
+        # change after) goes, or `sync status` would count it until the next baseline. Its refusal
+        # was flushed before this commit (apply_changes flushes before its records are committed).
+        stored = [(record.loc,) for record in records if record.state == ResourceState.OK]
+        if stored and self._query("SELECT EXISTS(SELECT 1 FROM refused)")[0][0]:
+            statements.append(("DELETE FROM refused WHERE loc = ?", stored))
         if high_water is not None:
             statements.append((("INSERT INTO channel(key, value) VALUES ('high_water', ?) "
                                "ON CONFLICT(key) DO UPDATE SET value = max(value, excluded.value)"),

@@ -233,6 +233,26 @@ def test_a_body_longer_than_announced_is_cut_and_removed(hostile, tmp_path):
     assert status(dest)["refusals"] == {"length": 1, "size": 1}
 
 
+def test_a_length_refusal_ends_once_the_source_announces_the_bytes_it_serves(hostile, tmp_path):
+    # A Source that saw a file mid-write announces the length it saw then (0 here) and the real
+    # one with its next change. The body over the first is refused (rule "length"); once the
+    # next change is fetched, `sync status` counts the loc refused no more.
+    dest = tmp_path / "dest"
+    body = b"eleven byte"
+    hostile.listed.append(Resource(hostile.base + "/grown.txt", length=0))
+    hostile.bodies["/grown.txt"] = body
+    hostile.add("/ok.txt", b"fine")
+    first = sync_once(hostile, dest)
+    assert first.code == 1 and [e["rule"] for e in first.of("refused")] == ["length"]
+    assert status(dest)["refusals"] == {"length": 1}
+    assert not (copy_of(hostile, dest) / "grown.txt").exists()
+    hostile.changes.append(ResourceChange(hostile.base + "/grown.txt", ChangeType.UPDATED, changed_at=T1,
+                                          length=len(body)))
+    second = sync_once(hostile, dest)
+    assert (copy_of(hostile, dest) / "grown.txt").read_bytes() == body, second.stderr
+    assert status(dest)["refusals"] == {}, second.stderr
+
+
 @contextmanager
 def another_server(body: bytes) -> Iterator[tuple[ThreadedServer, list[str]]]:
     """A server on another port answering `body` to every GET, and the paths it was asked for."""
