@@ -11,6 +11,12 @@ from typing import TypeVar
 
 T = TypeVar("T")
 
+# pytest-timeout's bound for a test that drives a whole system of real processes (a Source, a hub,
+# syncs, Sentinels) through a minute of work on a quiet machine: pyproject's 120 s, a guard against
+# hangs sized for the rest, was reached at load 19 on 2 cores by tests that passed there, their
+# waits all for state. Mark such a module `pytestmark = pytest.mark.timeout(LONG_TEST_TIMEOUT)`.
+LONG_TEST_TIMEOUT = 360
+
 
 def wait_until(condition: Callable[[], T], timeout: float = 30.0, what: str = "the condition",
                logs: Iterable[Path] | Path = ()) -> T:
