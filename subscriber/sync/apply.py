@@ -188,6 +188,7 @@ class Applier:
         self.report: Callable[[str], None] = lambda message: None
         self.refusals = 0                     # refusals by this process (--once exits 1 after one)
         self._unsaved_refusals: list[tuple[str, str, str]] = []
+        self._unsaved_landed: set[str] = set()   # locs refused no more: a change of theirs landed since
         self._claims: dict[str, str] = {}     # path -> the loc being written there now
         self._claims_epoch = 0                # times _claims was emptied (see PathHolders)
         self._lines: dict[str, tuple[float, int]] = {}
@@ -277,16 +278,29 @@ class Applier:
         if not self.dry_run:
             # Counted in batches: a Source listing 100,000 refused locs costs no 100,000 commits.
             self._unsaved_refusals.append((rule, loc, detail))
+            self._unsaved_landed.discard(loc)
             if len(self._unsaved_refusals) >= 500:
                 self.flush_refusals()
         self._emit(ev.REFUSED, loc=loc, rule=rule, detail=detail)
         self._say("refused", f"refused ({rule}): {loc}: {detail}")
 
     def flush_refusals(self) -> None:
-        """Write the refusals counted since the last flush (each step ends with one)."""
-        if self._unsaved_refusals:
-            self.state.note_refusals(self._unsaved_refusals)
+        """Write the refusals counted since the last flush, and forget those of locs whose
+        change landed since (each step ends with one)."""
+        if self._unsaved_refusals or self._unsaved_landed:
+            self.state.note_refusals(self._unsaved_refusals, self._unsaved_landed)
             self._unsaved_refusals = []
+            self._unsaved_landed = set()
+
+    def _note_landed(self, outcomes: Iterable[Outcome]) -> None:
+        """A loc whose change landed (stored, unchanged, deleted, absent) is refused by no rule
+        now: e.g. a body over the length a notification announced (a Source that saw the file
+        mid-write announces 0, then the real length with its next change), or a loc the Source
+        has deleted since. Without this, `sync status` counted it until the next baseline."""
+        landed = {o.loc for o in outcomes if o.outcome in _LANDED}
+        if landed and not self.dry_run:
+            self._unsaved_refusals = [r for r in self._unsaved_refusals if r[1] not in landed]
+            self._unsaved_landed |= landed
 
     def _escaped(self, loc: str, placement: Placement, record: ResourceRecord | None) -> None:
         if not placement.escaped:
@@ -352,6 +366,7 @@ class Applier:
         results = list(await asyncio.gather(*(self.apply_change(c, records.get(c.loc)) for c in deletes)))
         results += await asyncio.gather(*(self.apply_change(c, records.get(c.loc)) for c in others))
         by_loc = {outcome.loc: (record, outcome) for record, outcome in results}
+        self._note_landed(outcome for _, outcome in results)
         ordered = [by_loc[c.loc] for c in collapsed]
         return [record for record, _ in ordered if record is not None], [outcome for _, outcome in ordered]
 

@@ -506,12 +506,19 @@ class SyncState:
                            "AND c.loc != r.loc WHERE c.state = 'conflict' AND r.state = 'ok'")
         return int(rows[0][0])
 
-    def note_refusals(self, refusals: Iterable[tuple[str, str, str]]) -> None:
-        """Record refused locs (rule, loc, detail), one row per loc (the latest refusal), in
-        one transaction: `sync status` counts the locs refused, not how often they were."""
+    def note_refusals(self, refusals: Iterable[tuple[str, str, str]], landed: Iterable[str] = ()) -> None:
+        """Record refused locs (rule, loc, detail), one row per loc (the latest refusal), and
+        forget the `landed` ones (a change of theirs was applied since: no rule refuses them now),
+        in one transaction: `sync status` counts the locs refused now, not how often they were."""
         rows = [(loc, rule, detail[:300], time.time()) for rule, loc, detail in refusals]
+        gone = [(loc,) for loc in landed]
+        statements: list[tuple[str, Any]] = []
+        if gone and (rows or self._query("SELECT EXISTS(SELECT 1 FROM refused)")[0][0]):
+            statements.append(("DELETE FROM refused WHERE loc = ?", gone))
         if rows:
-            self._write([("INSERT OR REPLACE INTO refused(loc, rule, detail, at) VALUES (?, ?, ?, ?)", rows)])
+            statements.append(("INSERT OR REPLACE INTO refused(loc, rule, detail, at) VALUES (?, ?, ?, ?)", rows))
+        if statements:
+            self._write(statements)
 
     def clear_refusals(self) -> None:
         """Forget the refused locs: a baseline starts, and its full pass refuses again whatever

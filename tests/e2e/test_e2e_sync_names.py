@@ -11,8 +11,11 @@ import json
 import shutil
 import signal
 import subprocess
-import time
+import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+
+import pytest
 
 from tests.e2e.test_e2e_sync import (  # noqa: F401
     RSNOTIFY,
@@ -24,6 +27,9 @@ from tests.e2e.test_e2e_sync import (  # noqa: F401
     wait_until,
 )
 from tests.support.ports import free_port
+from tests.support.waiting import LONG_TEST_TIMEOUT
+
+pytestmark = pytest.mark.timeout(LONG_TEST_TIMEOUT)
 
 LONG = "n" * 251 + ".txt"          # 255 bytes: the longest name the file system takes
 NAMES = ["x y.txt", "x%20y.txt", "café é.txt", "日本/語 テキスト.txt", "hash#tag.txt", "what?.txt",
@@ -77,8 +83,20 @@ def live_changes(src: Path) -> int:
     return count + 2 + 4 + 2
 
 
-def changes_while_down(src: Path) -> int:
-    """~40 changes, among them a name that changes type several times; returns how many."""
+def listed(base: str) -> set[str]:
+    """The locs the Source's Resource List names now (what it has recorded, not the disk)."""
+    try:
+        with urllib.request.urlopen(base + "resourcelist.xml", timeout=10) as answer:
+            text = answer.read().decode()
+    except OSError:
+        return set()
+    return {part.split("</loc>", 1)[0] for part in text.split("<loc>")[1:]}
+
+
+def changes_while_down(src: Path, recorded: Callable[[Callable[[set[str]], bool], str], None]) -> int:
+    """~40 changes, among them a name that changes type several times, each shape recorded by the
+    Source before the next (`recorded(condition, what)` waits until its Resource List meets
+    `condition`); returns how many."""
     count = 0
     for shape in ("folder", "file", "folder", "file"):     # t: file -> folder -> file -> folder -> file
         t = src / "t"
@@ -92,7 +110,9 @@ def changes_while_down(src: Path) -> int:
         else:
             t.write_bytes(f"t is a file again ({count})\n".encode())
         count += 2
-        time.sleep(0.3)   # let the Source record each shape
+        is_folder = shape == "folder"
+        recorded(lambda locs, is_folder=is_folder: ("t/inside.txt" in locs) == is_folder and ("t" in locs) != is_folder,
+                 f"t as a {shape}")
     for i in range(20):
         (src / "new é#?" / f"n {i + 100}%.txt").write_bytes(b"created while down\n")
         count += 1
@@ -136,10 +156,16 @@ def test_the_copy_has_the_sources_names_and_shapes_through_live_changes_and_a_ki
         assert diff(src, copy).returncode == 0, diff(src, copy).stdout
         assert (copy / "a.txt" / "in.txt").is_file() and (copy / "d").is_file()
 
+        def recorded(condition: Callable[[set[str]], bool], what: str) -> None:
+            wait_until(lambda: condition({loc.removeprefix(base) for loc in listed(base)}),
+                       f"the Source to record {what}", 60, source)
+
         first.process.send_signal(signal.SIGKILL)
         first.process.wait()
-        assert changes_while_down(src) >= 40
-        time.sleep(1.5)   # the Source publishes; the hub gives up on the stopped Destination
+        assert changes_while_down(src, recorded) >= 40
+        # the restart catches up what the Source recorded while the sync was down (the last change)
+        recorded(lambda locs: "a.txt" in locs and "a.txt/in.txt" not in locs and "x%20y.txt" in locs,
+                 "the changes while down")
         second = live("sync2")
         wait_until(lambda: equal(src, copy), "equal after the restart", 60, second, source)
         assert diff(src, copy).returncode == 0, diff(src, copy).stdout

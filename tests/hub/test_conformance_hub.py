@@ -230,7 +230,10 @@ def test_h16_h17_a_renewal_changes_the_secret_only_when_verified_even_on_a_busy_
         subscribe(hub, topic, callback, lease_seconds="1005")
         wait_active(redis, topic, callback, "1005")
         verified_at = time.time()
-        time.sleep(2.5)
+        # deliveries past the moment the renewal must have been applied by (a fixed 2.5 s before:
+        # 1.75 s quiet, and a loaded machine's slow publishes no longer leave the window empty)
+        wait_until(lambda: sum(d.at > verified_at + 1.5 for d in sink.deliveries("/h17")) >= 5, 30,
+                   "deliveries after the renewal")
     wait_until(lambda: len(sink.deliveries("/h17")) >= publisher.count, 30, "every publish delivered")
     deliveries = sink.deliveries("/h17")
     sequences = [int(d.headers[SEQUENCE_HEADER]) for d in deliveries]

@@ -8,6 +8,7 @@ after Sentinel's down-after time; no process exits."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import time
 import urllib.error
@@ -23,7 +24,7 @@ from tests.support.http import get_json, post_form
 from tests.support.hubproc import HubProcess, start_hub
 from tests.support.sentinels import Node, SentinelGroup, start_sentinel_group
 from tests.support.subscribers import Recorded, RecordingSubscriber
-from tests.support.waiting import wait_until
+from tests.support.waiting import loaded, slowdown, wait_until
 
 from .conftest import TOPIC, body
 
@@ -54,20 +55,26 @@ class Publishing:
     refusals: list[tuple[int, str | None]] = field(default_factory=list)   # (status, Retry-After)
     killed_at: float = 0.0          # time.time() of the SIGKILL
     killed: Node | None = None      # the node killed (and started again, when the old primary returns)
-    slowest: float = 0.0            # s of the slowest single answer
+    slowest: float = 0.0            # s of the slowest single answer, over the machine's slowdown then
 
 
 def publish(hub_url: str, n: int) -> tuple[int, str | None, bytes, float]:
-    """POST notification `n` with Idempotency-Key n: (status, Retry-After, body, seconds taken)."""
+    """POST notification `n` with Idempotency-Key n: (status, Retry-After, body, seconds taken).
+    The socket waits up to PUBLISH_DEADLINE: how long an answer may take is checked on `took`
+    (publish_all), against the machine's load; a socket timeout of its own (it was 4 s) failed
+    two runs in five at load 19, where an answer takes several times as long as on a quiet machine."""
     link = f'<{TOPIC}>; rel="self", <{PUBLIC_URL}>; rel="hub"'
     request = urllib.request.Request(hub_url, data=body(n), method="POST", headers={
         "Content-Type": "application/xml", "Link": link, "Idempotency-Key": f"notification-{n}"})
     started = time.monotonic()
     try:
-        with urllib.request.urlopen(request, timeout=REDIS_TIMEOUT * 4) as response:
+        with urllib.request.urlopen(request, timeout=PUBLISH_DEADLINE) as response:
             return response.status, None, response.read(), time.monotonic() - started
     except urllib.error.HTTPError as error:
         return error.code, error.headers.get("Retry-After"), error.read(), time.monotonic() - started
+    except (TimeoutError, urllib.error.URLError) as error:
+        raise AssertionError(f"notification {n}: no answer after {time.monotonic() - started:.1f} s ({error})") \
+            from None
 
 
 def publish_all(hub: HubProcess, group: SentinelGroup, seen: Publishing, old_primary_returns: bool) -> None:
@@ -85,7 +92,7 @@ def publish_all(hub: HubProcess, group: SentinelGroup, seen: Publishing, old_pri
         deadline = time.monotonic() + PUBLISH_DEADLINE
         while True:
             status, retry_after, answer, took = publish(hub.url, n)
-            seen.slowest = max(seen.slowest, took)
+            seen.slowest = max(seen.slowest, took / slowdown())
             if status == 200:
                 seen.accepted[n] = json.loads(answer)["sequence"]
                 break
@@ -124,11 +131,11 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
             status, answer = post_form(hub.url, {"hub.mode": "subscribe", "hub.topic": TOPIC,
                                                  "hub.callback": subscriber.url(path)})
             assert status == 202, answer
-        wait_until(lambda: get_json(hub.url + "admin/subscriptions")[1]["total"] == len(CALLBACKS), 30,
+        wait_until(lambda: get_json(hub.url + "admin/subscriptions")[1]["total"] == len(CALLBACKS), 60,
                    "the three subscriptions to be verified", logs=tmp_path)
         # both workers serving before the kill: one still starting then would find no primary and
         # exit (run_worker's first ping), which is not the failover under test
-        wait_until(lambda: get_json(hub.url + "health")[1].get("workers") == 2, 30, "both workers to be seen",
+        wait_until(lambda: get_json(hub.url + "health")[1].get("workers") == 2, 60, "both workers to be seen",
                    logs=tmp_path)
         status, health = get_json(hub.url + "health")
         assert status == 200 and len(health["replication"]["replicas"]) == 2, health
@@ -141,11 +148,11 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
             # as a replica; or the primary again, when a second (spurious) failover under load chose it
             killed = seen.killed
             wait_until(lambda: group.role(killed) == ("master" if group.primary() is killed else "slave"),
-                       30, "the old primary to come back as a replica", logs=tmp_path / "redis")
+                       60, "the old primary to come back as a replica", logs=tmp_path / "redis")
 
         def everyone_has_everything() -> bool:
             return all(set(numbers(subscriber, p)) >= set(range(1, NOTIFICATIONS + 1)) for p in CALLBACKS)
-        wait_until(everyone_has_everything, 60, "every notification at every subscriber", logs=tmp_path)
+        wait_until(everyone_has_everything, 120, "every notification at every subscriber", logs=tmp_path)
 
         # /health names the server that answers as the primary, which the Sentinels name too (a
         # moment apart, while a later failover settles, they may differ: hence the wait)
@@ -155,7 +162,7 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
             primary = group.primary()
             return status == 200 and health["replication"]["primary"] == primary.address and \
                 group.role(primary) == "master"
-        wait_until(health_names_the_primary, 30, "/health to name the primary the Sentinels name", logs=tmp_path)
+        wait_until(health_names_the_primary, 60, "/health to name the primary the Sentinels name", logs=tmp_path)
         new_primary = group.primary()
         switches = group.switches()         # one here; a busy machine may add a spurious second
         assert switches and switches[0][0] == first_primary.address and switches[-1][1] == new_primary.address, \
@@ -167,7 +174,7 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
             assert failover["to"] == new_primary.address, (health, switches)
             assert failover["from"] in {old for old, _ in switches} - {new_primary.address}, (health, switches)
         # the jobs queued before the failover ran after it: nothing waits in the queue
-        wait_until(lambda: get_json(hub.url + "health")[1]["queues"]["rsnotify"]["queued"] == 0, 30,
+        wait_until(lambda: get_json(hub.url + "health")[1]["queues"]["rsnotify"]["queued"] == 0, 60,
                    "the queue to drain", logs=tmp_path)
         status, overview = get_json(hub.url + "admin/overview")       # the status page's Redis section
         assert status == 200 and overview["replication"]["last_failover"] == health["replication"]["last_failover"]
@@ -179,7 +186,7 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
         for node in [new_primary, *returned]:
             client = group.client(node)
             try:
-                wait_until(lambda client=client: client.xlen(log_key) == NOTIFICATIONS, 20,
+                wait_until(lambda client=client: client.xlen(log_key) == NOTIFICATIONS, 60,
                            f"{NOTIFICATIONS} log entries on {node.address}")
                 stored = [numbers_of_body(fields[b"body"]) for _, fields in client.xrange(log_key)]
             finally:
@@ -202,7 +209,9 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
     assert sorted(seen.accepted) == list(range(1, NOTIFICATIONS + 1))
     assert seen.refusals, "the kill never showed: no publish was refused"
     assert all(status == 503 and retry_after for status, retry_after in seen.refusals), seen.refusals
-    assert seen.slowest < REDIS_TIMEOUT * 2 + 1, f"a publish took {seen.slowest:.1f} s"     # never a hang
+    # never a hang: each answer within 2 x --redis-timeout + 1 s, stretched by the load at its time
+    assert seen.slowest < REDIS_TIMEOUT * 2 + 1, \
+        f"a publish took {seen.slowest:.1f} s (its time over the machine's slowdown then)"
     for path in CALLBACKS:
         received = numbers(subscriber, path)
         highest = 0
@@ -212,8 +221,10 @@ def run_failover(tmp_path: Path, *, old_primary_returns: bool, group: SentinelGr
         assert list(dict.fromkeys(received)) == list(range(1, NOTIFICATIONS + 1)), path
         resumed = min(r.at for r in subscriber.deliveries(path) if r.at > seen.killed_at and
                       numbers_of(r) > KILL_AFTER)
-        assert resumed - seen.killed_at < DOWN_AFTER_MS / 1000 + 5, \
-            f"{path}: deliveries resumed {resumed - seen.killed_at:.1f} s after the kill"
+        # Sentinel's down-after is wall-clock time; the election, the hub's and the workers'
+        # reconnects and the delivery after it are work that a loaded machine stretches
+        assert resumed - seen.killed_at < DOWN_AFTER_MS / 1000 + loaded(5), \
+            f"{path}: deliveries resumed {resumed - seen.killed_at:.1f} s after the kill (load {os.getloadavg()[0]:.1f})"
 
 
 def numbers_of(recorded: Recorded) -> int:

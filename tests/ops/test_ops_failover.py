@@ -6,7 +6,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from tests.support.waiting import LONG_TEST_TIMEOUT
+
 from .failover import run_failover
+
+pytestmark = pytest.mark.timeout(LONG_TEST_TIMEOUT)     # the TLS run's, with the old primary's return
 
 
 def test_primary_killed_mid_stream_then_back_as_replica_nothing_acknowledged_is_lost(tmp_path: Path) -> None:

@@ -13,7 +13,11 @@ from rsnotify.hub import redis_clients
 from rsnotify.hub.settings import HubSettings
 from tests.support.sentinels import make_tls_files, start_sentinel_group, tls_capable_server
 
+from tests.support.waiting import LONG_TEST_TIMEOUT
+
 from .failover import DATA_PASSWORD, DOWN_AFTER_MS, SENTINEL_PASSWORD, run_failover
+
+pytestmark = pytest.mark.timeout(LONG_TEST_TIMEOUT)     # ~100 s at load 19
 
 
 def test_the_same_over_tls_with_a_ca_made_here(tmp_path: Path) -> None:

@@ -30,7 +30,10 @@ from tests.support.rawhttp import (
 
 LOOPBACK = parse_networks(["127.0.0.0/8"])
 HINT = "allow it with --allow-network CIDR"
-LIMITS = Limits(connect_timeout=1.0, total_timeout=None, max_body=64 * 1024 * 1024, read_timeout=1.0)
+# No test here waits for these to fire (the read timeouts under test have limits of their own):
+# generous, so that a loaded machine's slow loop is not taken for a server that never answers
+# (a 1 s connect timeout failed a whole-suite run at load 12 on 2 cores).
+LIMITS = Limits(connect_timeout=10.0, total_timeout=None, max_body=64 * 1024 * 1024, read_timeout=10.0)
 
 
 pytestmark = pytest.mark.asyncio(loop_factories=LOOPS)     # each test on asyncio's loop and uvloop's
@@ -224,7 +227,7 @@ def dripping(body: bytes, every: float, stall_after: int | None = None) -> Handl
 async def test_a_slow_drip_is_read_to_its_end_while_each_read_comes_in_time(serve, client) -> None:
     body = b"0123456789" * 12
     server = await serve(dripping(body, every=0.1))
-    limits = Limits(connect_timeout=1.0, total_timeout=None, max_body=1 << 20, read_timeout=0.5)
+    limits = Limits(connect_timeout=10.0, total_timeout=None, max_body=1 << 20, read_timeout=0.5)
     started = time.monotonic()
     assert (await get(client(), server.url(), limits=limits))[2] == body
     assert time.monotonic() - started > 1.0                         # longer than any one read may take
@@ -232,7 +235,7 @@ async def test_a_slow_drip_is_read_to_its_end_while_each_read_comes_in_time(serv
 
 async def test_a_body_that_goes_silent_ends_at_the_read_timeout(serve, client) -> None:
     server = await serve(dripping(b"0123456789" * 12, every=0.05, stall_after=40))
-    limits = Limits(connect_timeout=1.0, total_timeout=None, max_body=1 << 20, read_timeout=0.4)
+    limits = Limits(connect_timeout=10.0, total_timeout=None, max_body=1 << 20, read_timeout=0.4)
     started = time.monotonic()
     with pytest.raises(RequestFailedError, match=r"no data for 0.4 s \(read timeout\)"):
         await get(client(), server.url(), limits=limits)
@@ -245,7 +248,7 @@ async def test_a_server_that_never_answers_ends_at_the_read_timeout(serve, clien
         await asyncio.sleep(30)
 
     server = await serve(silent)
-    limits = Limits(connect_timeout=1.0, total_timeout=None, max_body=1 << 20, read_timeout=0.3)
+    limits = Limits(connect_timeout=10.0, total_timeout=None, max_body=1 << 20, read_timeout=0.3)
     with pytest.raises(RequestFailedError, match="read timeout"):
         await client().open("GET", server.url(), {}, limits)
 

@@ -233,6 +233,30 @@ def test_a_body_longer_than_announced_is_cut_and_removed(hostile, tmp_path):
     assert status(dest)["refusals"] == {"length": 1, "size": 1}
 
 
+def test_a_length_refusal_ends_once_the_source_announces_the_bytes_it_serves_or_deletes_it(hostile, tmp_path):
+    # A Source that saw a file mid-write announces the length it saw then (0 here) and the real
+    # one with its next change, or deletes the file before that. The body over the first is
+    # refused (rule "length"); once the next change lands, `sync status` counts the loc refused
+    # no more (an e2e run under load saw it counted after both, until the next baseline).
+    dest = tmp_path / "dest"
+    body = b"eleven byte"
+    for name in ("grown.txt", "gone.txt"):
+        hostile.listed.append(Resource(f"{hostile.base}/{name}", length=0))
+        hostile.bodies[f"/{name}"] = body
+    hostile.add("/ok.txt", b"fine")
+    first = sync_once(hostile, dest)
+    assert first.code == 1 and [e["rule"] for e in first.of("refused")] == ["length", "length"]
+    assert status(dest)["refusals"] == {"length": 2}
+    assert not (copy_of(hostile, dest) / "grown.txt").exists()
+    hostile.changes.append(ResourceChange(hostile.base + "/grown.txt", ChangeType.UPDATED, changed_at=T1,
+                                          length=len(body)))
+    hostile.delete(hostile.base + "/gone.txt")
+    del hostile.bodies["/gone.txt"]
+    second = sync_once(hostile, dest)
+    assert (copy_of(hostile, dest) / "grown.txt").read_bytes() == body, second.stderr
+    assert status(dest)["refusals"] == {}, second.stderr
+
+
 @contextmanager
 def another_server(body: bytes) -> Iterator[tuple[ThreadedServer, list[str]]]:
     """A server on another port answering `body` to every GET, and the paths it was asked for."""

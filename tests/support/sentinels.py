@@ -20,7 +20,11 @@ from rsnotify.hub.redis_server import RedisServerError, find_redis_server
 from .ports import free_port
 
 SERVICE = "rsnotify"
-START_TIMEOUT = 20.0
+# Bounds on waits for state (a node answering, replicas and Sentinels settled): each wait ends as
+# soon as the state holds, so only a loaded machine comes near them. At load 20 on 2 cores a
+# server gets a tenth of a core, and a TLS handshake or a Sentinel's first INFO takes seconds.
+START_TIMEOUT = 60.0
+CLIENT_TIMEOUT = 10.0   # s a test's own command to a node may take: a refused connection fails at once
 
 
 @dataclass(frozen=True)
@@ -92,7 +96,8 @@ class SentinelGroup:
 
     def client(self, node: Node) -> redis_lib.Redis:
         password = self.sentinel_password if node in self.sentinels else self.password
-        kwargs: dict = {"socket_timeout": 2, "socket_connect_timeout": 2, "password": password}
+        kwargs: dict = {"socket_timeout": CLIENT_TIMEOUT, "socket_connect_timeout": CLIENT_TIMEOUT,
+                        "password": password}
         if self.tls:
             kwargs.update(ssl=True, ssl_ca_certs=str(self.tls.ca), ssl_certfile=str(self.tls.cert),
                           ssl_keyfile=str(self.tls.key))
@@ -336,12 +341,15 @@ def tls_capable_server(files: TlsFiles) -> str | None:
     return None
 
 
-def _listens_or_exits(process: subprocess.Popen, port: int, timeout: float = 10.0) -> bool:
-    """True once 127.0.0.1:`port` takes a connection, False once `process` has exited (or never
-    listened within `timeout`)."""
+def _listens_or_exits(process: subprocess.Popen, port: int, timeout: float = START_TIMEOUT) -> bool:
+    """True once 127.0.0.1:`port` takes a connection, False once `process` has exited. One that
+    does neither within `timeout` is an error, not a server without TLS: the test would be skipped
+    for a slow start on a loaded machine."""
     deadline = time.monotonic() + timeout
-    while process.poll() is None and time.monotonic() < deadline:
+    while process.poll() is None:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
             return True
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{process.args[0]} with a TLS port neither listened nor exited within {timeout:.0f} s")
         time.sleep(0.02)
     return False
