@@ -357,29 +357,31 @@ class Applier:
         self.flush_refusals()
         return new_records, outcomes
 
-    async def _apply_batch(self, collapsed: list[ResourceChange], records: dict[str, ResourceRecord] | None
-                           ) -> tuple[list[ResourceRecord], list[Outcome]]:
+    async def _apply_batch(self, collapsed: list[ResourceChange], records: dict[str, ResourceRecord] | None,
+                           repair: bool = False) -> tuple[list[ResourceRecord], list[Outcome]]:
         if records is None:
             records = self.state.records(c.loc for c in collapsed)
         deletes = [c for c in collapsed if c.change is ChangeType.DELETED]
         others = [c for c in collapsed if c.change is not ChangeType.DELETED]
-        results = list(await asyncio.gather(*(self.apply_change(c, records.get(c.loc)) for c in deletes)))
-        results += await asyncio.gather(*(self.apply_change(c, records.get(c.loc)) for c in others))
+        results = list(await asyncio.gather(*(self.apply_change(c, records.get(c.loc), repair) for c in deletes)))
+        results += await asyncio.gather(*(self.apply_change(c, records.get(c.loc), repair) for c in others))
         by_loc = {outcome.loc: (record, outcome) for record, outcome in results}
         self._note_landed(outcome for _, outcome in results)
         ordered = [by_loc[c.loc] for c in collapsed]
         return [record for record, _ in ordered if record is not None], [outcome for _, outcome in ordered]
 
-    async def retry(self, records: Sequence[ResourceRecord], *, say_next_try: bool = True) -> list[ResourceRecord]:
+    async def retry(self, records: Sequence[ResourceRecord], *, say_next_try: bool = True,
+                    repair: bool = False) -> list[ResourceRecord]:
         """Try again the changes these records hold back; the records to commit. `say_next_try`:
         a line when the disk still refuses some, with their next try (not for --once's last try,
-        which says what it left for the next run)."""
+        which says what it left for the next run). `repair`: an audit's repair, which holds
+        the locs itself (hold_for_repair)."""
         if not records or self.dry_run:
             return []
         records = [r for r in records if r.want and not self.exclusions.excludes(r.loc)]
         records, still_refused = await self._still_refused_by_disk(records, say_next_try)
         changes = [change_from_want(r) for r in records]
-        new_records, outcomes = await self._apply_batch(changes, {r.loc: r for r in records})
+        new_records, outcomes = await self._apply_batch(changes, {r.loc: r for r in records}, repair)
         fixed = sum(o.outcome in _LANDED for o in outcomes)
         self.flush_refusals()
         tried = len(outcomes) + len(still_refused)
@@ -472,8 +474,10 @@ class Applier:
             self.state.commit(await self.retry(due))
         return len(due)
 
-    async def apply_change(self, change: ResourceChange, record: ResourceRecord | None
+    async def apply_change(self, change: ResourceChange, record: ResourceRecord | None, repair: bool = False
                            ) -> tuple[ResourceRecord | None, Outcome]:
+        """The record to commit for `change` and its outcome. `repair`: an audit's repair, which
+        holds the loc itself (hold_for_repair)."""
         kind = change.change.value
         if self.exclusions.excludes(change.loc):
             if self.dry_run:
@@ -489,7 +493,7 @@ class Applier:
             refused = None if change.change is ChangeType.DELETED else _refused(change.loc, str(exc), kind)
             return refused, Outcome(change.loc, kind, ChangeOutcome.REFUSED, None, str(exc))
         if change.change is ChangeType.DELETED:
-            return await self._delete(change, record, placement)
+            return await self._delete(change, record, placement, repair)
         path = placement.path
         relative = self.sink.relative(path)
         self._escaped(change.loc, placement, record)
@@ -503,17 +507,17 @@ class Applier:
             self.plan("fetch", change.loc, relative)
             return None, Outcome(change.loc, kind, ChangeOutcome.WOULD_FETCH, relative)
         return await self._fetch(change.loc, kind, path, record, change.changed_at, change.lastmod,
-                                 change.length, change.hashes, kind, change.changed_at)
+                                 change.length, change.hashes, kind, change.changed_at, repair=repair)
 
-    async def _delete(self, change: ResourceChange, record: ResourceRecord | None, placement: Placement
-                      ) -> tuple[ResourceRecord | None, Outcome]:
+    async def _delete(self, change: ResourceChange, record: ResourceRecord | None, placement: Placement,
+                      repair: bool = False) -> tuple[ResourceRecord | None, Outcome]:
         kind = change.change.value
         relative = self.sink.relative(placement.path)
         refused = self.fetcher.refusal(change.loc)
         if refused is not None:     # the same host rule as for fetches
             self.refuse(refused[0], change.loc, refused[1])
             return None, Outcome(change.loc, kind, ChangeOutcome.REFUSED, relative, refused[1])
-        if not self.dry_run:
+        if not self.dry_run and not repair:
             record = await self._before_change(change.loc, record)
         tomb = ResourceRecord(change.loc, record.path if record and record.path else relative,
                               ResourceState.DELETED, changed_at=change.changed_at or (record.changed_at if record else None),

@@ -302,8 +302,15 @@ async def _count_pending(ctx: SyncContext, pending: list[ResourceRecord], report
         report.note("pending", record.loc)
     if not (repair and waiting):
         return
-    ctx.state.commit(await ctx.applier.retry(waiting))
-    landed = ctx.state.records(r.loc for r in waiting)
+    # held as _repair holds its locs (nothing awaited since they were judged): a live change for
+    # one waits until the retry's records are committed, then lands over them, never under them
+    locs = [record.loc for record in waiting]
+    ctx.applier.hold_for_repair(locs)
+    try:
+        ctx.state.commit(await ctx.applier.retry(waiting, repair=True))
+        landed = ctx.state.records(locs)
+    finally:
+        ctx.applier.release_repair(locs)
     for record in waiting:
         if _held_back(landed.get(record.loc, record)):
             report.repair_failed += 1

@@ -5,15 +5,20 @@ again and is in sync once it lands. Real `rsnotify sync --once` and `rsnotify au
 against a loopback Source serving a Resource List at T0 and a Change List after it."""
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import subprocess
+from datetime import timedelta
 from pathlib import Path
 
 import pytest
 from aiohttp import web
 
 from rsnotify.notification import ChangeType, ResourceChange
+from rsnotify.subscriber.sync import audit as audit_module
+from rsnotify.subscriber.sync.engine import SyncEngine
+from rsnotify.subscriber.sync.state import ResourceRecord, ResourceState
 from tests.subscriber.test_sync_trust import (  # noqa: F401
     RSNOTIFY,
     T1,
@@ -130,3 +135,52 @@ def test_notifications_received_and_not_applied_are_a_difference_until_a_sync_ap
     assert (copy_of(hostile, dest) / "r1.txt").read_bytes() == v2
     code, report, stderr = audit(hostile, dest)
     assert code == 0 and report["unapplied"] == 0, stderr
+
+
+def test_a_repairs_retry_never_lands_over_a_live_change_that_came_while_it_fetched(hostile, tmp_path):  # noqa: F811
+    # `audit --repair` handed to a live sync retries r1's held-back change (T1) while a notification
+    # for r1 (T2) arrives. The live change must wait for the retry and land over it: before, the
+    # retry's late answer (v2, served before the Source changed) overwrote the applied v3 and its
+    # record, the T2 change was lost for good, and the audit said "repaired".
+    dest = tmp_path / "dest"
+    hostile.add("/r1.txt", b"v1\n")
+    assert sync_once(hostile, dest).code == 0
+    v2, v3 = b"v2\n", b"v3, the newest\n"
+    announce(hostile, "/r1.txt", v2)
+    hostile.bodies["/r1.txt"] = _down
+    assert sync_once(hostile, dest, "--tries", "1").code == 1     # r1 held back at T1
+    asked = []
+
+    async def late_then_newest(request: web.Request) -> web.Response:
+        asked.append(request.path)
+        if len(asked) == 1:             # the repair's GET, answered after the live change came
+            await asyncio.sleep(1.0)
+            return web.Response(body=v2)
+        return web.Response(body=v3)
+
+    hostile.bodies["/r1.txt"] = late_then_newest
+    loc = hostile.base + "/r1.txt"
+
+    async def race() -> tuple[ResourceRecord, audit_module.AuditReport]:
+        engine = SyncEngine(dest, capability_list=hostile.base + "/caps.xml", tries=1)
+        await engine.open()
+        try:
+            ctx = engine.ctx
+            ctx.applier.watch_changes()         # as the live process does for an audit
+            report = audit_module.AuditReport()
+            repair = asyncio.create_task(
+                audit_module._count_pending(ctx, [ctx.state.records([loc])[loc]], report, True))
+            await asyncio.sleep(0.3)
+            live = ResourceChange(loc, ChangeType.UPDATED, changed_at=T1 + timedelta(minutes=1),
+                                  hashes=(("md5", hashlib.md5(v3).hexdigest()),), length=len(v3))
+            record, _ = await ctx.applier.apply_change(live, ctx.state.records([loc]).get(loc))
+            ctx.state.commit([record])
+            await repair
+            return ctx.state.records([loc])[loc], report
+        finally:
+            await engine.close()
+
+    record, report = asyncio.run(race())
+    assert (copy_of(hostile, dest) / "r1.txt").read_bytes() == v3
+    assert record.state == ResourceState.OK and record.changed_at == T1 + timedelta(minutes=1)
+    assert report.pending == 1 and report.repaired == 1
