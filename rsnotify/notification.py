@@ -194,7 +194,10 @@ def future_problems(
     Source's from/until chain (and each Destination's checkpoint) past every real change to
     come, so every later notification would look older than it.
     """
-    limit = now + timedelta(seconds=skew)
+    try:
+        limit = now + timedelta(seconds=skew)
+    except OverflowError:       # a skew reaching past the last datetime there is: nothing is later
+        return []
     late = [(change.loc, when) for change in changes if (when := change.changed_at) is not None and when > limit]
     if not late and (until_time is None or until_time <= limit):
         return []               # the usual case, on every publish and delivery: nothing to format

@@ -145,6 +145,11 @@ def test_a_change_dated_in_the_future_exits_1_in_one_line_and_records_nothing(ru
                  "--updated", f"https://example.org/c@{(utc_now() + timedelta(minutes=30)).strftime('%Y-%m-%dT%H:%M:%SZ')}")
     assert result.exit_code == 0, result.output
     assert len(threaded_hub.received) == 2
+    # a skew reaching past the year 9999 is no bound at all (it was an OverflowError traceback)
+    result = run("publish", "--hub", threaded_hub.url, "--topic", TOPIC, "--future-skew", "1e12",
+                 "--updated", "https://example.org/d@2099-01-01T00:00:00Z")
+    assert result.exit_code == 0 and "Traceback" not in result.stderr, result.output
+    assert len(threaded_hub.received) == 3
 
 
 def test_a_bad_hub_url_or_missing_topic_exits_2(run):
