@@ -20,6 +20,9 @@ from aiohttp import (
     ClientResponse,
 )
 
+from rsnotify.errors import WireError
+from rsnotify.websub import idna_host
+
 _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")   # RFC 9110 field-name characters
 _RESERVED = frozenset({"host", "content-length", "transfer-encoding", "connection"})
 
@@ -51,7 +54,13 @@ def origin(url: str) -> Origin:
     than http and https); ValueError for a bad port. The fetcher's trust rules use it too."""
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
-    return scheme, (parts.hostname or "").lower(), parts.port or _DEFAULT_PORTS.get(scheme)
+    host = (parts.hostname or "").lower()
+    if not host.isascii():      # one spelling for an IDN host: the ASCII one discovery records
+        try:
+            host = idna_host("a URL", host, url)
+        except WireError:
+            pass                # no valid IDN: it equals no origin but its own spelling
+    return scheme, host, parts.port or _DEFAULT_PORTS.get(scheme)
 
 
 class RequestRule(ABC):

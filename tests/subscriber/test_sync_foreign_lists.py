@@ -22,6 +22,7 @@ from rsnotify.notification import (
     ChangeType,
     ResourceChange,
 )
+from rsnotify.subscriber.sync.remote import ListOrigins
 from rsnotify.xml import capability_list_to_xml
 from tests.subscriber.test_sync_trust import RSNOTIFY, snapshot, sync_once
 from tests.support.ports import free_port
@@ -162,3 +163,13 @@ def test_a_change_list_on_another_origin_is_refused_and_its_deletes_never_applie
     assert [x for x in run.stderr.splitlines() if f"Change List {other.base}/cl.xml refused" in x], run.stderr
     assert other.hits == []
     assert sorted(snapshot(dest / f"127.0.0.1_{source.port}")) == ["r0.txt", "r1.txt"]
+
+
+def test_a_list_under_the_unicode_spelling_of_the_sources_idn_host_is_the_sources() -> None:
+    # discovery records the Capability List's URL with the host as DNS spells it (punycode); a
+    # Source writing its own host in Unicode in its lists is still on its own origin
+    lists = ListOrigins("http://xn--bcher-kva.example:8080/capabilitylist.xml", allowed_hosts=())
+    assert lists.refusal("http://b\u00fccher.example:8080/resourcelist.xml") is None
+    assert lists.refusal("http://BÜCHER.example:8080/changelist.xml") is None
+    assert lists.refusal("http://b\u00fccher.example:8081/resourcelist.xml") is not None
+    assert lists.refusal("http://other.example:8080/resourcelist.xml") is not None
