@@ -80,6 +80,19 @@ def spawn(args: list[str], log: Path, out: Path | None = None, cwd: Path | None 
     return Proc(process, log, out)
 
 
+def serve_folder(hub: str, tmp_path: Path, fill: Callable[[Path], None]) -> tuple[Path, Path, int, str, Proc]:
+    """tmp_path/src filled by `fill` and served at the root of a free port by `rsnotify source`
+    (started, not yet answering): (src, the copy's --dir, the port, the base URL, the Source)."""
+    src, dest = tmp_path / "src", tmp_path / "dest"
+    src.mkdir()
+    fill(src)
+    port = free_port()
+    base = f"http://127.0.0.1:{port}/"
+    source = spawn(["source", "--dir", str(src), "--base-url", base, "--hub", hub, "--db", str(tmp_path / "source.db")],
+                   tmp_path / "source.log")
+    return src, dest, port, base, source
+
+
 def tree(root: Path) -> dict[str, bytes]:
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
 

@@ -22,6 +22,7 @@ from tests.e2e.test_e2e_sync import (  # noqa: F401
     Proc,
     answers,
     hub,
+    serve_folder,
     spawn,
     tree,
     wait_until,
@@ -126,13 +127,7 @@ def changes_while_down(src: Path, recorded: Callable[[Callable[[set[str]], bool]
 
 
 def test_the_copy_has_the_sources_names_and_shapes_through_live_changes_and_a_kill(hub, tmp_path):  # noqa: F811
-    src, dest = tmp_path / "src", tmp_path / "dest"
-    src.mkdir()
-    make_tree(src)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}/"
-    source = spawn(["source", "--dir", str(src), "--base-url", base, "--hub", hub, "--db", str(tmp_path / "source.db")],
-                   tmp_path / "source.log")
+    src, dest, port, base, source = serve_folder(hub, tmp_path, make_tree)
     wait_until(lambda: answers(base + "capabilitylist.xml"), "the Source to answer", 60, source)
     copy = dest / f"127.0.0.1_{port}"
     sync_port = free_port()

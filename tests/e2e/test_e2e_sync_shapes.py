@@ -15,7 +15,15 @@ import time
 import unicodedata
 from pathlib import Path
 
-from tests.e2e.test_e2e_sync import RSNOTIFY, Proc, answers, hub, spawn, wait_until  # noqa: F401
+from tests.e2e.test_e2e_sync import (  # noqa: F401
+    RSNOTIFY,
+    Proc,
+    answers,
+    hub,
+    serve_folder,
+    spawn,
+    wait_until,
+)
 from tests.support.ports import free_port
 
 NFC = unicodedata.normalize("NFC", "café")
@@ -51,13 +59,7 @@ def settles(src: Path, copy: Path, *procs: Proc, timeout: float = 60) -> None:
 
 
 def test_awkward_names_and_shapes_diff_clean_through_once_live_kill_and_catch_up(hub, tmp_path):  # noqa: F811
-    src, dest = tmp_path / "src", tmp_path / "dest"
-    src.mkdir()
-    make_tree(src)
-    port = free_port()
-    base = f"http://127.0.0.1:{port}/"
-    source = spawn(["source", "--dir", str(src), "--base-url", base, "--hub", hub, "--db", str(tmp_path / "source.db")],
-                   tmp_path / "source.log")
+    src, dest, port, base, source = serve_folder(hub, tmp_path, make_tree)
     caps = base + "capabilitylist.xml"
     copy = dest / f"127.0.0.1_{port}"
 

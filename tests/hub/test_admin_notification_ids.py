@@ -12,13 +12,8 @@ import pytest
 from rsnotify.hub import keys
 from tests.support.http import http as http_request
 from tests.support.hubproc import start_hub
+from tests.support.notifications import ONE_CHANGE, TOPIC
 
-TOPIC = "http://data.example.org/ds1/changes"
-BODY = b"""<?xml version="1.0" encoding="UTF-8"?>
-<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">
-  <rs:md capability="change-notification" from="2020-01-01T00:00:00Z" until="2020-01-01T00:01:00Z"/>
-  <url><loc>http://data.example.org/ds1/res1</loc><rs:md change="updated" datetime="2020-01-01T00:00:00Z"/></url>
-</urlset>"""
 SID = "0" * 32
 BAD_IDS = ["99999999999999999999999-0", "18446744073709551616-0", "1-18446744073709551616", "+1-0", "1_000-0",
            "\u0661-0", "1-", "-1", "1-2-3"]
@@ -33,7 +28,7 @@ def hub(tmp_path_factory):
 
 def test_a_malformed_notification_id_is_400_on_every_admin_route(hub) -> None:
     link = f'<{TOPIC}>; rel="self", <{hub.url}>; rel="hub"'
-    status, body = http_request("POST", hub.url, BODY, {"Content-Type": "application/xml", "Link": link})
+    status, body = http_request("POST", hub.url, ONE_CHANGE, {"Content-Type": "application/xml", "Link": link})
     assert status == 200, body
     tid = keys.topic_id(TOPIC)
     for nid in BAD_IDS:
@@ -61,7 +56,7 @@ def test_topics_by_url_counts_what_it_lists(hub) -> None:
     status, text = http_request("GET", hub.url + "admin/topics?url=" + urllib.parse.quote("http://never.example/x"))
     assert status == 200 and json.loads(text) == {"total": 0, "offset": 0, "topics": []}, text
     link = f'<{TOPIC}>; rel="self", <{hub.url}>; rel="hub"'
-    assert http_request("POST", hub.url, BODY, {"Content-Type": "application/xml", "Link": link})[0] == 200
+    assert http_request("POST", hub.url, ONE_CHANGE, {"Content-Type": "application/xml", "Link": link})[0] == 200
     status, text = http_request("GET", hub.url + "admin/topics?url=" + urllib.parse.quote(TOPIC))
     found = json.loads(text)
     assert status == 200 and found["total"] == 1 and [t["url"] for t in found["topics"]] == [TOPIC], text

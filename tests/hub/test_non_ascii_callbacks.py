@@ -11,15 +11,10 @@ import urllib.parse
 from aiohttp import web
 
 from tests.support.http import http as http_request
+from tests.support.notifications import ONE_CHANGE, TOPIC
 from tests.support.subscribers import RecordingSubscriber
 from tests.support.waiting import wait_until
 
-TOPIC = "http://data.example.org/ds1/changes"
-BODY = b"""<?xml version="1.0" encoding="UTF-8"?>
-<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">
-  <rs:md capability="change-notification" from="2020-01-01T00:00:00Z" until="2020-01-01T00:01:00Z"/>
-  <url><loc>http://data.example.org/ds1/res1</loc><rs:md change="updated" datetime="2020-01-01T00:00:00Z"/></url>
-</urlset>"""
 FORM = {"Content-Type": "application/x-www-form-urlencoded"}
 
 
@@ -38,12 +33,12 @@ def test_a_non_ascii_callback_is_verified_and_delivered_to_at_the_same_bytes(hub
         assert verification.raw_query.startswith("f%C3%BCr=%C3%BC&keep=%41&hub.mode=subscribe"), verification.raw_query
         assert "activated" in hub.output()
         link = f'<{TOPIC}>; rel="self", <{hub.url}>; rel="hub"'
-        status, body = http_request("POST", hub.url, BODY, {"Content-Type": "application/xml", "Link": link})
+        status, body = http_request("POST", hub.url, ONE_CHANGE, {"Content-Type": "application/xml", "Link": link})
         assert status == 200, body
         wait_until(lambda: subscriber.deliveries(), 30.0, "the delivery")
         [delivery] = subscriber.deliveries()
         assert delivery.path == "/rückruf" and delivery.raw_query == "f%C3%BCr=%C3%BC&keep=%41", delivery.raw_query
-        assert delivery.body == BODY
+        assert delivery.body == ONE_CHANGE
     finally:
         server.stop()
 
@@ -55,7 +50,7 @@ def test_a_thin_pings_topic_is_fetched_at_its_exact_bytes(hub_process) -> None:
     source = RecordingSubscriber()
 
     async def topic(request: web.Request) -> web.Response:
-        return web.Response(body=BODY, content_type="application/xml")
+        return web.Response(body=ONE_CHANGE, content_type="application/xml")
     source.on("/thémas/changes", topic, method="GET")
     server = source.serve_in_thread()
     try:
@@ -83,7 +78,7 @@ def test_a_non_ascii_topic_goes_out_percent_encoded_in_the_deliveries_link_heade
         assert http_request("POST", hub.url, form.encode(), FORM)[0] == 202
         hub.wait_for_output(r"subscription [0-9a-f]{32} activated", 30.0)
         link = f'<{topic}>; rel="self", <{hub.url}>; rel="hub"'
-        status, body = http_request("POST", hub.url, BODY, {"Content-Type": "application/xml",
+        status, body = http_request("POST", hub.url, ONE_CHANGE, {"Content-Type": "application/xml",
                                                              "Link": link.encode().decode("latin-1")})
         assert status == 200, body
         wait_until(lambda: subscriber.deliveries("/cb"), 30.0, "the delivery")

@@ -8,22 +8,16 @@ from __future__ import annotations
 
 import gzip
 import http.client
+import itertools
 import json
 import zlib
-
-import itertools
 
 import pytest
 
 from tests.support.hubproc import start_hub
+from tests.support.notifications import ONE_CHANGE
 
 TOPICS = (f"http://data.example.org/ds{n}/changes" for n in itertools.count())
-BODY = b"""<?xml version="1.0" encoding="UTF-8"?>
-<urlset xmlns="http://www.sitemaps.org/schemas/sitemap/0.9" xmlns:rs="http://www.openarchives.org/rs/terms/">
-  <rs:md capability="change-notification" from="2020-01-01T00:00:00Z" until="2020-01-01T00:01:00Z"/>
-  <url><loc>http://data.example.org/ds1/res1</loc><rs:md change="updated" datetime="2020-01-01T00:00:00Z"/></url>
-</urlset>"""
-
 
 def send(port: int, fields: list[tuple[str, str]], body: bytes) -> tuple[int, str]:
     connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
@@ -62,16 +56,16 @@ def topic() -> str:
     ("Sec-Fetch-Site", ["same-origin", "cross-site"]),
 ])
 def test_a_single_valued_field_given_twice_is_400_and_stores_nothing(hub, topic, name, values) -> None:
-    status, text = send(hub.port, [*submission_fields(hub.url, topic), *((name, value) for value in values)], BODY)
+    status, text = send(hub.port, [*submission_fields(hub.url, topic), *((name, value) for value in values)], ONE_CHANGE)
     assert status == 400, text
     assert text.strip() == f"the {name} header is given 2 times; send it once"
-    status, text = send(hub.port, submission_fields(hub.url, topic), BODY)
+    status, text = send(hub.port, submission_fields(hub.url, topic), ONE_CHANGE)
     assert status == 200 and json.loads(text)["sequence"] == 1, text     # the refused one stored nothing
 
 
 @pytest.mark.parametrize("coding", ["x-foo", "gzip, gzip", "compress", "gzip;q=1"])
 def test_a_content_coding_the_hub_does_not_decode_is_415(hub, topic, coding) -> None:
-    status, text = send(hub.port, [*submission_fields(hub.url, topic), ("Content-Encoding", coding)], BODY)
+    status, text = send(hub.port, [*submission_fields(hub.url, topic), ("Content-Encoding", coding)], ONE_CHANGE)
     assert status == 415, text
     assert "is not supported: send the body as it is (identity) or in one of gzip, deflate" in text
     form = [("Content-Type", "application/x-www-form-urlencoded"), ("Content-Encoding", coding)]
@@ -79,17 +73,17 @@ def test_a_content_coding_the_hub_does_not_decode_is_415(hub, topic, coding) -> 
                         .encode())
     assert status == 415, text
     assert f"request for http://127.0.0.1:9/… at {topic} accepted" not in hub.output()
-    status, text = send(hub.port, submission_fields(hub.url, topic), BODY)
+    status, text = send(hub.port, submission_fields(hub.url, topic), ONE_CHANGE)
     assert status == 200 and json.loads(text)["sequence"] == 1, text
 
 
 def test_identity_and_gzip_bodies_are_still_taken(hub, topic) -> None:
-    status, text = send(hub.port, [*submission_fields(hub.url, topic), ("Content-Encoding", "gzip")], gzip.compress(BODY))
+    status, text = send(hub.port, [*submission_fields(hub.url, topic), ("Content-Encoding", "gzip")], gzip.compress(ONE_CHANGE))
     assert status == 200 and json.loads(text)["sequence"] == 1, text
-    status, text = send(hub.port, [*submission_fields(hub.url, topic), ("Content-Encoding", "Identity")], BODY)
+    status, text = send(hub.port, [*submission_fields(hub.url, topic), ("Content-Encoding", "Identity")], ONE_CHANGE)
     assert status == 200 and json.loads(text)["sequence"] == 2, text
     status, text = send(hub.port, [*submission_fields(hub.url, topic), ("Idempotency-Key", "k"),
-                                   ("Idempotency-Key", "k")], BODY)
+                                   ("Idempotency-Key", "k")], ONE_CHANGE)
     assert status == 400, text      # the same value twice too: one field, one value
 
 
@@ -97,10 +91,10 @@ def test_identity_and_gzip_bodies_are_still_taken(hub, topic) -> None:
                                           "application/xml; Charset=utf-8; charset=utf-8"])
 def test_a_content_type_parameter_given_twice_is_400_and_stores_nothing(hub, topic, content_type) -> None:
     fields = [("Content-Type", content_type), ("Link", f'<{topic}>; rel="self", <{hub.url}>; rel="hub"')]
-    status, text = send(hub.port, fields, BODY)
+    status, text = send(hub.port, fields, ONE_CHANGE)
     assert status == 400, text
     assert text.strip() == "the Content-Type parameter charset is given 2 times; send it once"
-    status, text = send(hub.port, submission_fields(hub.url, topic), BODY)
+    status, text = send(hub.port, submission_fields(hub.url, topic), ONE_CHANGE)
     assert status == 200 and json.loads(text)["sequence"] == 1, text
 
 
@@ -108,7 +102,7 @@ def test_a_content_type_parameter_given_twice_is_400_and_stores_nothing(hub, top
 def test_a_transfer_coding_other_than_chunked_is_400_and_stores_nothing(hub, topic, transfer) -> None:
     """aiohttp reads "gzip, chunked" as chunked and leaves the gzip on: before, the body got
     a 400 saying it "looks like UTF-16"."""
-    packed = gzip.compress(BODY) if transfer.startswith("gzip") else zlib.compress(BODY)
+    packed = gzip.compress(ONE_CHANGE) if transfer.startswith("gzip") else zlib.compress(ONE_CHANGE)
     connection = http.client.HTTPConnection("127.0.0.1", hub.port, timeout=10)
     try:
         connection.putrequest("POST", "/")
@@ -121,5 +115,5 @@ def test_a_transfer_coding_other_than_chunked_is_400_and_stores_nothing(hub, top
         connection.close()
     assert status == 400, text
     assert text.startswith(f"Transfer-Encoding {transfer!r} is not supported"), text
-    status, text = send(hub.port, submission_fields(hub.url, topic), BODY)
+    status, text = send(hub.port, submission_fields(hub.url, topic), ONE_CHANGE)
     assert status == 200 and json.loads(text)["sequence"] == 1, text

@@ -113,8 +113,9 @@ def test_a_resource_list_on_another_origin_is_refused_and_nothing_is_taken(two_o
     assert (dest / f"127.0.0.1_{source.port}" / "mine.txt").read_bytes() == b"the Source's file\n"
 
 
-def test_an_index_part_on_another_origin_is_refused_before_anything_is_deleted(two_origins, tmp_path):
-    source, other = two_origins
+def synced_copy_of_three(source: Origin, tmp_path: Path) -> tuple[Path, Path, dict[str, bytes]]:
+    """Three resources listed by the Source's own Resource List, synced: (--dir, the copy, its
+    files as they are)."""
     own = [source.serve(f"/r{i}.txt", f"resource {i}\n".encode()) for i in range(3)]
     source.caps(source.resourcelist("/rl.xml", own))
     dest = tmp_path / "dest"
@@ -122,6 +123,12 @@ def test_an_index_part_on_another_origin_is_refused_before_anything_is_deleted(t
     copy = dest / f"127.0.0.1_{source.port}"
     before = snapshot(copy)
     assert len(before) == 3
+    return dest, copy, before
+
+
+def test_an_index_part_on_another_origin_is_refused_before_anything_is_deleted(two_origins, tmp_path):
+    source, other = two_origins
+    dest, copy, before = synced_copy_of_three(source, tmp_path)
 
     # the Source's index now names a part on another server listing nothing of the Source's
     empty = other.resourcelist("/part.xml", [other.serve("/x.txt", b"x\n")])
@@ -136,12 +143,7 @@ def test_an_index_part_on_another_origin_is_refused_before_anything_is_deleted(t
 
 def test_a_capability_list_naming_a_foreign_list_cannot_make_audit_repair_delete_the_copy(two_origins, tmp_path):
     source, other = two_origins
-    own = [source.serve(f"/r{i}.txt", f"resource {i}\n".encode()) for i in range(3)]
-    source.caps(source.resourcelist("/rl.xml", own))
-    dest = tmp_path / "dest"
-    assert sync_once(source, dest).code == 0
-    copy = dest / f"127.0.0.1_{source.port}"
-    before = snapshot(copy)
+    dest, copy, before = synced_copy_of_three(source, tmp_path)
 
     source.caps(other.resourcelist("/rl.xml", []))      # an empty list elsewhere: "everything is gone"
     code, stderr = audit_repair(source, dest)
