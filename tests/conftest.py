@@ -51,9 +51,9 @@ def pytest_unconfigure(config: pytest.Config) -> None:
 # (pyproject: --no-loadscope-reorder) and the run ends on short ones; the rest follow in their usual
 # order. The order is that of each file's wall time in a whole run of main on a loaded 2-core
 # machine (load 20-26, 26 Nov 2026: 135 s down to 30 s each; about half that at load 8),
-# the four bench groups and the two failover files as measured beside it, and the slowest
-# files added since (resource list parts, audit pending, hosts DNS cannot carry: 15-18 s at load 3). Only the order depends on
-# this list: a file missing from it still runs.
+# the four bench groups and the two failover files as measured beside it, and the slowest files
+# added since (resource list parts, audit pending, hosts DNS cannot carry: 15-18 s at load 3).
+# Only the order depends on this list: a file missing from it still runs.
 SLOW_FILES = (
     "tests/hub/test_hostile_requests.py", "tests/subscriber/test_subscriber_frameworks.py", "tests/e2e/test_e2e_sync.py",
     "tests/publisher/test_source_cli_mistakes.py", "tests/rsnotify/test_quick_reading.py",
