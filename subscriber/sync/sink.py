@@ -591,7 +591,12 @@ class FolderSink:
             try:
                 self._check_target(fds[-1], parts[-1])
                 os.unlink(parts[-1], dir_fd=fds[-1])
-            except (FileNotFoundError, PathConflictError):
+            except FileNotFoundError:
+                # gone already: a sync killed after its unlink (before the record's commit, or
+                # before this removal) left the folders; the delete run again removes them
+                _remove_emptied(parts, fds)
+                return False
+            except PathConflictError:
                 return False
             _remove_emptied(parts, fds)
             return True

@@ -37,6 +37,18 @@ def test_writes_land_in_new_and_known_folders_and_replace_a_file(tmp_path: Path)
     assert _leftovers(tmp_path) == []
 
 
+def test_a_delete_run_again_after_its_file_went_removes_the_folders_left_empty(tmp_path: Path) -> None:
+    # a sync killed between the unlink and the folders' removal (or before the record's commit)
+    # runs the delete again: the file is gone, the folders it leaves empty go now (diff -r clean)
+    sink = FolderSink(tmp_path / "copy")
+    gone, kept = sink.path_for("http://example.org/a/b/1"), sink.path_for("http://example.org/a/2")
+    sink.write_small(gone, b"one")
+    sink.write_small(kept, b"two")
+    os.unlink(gone)
+    assert sink.delete(gone) is False
+    assert not gone.parent.exists() and kept.read_bytes() == b"two"     # a/b went, a (not empty) stays
+
+
 def test_a_link_on_the_way_or_at_the_name_is_refused_and_kept(tmp_path: Path) -> None:
     sink = FolderSink(tmp_path / "copy")
     outside = tmp_path / "outside"
