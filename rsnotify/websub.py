@@ -9,7 +9,7 @@ import hashlib
 import hmac
 import ipaddress
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
@@ -232,7 +232,7 @@ def idna_host(name: str, host: str, url: str) -> str:
 def _is_dns_name(host: str) -> bool:
     """True when `host` (ASCII, one trailing dot allowed) has no empty label, no label over 63
     characters and at most 253 in all: what DNS (and getaddrinfo) can carry."""
-    name = host[:-1] if host.endswith(".") else host
+    name = host.removesuffix(".")
     return 0 < len(name) <= 253 and all(0 < len(label) <= 63 for label in name.split("."))
 
 
@@ -314,16 +314,23 @@ SUBSCRIPTION_FIELDS = ("hub.mode", "hub.topic", "hub.callback", "hub.lease_secon
 UNSUBSCRIPTION_FIELDS = SUBSCRIPTION_FIELDS[:3]
 
 
+def repeated_field_problem(name: str, values: Sequence[str]) -> str | None:
+    """The problem of a form or query field given more than once with different values (None:
+    once, or always the same): which one counts would depend on the parser (aiohttp reads the
+    first, Django and a dict of parse_qsl the last), and a proxy in front may read another one."""
+    if len(set(values)) > 1:
+        return f"{name} is given {len(values)} times with different values; send it once"
+    return None
+
+
 def _check_single_values(form: Mapping[str, str], problems: Problems, names: tuple[str, ...]) -> None:
-    """A field repeated with different values (a multidict form) is a problem: which one counts
-    would depend on the parser, and a proxy in front may read another one than the hub."""
+    """Each of `names` repeated with different values in a multidict form is a problem."""
     getall = getattr(form, "getall", None)
     if getall is None:
         return
     for name in names:
-        values = getall(name, [])
-        if len(set(values)) > 1:
-            problems.add(f"{name} is given {len(values)} times with different values; send it once")
+        if problem := repeated_field_problem(name, getall(name, [])):
+            problems.add(problem)
 
 
 def parse_subscription_form(form: Mapping[str, str]) -> SubscriptionRequest:

@@ -13,7 +13,7 @@ import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from json.encoder import encode_basestring_ascii as json_string    # a str as json.dumps writes it
+from json.encoder import encode_basestring_ascii as json_string
 from urllib.parse import parse_qsl, urlsplit
 
 from aiohttp import web
@@ -40,6 +40,7 @@ from rsnotify.websub import (
     normalize_url,
     parse_link_header,
     parse_subscription_form,
+    repeated_field_problem,
 )
 from rsnotify.xml import parse_notification
 
@@ -85,9 +86,8 @@ async def hub_endpoint(request: web.Request) -> web.StreamResponse:
     content_type = request.content_type if "Content-Type" in request.headers else ""
     if content_type == FORM_TYPE:
         form = await read_form(request)
-        modes = form.getall("hub.mode", [])
-        if len(set(modes)) > 1:  # which one counts must not depend on the parser
-            raise BadRequestError(f"hub.mode is given {len(modes)} times with different values; send it once")
+        if problem := repeated_field_problem("hub.mode", form.getall("hub.mode", [])):
+            raise BadRequestError(problem)
         mode = form.get("hub.mode")
         if mode in ("subscribe", "unsubscribe"):
             return await subscription_request(request, form)
@@ -311,8 +311,8 @@ async def submission(request: web.Request) -> web.Response:
         log.info("notification %s %s for %s (seq %s, %d bytes)", appended.notification_id,
                  "repeated (same Idempotency-Key), stored once" if appended.is_repeat else "stored",
                  escape(links.topic), appended.sequence, len(body))
-    # json.dumps({"notification_id": ..., "topic": ..., "sequence": ...}) as it writes it, without
-    # its encoder's set-up, which cost more than the rest of the answer
+    # json.dumps({"notification_id": ..., "topic": ..., "sequence": ...}) as it writes it (json_string:
+    # its encoder of a str), without its set-up, which cost more than the rest of the answer
     answer = (f'{{"notification_id": {json_string(appended.notification_id)}, "topic": {json_string(links.topic)}, '
               f'"sequence": {int(appended.sequence)}}}')
     headers = {NOTIFICATION_ID_HEADER: appended.notification_id}

@@ -36,6 +36,7 @@ from rsnotify.websub import (
     normalize_url,
     parse_link_header,
     parse_sequence,
+    repeated_field_problem,
     verify_signature,
 )
 from rsnotify.xml import parse_notification
@@ -140,8 +141,8 @@ def query_fields(pairs: Iterable[tuple[str, str]]) -> tuple[dict[str, str], tupl
     seen: dict[str, list[str]] = {}
     for name, value in pairs:
         seen.setdefault(name, []).append(value)
-    repeated = tuple(f"{name} is given {len(values)} times with different values; send it once"
-                     for name, values in seen.items() if name.startswith("hub.") and len(set(values)) > 1)
+    repeated = tuple(problem for name, values in seen.items()
+                     if name.startswith("hub.") and (problem := repeated_field_problem(name, values)))
     return {name: values[0] for name, values in seen.items()}, repeated
 
 
