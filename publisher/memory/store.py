@@ -352,16 +352,12 @@ def iter_changes(db: sqlite3.Connection, list_id: int) -> Iterator[ResourceChang
 
 def iter_resources(db: sqlite3.Connection, topic: str) -> Iterator[Resource]:
     """The topic's resources as of the current transaction, by loc, fetched in chunks."""
-    cursor = db.execute(
-        "SELECT loc, lastmod, hash, length, type FROM resources WHERE topic = ? ORDER BY loc", (topic,)
-    )
-    while rows := cursor.fetchmany(_FETCH):
-        for loc, lastmod, hashes, length, media_type in rows:
-            yield Resource(loc, _datetime(lastmod), _hashes(hashes), length, media_type)
+    return iter_resources_between(db, topic, "", None)     # every loc is >= ""
 
 
 def iter_resources_between(db: sqlite3.Connection, topic: str, low: str, high: str | None) -> Iterator[Resource]:
-    """The topic's resources whose loc is in [low, high) (high None: no upper bound), by loc.
+    """The topic's resources whose loc is in [low, high) (high None: no upper bound), by loc,
+    fetched in chunks.
 
     SQLite compares TEXT as UTF-8 bytes, which orders like Python compares str (by code point),
     so ranges cut with Python's bisect hold the same locs here."""
