@@ -243,10 +243,11 @@ async def _audit(ctx: SyncContext, seen: _Seen, *, deep: bool, repair: bool, kee
         if ctx.applier.exclusions.excludes(extra.loc):
             report.excluded += 1
             continue
-        if _newer_than_list(extra, report.at) and _held_back(extra):
+        newer = _newer_than_list(extra, report.at)
+        if newer and _held_back(extra):
             pending.append(extra)
             continue
-        if _newer_than_list(extra, report.at) or ctx.applier.touched(extra.loc):
+        if newer or ctx.applier.touched(extra.loc):
             report.newer_locally += 1
             continue
         report.extra += 1

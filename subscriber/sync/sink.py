@@ -591,15 +591,15 @@ class FolderSink:
             try:
                 self._check_target(fds[-1], parts[-1])
                 os.unlink(parts[-1], dir_fd=fds[-1])
+                existed = True
             except FileNotFoundError:
                 # gone already: a sync killed after its unlink (before the record's commit, or
-                # before this removal) left the folders; the delete run again removes them
-                _remove_emptied(parts, fds)
-                return False
+                # before the removal below) left the folders; the delete run again removes them
+                existed = False
             except PathConflictError:
                 return False
             _remove_emptied(parts, fds)
-            return True
+            return existed
         finally:
             _close(fds)
 
