@@ -18,8 +18,8 @@ from tests.publisher.test_static_resourcelist import (
     BIN,
     folder_state,
     listed,
-    make_source,
     read,
+    written_source,
 )
 from tests.support import cli
 from tests.support.http import fetch
@@ -34,10 +34,7 @@ def part_sizes(out, names: list[str]) -> list[int]:
 
 
 def test_a_part_left_small_by_deletes_merges_with_its_smaller_neighbour(tmp_path):
-    source = make_source(tmp_path, {f"m{i:03d}.txt": b"x" for i in range(40)})
-    source.resource_list.part_entries = 10
-    source.sync_folder()
-    source.write_all()
+    source = written_source(tmp_path, {f"m{i:03d}.txt": b"x" for i in range(40)}, part_entries=10)
     out, src = tmp_path / "out", tmp_path / "src"
     _, names, _ = listed(out)
     assert part_sizes(out, names) == [10, 10, 10, 10]
@@ -72,10 +69,7 @@ def test_a_part_left_small_by_deletes_merges_with_its_smaller_neighbour(tmp_path
 
 
 def test_a_first_write_folds_a_short_tail_into_the_last_part(tmp_path):
-    source = make_source(tmp_path, {f"t{i:03d}.txt": b"x" for i in range(33)})
-    source.resource_list.part_entries = 10
-    source.sync_folder()
-    source.write_all()
+    source = written_source(tmp_path, {f"t{i:03d}.txt": b"x" for i in range(33)}, part_entries=10)
     out = tmp_path / "out"
     _, names, _ = listed(out)
     assert part_sizes(out, names) == [10, 10, 13]      # not 10, 10, 10, 3
@@ -87,10 +81,7 @@ def test_parts_stay_within_bounds_and_only_the_changed_range_is_rewritten(tmp_pa
     """Random single-file batches (creates in bursts, deletes, updates): after each one every part
     holds between part_entries / 2 and 2 x part_entries resources, the list equals the folder, and
     a part is rewritten only when it holds the changed file or is that part's neighbour."""
-    source = make_source(tmp_path, {f"r{i:04d}.txt": b"x" for i in range(0, 600, 5)})   # 120 files
-    source.resource_list.part_entries = 10
-    source.sync_folder()
-    source.write_all()
+    source = written_source(tmp_path, {f"r{i:04d}.txt": b"x" for i in range(0, 600, 5)}, part_entries=10)   # 120 files
     out, src = tmp_path / "out", tmp_path / "src"
     random = Random(11)
     _, names, _ = listed(out)

@@ -43,6 +43,17 @@ def make_source(tmp_path: Path, files: dict[str, bytes]) -> StaticSource:
     return open_source(tmp_path)
 
 
+def written_source(tmp_path: Path, files: dict[str, bytes], part_entries: int | None = None) -> StaticSource:
+    """make_source with its folder recorded and its lists written into OUT (parts of
+    `part_entries` resources when given)."""
+    source = make_source(tmp_path, files)
+    if part_entries is not None:
+        source.resource_list.part_entries = part_entries
+    source.sync_folder()
+    source.write_all()
+    return source
+
+
 def open_source(tmp_path: Path) -> StaticSource:
     """A StaticSource of tmp_path/src writing into tmp_path/out, as `rsnotify source --write` makes it."""
     src = tmp_path / "src"
@@ -84,9 +95,7 @@ def as_listed(resources: dict[str, Resource]) -> dict[str, int | None]:
 
 def test_one_changed_file_rewrites_one_part_and_the_index(tmp_path):
     count = PART_ENTRIES * 2 + PART_ENTRIES // 2
-    source = make_source(tmp_path, {f"f{i:05d}.txt": b"%d\n" % i for i in range(count)})
-    source.sync_folder()
-    source.write_all()
+    source = written_source(tmp_path, {f"f{i:05d}.txt": b"%d\n" % i for i in range(count)})
     out, src = tmp_path / "out", tmp_path / "src"
     info, names, resources = listed(out)
     assert info.is_index and len(names) == 3 and as_listed(resources) == folder_state(src)
@@ -173,7 +182,7 @@ def test_a_restart_writes_a_whole_new_list_and_later_deletes_the_old_parts(tmp_p
     for name in first:   # written long ago, as far as the next runs can tell
         os.utime(out / name, (1_000_000, 1_000_000))
     second = run()
-    _, names, resources = listed(out)
+    _, _, resources = listed(out)
     assert len(resources) == PART_ENTRIES + 5 and not set(first) & set(second)
     # a Destination that fetched the first index a moment ago still finds every part it names
     assert sorted(p.name for p in out.glob("resourcelist-*.xml")) == sorted(first + second)
@@ -237,10 +246,7 @@ def test_resync_copies_and_follows_a_parted_list_behind_nginx(hub_process, nginx
 
 
 def test_a_reader_during_many_batches_always_reads_a_whole_list_of_one_moment(tmp_path):
-    source = make_source(tmp_path, {f"s{i:03d}.txt": b"s" for i in range(60)})
-    source.resource_list.part_entries = 10
-    source.sync_folder()
-    source.write_all()
+    source = written_source(tmp_path, {f"s{i:03d}.txt": b"s" for i in range(60)}, part_entries=10)
     out, src = tmp_path / "out", tmp_path / "src"
     states: dict[object, dict[str, int]] = {listed(out)[0].at: folder_state(src)}
     seen: list[tuple[object, dict[str, int | None]]] = []
