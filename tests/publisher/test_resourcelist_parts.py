@@ -13,11 +13,11 @@ from urllib.parse import unquote
 
 from rsnotify.datetimes import format_datetime
 from rsnotify.lists import ListRef, open_list
-from rsnotify.publisher.source.static_resourcelist import PART_ENTRIES
 from tests.publisher.test_static_resourcelist import (
     BIN,
     folder_state,
     listed,
+    parted_files,
     read,
     written_source,
 )
@@ -117,10 +117,7 @@ def test_the_served_list_changes_only_the_touched_part_and_resync_follows_it(hub
     readable, and resync (baseline, incremental, audit) and `rsnotify sync` copy it."""
     hub = hub_process(workers=1)
     src = tmp_path / "src"
-    count = PART_ENTRIES * 2 + 10
-    for i in range(count):
-        (src / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
-        (src / f"d{i % 3}" / f"file {i:05d}.txt").write_bytes(b"%d\n" % i)
+    count = parted_files(src)
     port = free_port()
     base = f"http://127.0.0.1:{port}/data/"
     run_source("--dir", str(src), "--base-url", base, "--hub", hub.url, "--db", str(tmp_path / "m.db"),

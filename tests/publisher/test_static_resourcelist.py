@@ -43,6 +43,16 @@ def make_source(tmp_path: Path, files: dict[str, bytes]) -> StaticSource:
     return open_source(tmp_path)
 
 
+def parted_files(src: Path) -> int:
+    """2 x PART_ENTRIES + 10 files in three folders of `src`, names with a space: two parts, the
+    last holding the ten past them; how many."""
+    count = PART_ENTRIES * 2 + 10
+    for i in range(count):
+        (src / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
+        (src / f"d{i % 3}" / f"file {i:05d}.txt").write_bytes(b"%d\n" % i)
+    return count
+
+
 def written_source(tmp_path: Path, files: dict[str, bytes], part_entries: int | None = None) -> StaticSource:
     """make_source with its folder recorded and its lists written into OUT (parts of
     `part_entries` resources when given)."""
@@ -194,10 +204,7 @@ def test_a_restart_writes_a_whole_new_list_and_later_deletes_the_old_parts(tmp_p
 def test_resync_copies_and_follows_a_parted_list_behind_nginx(hub_process, nginx, tmp_path):  # noqa: F811
     hub = hub_process(workers=1)
     src, out = tmp_path / "src", tmp_path / "out"
-    count = PART_ENTRIES * 2 + 10
-    for i in range(count):
-        (src / f"d{i % 3}").mkdir(parents=True, exist_ok=True)
-        (src / f"d{i % 3}" / f"file {i:05d}.txt").write_bytes(b"%d\n" % i)
+    count = parted_files(src)
     port = free_port()
     base = f"http://127.0.0.1:{port}/data/"
     nginx(nginx_site("/data/", src, out, hub.url, base), port)
